@@ -1,0 +1,1 @@
+//! Shared server/client pieces (filled in below).

@@ -1,0 +1,85 @@
+//! Errors a transport reports for one request, classified for the scheduler.
+
+use std::io;
+use std::time::Duration;
+
+/// What went wrong while talking to a peer. Every variant names the peer (or URL) so a message
+/// printed at the top of the program says where it happened.
+///
+/// The scheduler only asks [`TransferError::is_retryable`]: transient failures are retried per
+/// chunk with backoff, the others end the transfer at once.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// TCP/UDP connect or name resolution failed.
+    #[error("cannot connect to {peer}")]
+    Connect {
+        peer: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The TLS handshake failed: bad certificate, unknown CA, wrong name. Not retried.
+    #[error("TLS handshake with {peer} failed: {message}")]
+    Tls { peer: String, message: String },
+    /// The peer answered with a status that is not a success for this request.
+    #[error("{peer} answered {status} for {what}")]
+    Status {
+        peer: String,
+        status: u16,
+        what: String,
+    },
+    /// The body ended before the announced length.
+    #[error("body from {peer} ended after {got} of {expected} bytes")]
+    Truncated {
+        peer: String,
+        expected: u64,
+        got: u64,
+    },
+    /// Reset, broken pipe and other transport-level I/O errors mid-request.
+    #[error("i/o error talking to {peer}")]
+    Io {
+        peer: String,
+        #[source]
+        source: io::Error,
+    },
+    /// No progress for too long.
+    #[error("{peer} timed out after {after:?} ({what})")]
+    Timeout {
+        peer: String,
+        what: String,
+        after: Duration,
+    },
+    /// The peer broke the protocol (bad header, GOAWAY, stream reset, malformed frame).
+    #[error("protocol error from {peer}: {message}")]
+    Protocol { peer: String, message: String },
+    /// The peer sent a response for a different range, size or representation than asked.
+    #[error("{peer} sent an unexpected response: {message}")]
+    Unexpected { peer: String, message: String },
+    /// The remote resource is not the one the transfer started with (size or validator changed).
+    #[error("{url} changed during the transfer: {what}")]
+    RemoteChanged { url: String, what: String },
+    /// Bad configuration or a request the transport cannot express. Not retried.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl TransferError {
+    /// Whether trying the same request again, later or on another lane, may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Connect { .. }
+            | Self::Truncated { .. }
+            | Self::Io { .. }
+            | Self::Timeout { .. }
+            | Self::Protocol { .. }
+            | Self::Unexpected { .. } => true,
+            Self::Status { status, .. } => is_transient_status(*status),
+            Self::Tls { .. } | Self::RemoteChanged { .. } | Self::Config(_) => false,
+        }
+    }
+}
+
+/// HTTP statuses worth retrying: server errors, 408 Request Timeout, 429 Too Many Requests.
+/// The QUIC protocol reuses HTTP's status numbers, so this serves both.
+pub fn is_transient_status(status: u16) -> bool {
+    status >= 500 || status == 408 || status == 429
+}

@@ -1,0 +1,139 @@
+//! The interface every transport (HTTP/1.1, HTTP/2, QUIC, in-memory test lanes) implements.
+//!
+//! A transport knows how to *stat* one remote resource and how to open *lanes*: independent
+//! request channels (an HTTP/1.1 connection, an HTTP/2 or QUIC stream slot on a shared
+//! connection). The engine drives lanes; a lane serves one range request at a time.
+//!
+//! ```text
+//!   engine ──stat()──────────────► Transport ──► RemoteInfo (size, validators, digests)
+//!   engine ──open_lane(i)────────► Transport ──► Box<dyn Lane>
+//!   lane   ──fetch(RangeRequest)─► Box<dyn RangeBody> ──next_data()*──► Bytes … None
+//!                                                     └─trailer_digest() after the end
+//! ```
+
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::digest::Sha256Digest;
+use crate::error::TransferError;
+
+/// A boxed, sendable future: the trait methods below return these so transports can be used as
+/// trait objects (`Box<dyn Transport>`) chosen at run time.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the engine knows about the remote resource before fetching it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoteInfo {
+    /// The resource's address after redirects; lanes fetch from here.
+    pub url: String,
+    /// Total size in bytes.
+    pub size: u64,
+    /// Strong or weak entity tag, verbatim (with quotes), when the server sent one.
+    pub etag: Option<String>,
+    /// `Last-Modified` verbatim (HTTP date) or the QUIC protocol's mtime, when known.
+    pub last_modified: Option<String>,
+    /// Whether byte-range requests are honoured. When false the engine falls back to one
+    /// sequential stream of the whole resource.
+    pub accepts_ranges: bool,
+    /// The server's SHA-256 of the whole resource (`Repr-Digest`), when it sent one.
+    pub sha256: Option<Sha256Digest>,
+}
+
+impl RemoteInfo {
+    /// The validator to send with `If-Range` (HTTP) or its QUIC equivalent: a strong ETag when
+    /// there is one, else nothing (a weak ETag or a date cannot guard a range, RFC 9110 §13.1.5).
+    pub fn range_validator(&self) -> Option<&str> {
+        self.etag.as_deref().filter(|e| !e.starts_with("W/"))
+    }
+}
+
+/// One request for bytes `range` of the resource the transport was built for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeRequest {
+    /// Half-open byte range within `[0, size)`. An empty range is never requested.
+    pub range: Range<u64>,
+    /// The resource size the engine planned with; a response that reports another size means
+    /// the remote changed.
+    pub expected_size: u64,
+    /// Ask the peer for a digest of the bytes it sends (HTTP: `Want-Content-Digest: sha-256`,
+    /// answered by a `Content-Digest` trailer).
+    pub want_digest: bool,
+    /// Validator the response must match (see [`RemoteInfo::range_validator`]).
+    pub validator: Option<String>,
+    /// Whether to ask for the whole resource without a `Range` header (servers without range
+    /// support); `range` is then `0..size`.
+    pub whole: bool,
+}
+
+/// The body of one range response, pulled by the engine.
+pub trait RangeBody: Send {
+    /// The next piece of the body, `Ok(None)` at its end. A body that ends before the requested
+    /// length must return [`TransferError::Truncated`], never a short `Ok(None)`.
+    fn next_data(&mut self) -> BoxFuture<'_, Result<Option<Bytes>, TransferError>>;
+
+    /// The SHA-256 the peer sent for the bytes of this response (HTTP `Content-Digest` trailer),
+    /// available once [`RangeBody::next_data`] has returned `Ok(None)`.
+    fn trailer_digest(&self) -> Option<Sha256Digest>;
+}
+
+/// A request channel that serves one range request at a time.
+pub trait Lane: Send {
+    /// Send `req` and return its body once the response head has arrived.
+    fn fetch<'a>(
+        &'a mut self,
+        req: &'a RangeRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RangeBody + 'a>, TransferError>>;
+
+    /// A short label for reports, e.g. `conn 3` or `conn 0 / stream slot 5`.
+    fn label(&self) -> String;
+
+    /// The connection this lane rides on, an index into [`Transport::connection_stats`].
+    fn connection(&self) -> usize;
+}
+
+/// A client for one remote resource.
+pub trait Transport: Send + Sync {
+    /// Learn the resource's size, validators and digests (HTTP `HEAD`, or a zero-length probe).
+    fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>>;
+
+    /// Open lane number `index` (0-based). Transports map lanes onto connections as their
+    /// configuration says (one connection per lane for HTTP/1.1, K streams on M connections
+    /// for HTTP/2 and QUIC). Opening may connect lazily.
+    fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>>;
+
+    /// Per-connection statistics from the OS or the QUIC stack, for the final report.
+    fn connection_stats(&self) -> Vec<ConnectionStats> {
+        Vec::new()
+    }
+
+    /// A name for reports: `http/1.1`, `h2`, `h2c`, `quic`.
+    fn protocol(&self) -> String;
+}
+
+/// What one connection saw, as far as the OS or the QUIC stack tells.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ConnectionStats {
+    /// Index of the connection, as lanes report it.
+    pub index: usize,
+    /// Peer address.
+    pub peer: String,
+    /// Congestion control algorithm in use (`bbr`, `cubic`, ...).
+    pub congestion: Option<String>,
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: Option<u64>,
+    /// Congestion window in bytes (TCP: `snd_cwnd * mss`; QUIC: quinn's window).
+    pub cwnd_bytes: Option<u64>,
+    /// Segments (TCP) or packets (QUIC) retransmitted or declared lost.
+    pub retransmits: Option<u64>,
+    /// QUIC congestion events.
+    pub congestion_events: Option<u64>,
+    /// Bytes received on this connection, payload and framing.
+    pub bytes_received: Option<u64>,
+    /// Socket buffer sizes the kernel actually granted (bytes), when they were set.
+    pub send_buffer: Option<u64>,
+    pub recv_buffer: Option<u64>,
+}
