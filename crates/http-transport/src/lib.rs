@@ -1,1 +1,4 @@
-//! xfer-http
+//! # xfer-http: xfer over HTTP/1.1 and HTTP/2
+pub mod config;
+
+pub use config::{ConfigError, Http2Config, HttpVersion, TcpConfig};

@@ -1,0 +1,230 @@
+//! Tuning knobs for the HTTP transports: TCP sockets and HTTP/2.
+//!
+//! # Design point
+//! Defaults are sized for **1 Gbit/s at 100 ms RTT**, the long fat pipe between distant sites.
+//! Its bandwidth-delay product is 1e9 / 8 × 0.1 = **12.5 MB**: that many bytes must be in flight,
+//! unacknowledged, for the link to stay full. Every window and buffer on the path (TCP send
+//! buffer at the server, TCP receive buffer at the client, HTTP/2 stream and connection windows)
+//! must hold at least one BDP, or it caps throughput at `window / RTT`.
+//! hyper's own HTTP/2 defaults (64 KiB stream window, 16 KiB frames) cap one stream at
+//! 64 KiB / 100 ms ≈ 5 Mbit/s on that link.
+
+use std::fmt;
+
+/// Largest legal HTTP/2 `SETTINGS_MAX_FRAME_SIZE` (RFC 9113 §6.5.2): 2^24 - 1.
+pub const H2_MAX_FRAME_SIZE_LIMIT: u32 = (1 << 24) - 1;
+/// Smallest legal, and default, `SETTINGS_MAX_FRAME_SIZE`: 2^14.
+pub const H2_MIN_FRAME_SIZE: u32 = 1 << 14;
+/// Largest legal flow-control window (RFC 9113 §6.9.1): 2^31 - 1.
+pub const H2_MAX_WINDOW: u32 = (1 << 31) - 1;
+
+/// Which HTTP version the client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpVersion {
+    /// HTTP/1.1, one lane per connection.
+    Http1,
+    /// HTTP/2: over TLS by ALPN `h2`, over plain TCP as h2c with prior knowledge.
+    Http2,
+    /// Offer `h2` and `http/1.1` by ALPN and use what the server picks; plain TCP means HTTP/1.1.
+    #[default]
+    Auto,
+}
+
+/// Socket options applied to every TCP connection, client and server side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// `SO_SNDBUF` in bytes; `None` leaves the kernel's autotuning (bounded by `tcp_wmem[2]`,
+    /// 4 MiB on a stock kernel: about 335 Mbit/s per connection at 100 ms).
+    /// Setting it disables autotuning for that socket. The kernel doubles the value for its
+    /// bookkeeping and clamps it to `net.core.wmem_max` unless [`TcpConfig::force_buffers`].
+    pub send_buffer: Option<u64>,
+    /// `SO_RCVBUF` in bytes; `None` leaves autotuning (bounded by `tcp_rmem[2]`, 6 MiB stock).
+    /// Set before connect/listen so the window scale is negotiated for it.
+    pub recv_buffer: Option<u64>,
+    /// Use `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE` to go beyond `net.core.[wr]mem_max` when the
+    /// process has `CAP_NET_ADMIN`; falls back to the clamped value (and says so once) when not.
+    pub force_buffers: bool,
+    /// `TCP_CONGESTION` algorithm name (`bbr`, `cubic`, `reno`...). `None` keeps the kernel
+    /// default. An algorithm the kernel does not offer is refused at start-up.
+    pub congestion: Option<String>,
+    /// `TCP_NODELAY`: requests and small frames (HTTP/2 WINDOW_UPDATE, SETTINGS) leave at once.
+    pub nodelay: bool,
+}
+
+impl Default for TcpConfig {
+    /// Client-side defaults: kernel buffer autotuning, `bbr` when the kernel offers it (it keeps
+    /// its rate under random loss, where cubic backs off), `TCP_NODELAY` on.
+    fn default() -> Self {
+        Self {
+            send_buffer: None,
+            recv_buffer: None,
+            force_buffers: true,
+            congestion: Some("bbr".to_string()),
+            nodelay: true,
+        }
+    }
+}
+
+impl TcpConfig {
+    /// Server-side defaults: a 32 MiB send buffer (two and a half BDPs of the design point) so a
+    /// single connection is not held to `tcp_wmem[2]` per RTT; otherwise as [`Default`].
+    pub fn server_default() -> Self {
+        Self {
+            send_buffer: Some(32 << 20),
+            ..Self::default()
+        }
+    }
+
+    /// Reject impossible values (zero buffers, empty algorithm names).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, v) in [
+            ("send_buffer", self.send_buffer),
+            ("recv_buffer", self.recv_buffer),
+        ] {
+            if let Some(v) = v {
+                if !(4096..=(1 << 31)).contains(&v) {
+                    return Err(ConfigError::new(field, v, "4096 to 2147483648 bytes"));
+                }
+            }
+        }
+        if let Some(cc) = &self.congestion {
+            if cc.is_empty()
+                || cc.len() > 15
+                || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(ConfigError::new(
+                    "congestion",
+                    cc,
+                    "a kernel congestion control name such as bbr or cubic",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// HTTP/2 settings, used by both the client and the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http2Config {
+    /// `SETTINGS_MAX_FRAME_SIZE` we advertise, in bytes (16 KiB to 16 MiB - 1). The peer may send
+    /// DATA frames up to this size. Default 1 MiB: 64× fewer frame headers and wake-ups than
+    /// 16 KiB; a 1 MiB frame occupies a 1 Gbit/s link for 8 ms, short next to a 100 ms RTT.
+    pub max_frame_size: u32,
+    /// `SETTINGS_INITIAL_WINDOW_SIZE`: per-stream receive window, in bytes. Default 16 MiB:
+    /// one stream alone can keep the design-point BDP (12.5 MB) in flight, so the last stream
+    /// of a transfer is not window-bound.
+    pub stream_window: u32,
+    /// Connection-level receive window, in bytes. Default 64 MiB: five BDPs, so 8 streams
+    /// in flight are not throttled by the connection window; costs up to that much client
+    /// memory when the application reads slower than the network.
+    pub connection_window: u32,
+    /// hyper's adaptive window (estimates the BDP from PING round trips and grows windows to
+    /// match). When on, it replaces the two fixed windows above. Default off: the fixed windows
+    /// are already sized for the design point and do not need ramp-up time.
+    pub adaptive_window: bool,
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; on the server, the cap on streams a client may open
+    /// at once. Default 256.
+    pub max_concurrent_streams: u32,
+    /// Bytes the sender may buffer per stream before waiting for the socket (hyper's
+    /// `max_send_buf_size`). Default 4 MiB: enough to keep a 1 MiB frame train going.
+    pub max_send_buffer: usize,
+    /// Lanes (streams in flight) per connection, K. Default 8.
+    pub streams_per_connection: usize,
+    /// Number of HTTP/2 connections, M. Default 1: HTTP/2's promise is one connection.
+    pub connections: usize,
+}
+
+impl Default for Http2Config {
+    fn default() -> Self {
+        Self {
+            max_frame_size: 1 << 20,
+            stream_window: 16 << 20,
+            connection_window: 64 << 20,
+            adaptive_window: false,
+            max_concurrent_streams: 256,
+            max_send_buffer: 4 << 20,
+            streams_per_connection: 8,
+            connections: 1,
+        }
+    }
+}
+
+impl Http2Config {
+    /// hyper's (and the HTTP/2 specification's) defaults, kept for side-by-side comparison:
+    /// 16 KiB frames, 64 KiB - 1 windows... as hyper 1.x sets them.
+    pub fn hyper_defaults() -> Self {
+        Self {
+            max_frame_size: H2_MIN_FRAME_SIZE,
+            stream_window: 65_535,
+            connection_window: 65_535,
+            adaptive_window: false,
+            max_concurrent_streams: 200,
+            max_send_buffer: 400 * 1024,
+            streams_per_connection: 8,
+            connections: 1,
+        }
+    }
+
+    /// Reject values HTTP/2 or the implementation cannot take, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(H2_MIN_FRAME_SIZE..=H2_MAX_FRAME_SIZE_LIMIT).contains(&self.max_frame_size) {
+            return Err(ConfigError::new(
+                "max_frame_size",
+                self.max_frame_size,
+                "16384 to 16777215 bytes",
+            ));
+        }
+        for (field, v) in [
+            ("stream_window", self.stream_window),
+            ("connection_window", self.connection_window),
+        ] {
+            if !(65_535..=H2_MAX_WINDOW).contains(&v) {
+                return Err(ConfigError::new(field, v, "65535 to 2147483647 bytes"));
+            }
+        }
+        if self.max_concurrent_streams == 0 {
+            return Err(ConfigError::new("max_concurrent_streams", 0, "at least 1"));
+        }
+        if !(16 * 1024..=(1 << 30)).contains(&self.max_send_buffer) {
+            return Err(ConfigError::new(
+                "max_send_buffer",
+                self.max_send_buffer,
+                "16 KiB to 1 GiB",
+            ));
+        }
+        if !(1..=1024).contains(&self.streams_per_connection) {
+            return Err(ConfigError::new(
+                "streams_per_connection",
+                self.streams_per_connection,
+                "1 to 1024",
+            ));
+        }
+        if !(1..=256).contains(&self.connections) {
+            return Err(ConfigError::new(
+                "connections",
+                self.connections,
+                "1 to 256",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A knob set to a value outside what it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field} = {value}: allowed {allowed}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub value: String,
+    pub allowed: &'static str,
+}
+
+impl ConfigError {
+    pub fn new(field: &'static str, value: impl fmt::Display, allowed: &'static str) -> Self {
+        Self {
+            field,
+            value: value.to_string(),
+            allowed,
+        }
+    }
+}
