@@ -112,6 +112,11 @@ pub trait Transport: Send + Sync {
 
     /// A name for reports: `http/1.1`, `h2`, `h2c`, `quic`.
     fn protocol(&self) -> String;
+
+    /// How many lanes this transport is configured for (HTTP/1.1: connections; HTTP/2 and
+    /// QUIC: connections × streams per connection). The engine opens this many unless told
+    /// otherwise, and only one when the server does not accept ranges.
+    fn default_lanes(&self) -> usize;
 }
 
 /// What one connection saw, as far as the OS or the QUIC stack tells.
