@@ -1,4 +1,5 @@
 //! # xfer-http: xfer over HTTP/1.1 and HTTP/2
 pub mod config;
+pub mod tcp;
 
 pub use config::{ConfigError, Http2Config, HttpVersion, TcpConfig};

@@ -1,0 +1,564 @@
+//! TCP socket tuning shared by the HTTP client and server: buffer sizes, congestion control,
+//! `TCP_NODELAY`, and reading back what the kernel actually granted (`TCP_INFO`).
+//!
+//! Options that shape the handshake (the receive buffer decides the window scale factor) are set
+//! before `connect`/`listen`: [`apply_before_connect`], [`apply_listener`]. Options that may be
+//! changed later are re-applied on accepted sockets by [`apply_connected`]. [`connect`] builds a
+//! client socket that way and connects it with a deadline.
+//!
+//! This module does not do TLS, HTTP, or name resolution; it is Linux-first (other systems get
+//! the portable subset and no `TCP_INFO`).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use socket2::{SockRef, Socket};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::config::TcpConfig;
+
+/// Where the kernel lists the congestion control algorithms it can use right now.
+const AVAILABLE_CC_PATH: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+
+/// The algorithm [`TcpConfig::default`] asks for; when the kernel lacks it we quietly keep the
+/// kernel default instead of refusing to start, since nobody asked for it by hand.
+const PREFERRED_CC: &str = "bbr";
+
+/// A socket option that could not be applied, or a connection that could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TcpError {
+    /// A `setsockopt`/`getsockopt` call failed.
+    #[error("cannot set {option} on tcp socket")]
+    Option {
+        option: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// The requested congestion control algorithm is not offered by this kernel.
+    #[error("congestion control {requested:?} is not available (kernel offers: {available})")]
+    CongestionUnavailable {
+        requested: String,
+        available: String,
+    },
+    /// Creating the socket or connecting it failed.
+    #[error("cannot connect to {peer}")]
+    Connect {
+        peer: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The connection attempt did not finish in time.
+    #[error("connecting to {peer} timed out after {after:?}")]
+    ConnectTimeout { peer: SocketAddr, after: Duration },
+}
+
+/// What the kernel granted after tuning a socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AppliedTcp {
+    /// Usable send buffer in bytes (half of what `SO_SNDBUF` reports: the kernel doubles the
+    /// request to account for its bookkeeping). `None` when not set (autotuning).
+    pub send_buffer: Option<u64>,
+    /// Usable receive buffer in bytes, as above.
+    pub recv_buffer: Option<u64>,
+    /// Congestion control in effect, as the kernel reports it.
+    pub congestion: Option<String>,
+    /// Whether `TCP_NODELAY` is on.
+    pub nodelay: bool,
+}
+
+/// One `TCP_INFO` reading.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TcpInfoSnapshot {
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u64,
+    /// Round-trip time variation, microseconds.
+    pub rttvar_us: u64,
+    /// Smallest round-trip time seen, microseconds (kernel 4.10+).
+    pub min_rtt_us: Option<u64>,
+    /// Congestion window in bytes: `snd_cwnd` segments × `snd_mss`.
+    pub cwnd_bytes: u64,
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    pub retransmits: u64,
+    /// Congestion control algorithm in use.
+    pub congestion: String,
+    /// Payload bytes received (kernel 4.1+).
+    pub bytes_received: Option<u64>,
+    /// Payload bytes acknowledged by the peer (kernel 4.1+).
+    pub bytes_acked: Option<u64>,
+    /// Current pacing rate, bytes per second (kernel 3.15+).
+    pub pacing_rate: Option<u64>,
+    /// Microseconds the sender was limited by the peer's receive window (kernel 4.9+).
+    pub rwnd_limited_us: Option<u64>,
+    /// Microseconds the sender was limited by its own send buffer (kernel 4.9+).
+    pub sndbuf_limited_us: Option<u64>,
+    /// Usable send buffer, bytes (half the `SO_SNDBUF` read-back).
+    pub send_buffer: u64,
+    /// Usable receive buffer, bytes (half the `SO_RCVBUF` read-back).
+    pub recv_buffer: u64,
+}
+
+/// Tune a fresh client socket before it connects. The receive buffer must be set here: the
+/// window scale is fixed by the SYN.
+pub fn apply_before_connect(socket: &Socket, cfg: &TcpConfig) -> Result<AppliedTcp, TcpError> {
+    apply_all(socket, cfg)
+}
+
+/// Tune a listening socket before `listen`; accepted sockets inherit buffers, congestion control
+/// and `TCP_NODELAY` from it.
+pub fn apply_listener(socket: &Socket, cfg: &TcpConfig) -> Result<AppliedTcp, TcpError> {
+    apply_all(socket, cfg)
+}
+
+/// Tune an established (typically accepted) socket: everything except the receive buffer,
+/// which no longer changes the negotiated window scale (set it on the listener instead).
+pub fn apply_connected(socket: &Socket, cfg: &TcpConfig) -> Result<AppliedTcp, TcpError> {
+    let congestion = set_congestion(socket, cfg.congestion.as_deref())?;
+    socket
+        .set_nodelay(cfg.nodelay)
+        .map_err(|source| TcpError::Option {
+            option: "TCP_NODELAY",
+            source,
+        })?;
+    let send_buffer = match cfg.send_buffer {
+        Some(req) => Some(set_buffer(socket, Direction::Send, req, cfg.force_buffers)?),
+        None => None,
+    };
+    Ok(AppliedTcp {
+        send_buffer,
+        recv_buffer: cfg
+            .recv_buffer
+            .and_then(|_| socket.recv_buffer_size().ok())
+            .map(|v| v as u64 / 2),
+        congestion: congestion.or_else(|| read_congestion(socket)),
+        nodelay: cfg.nodelay,
+    })
+}
+
+fn apply_all(socket: &Socket, cfg: &TcpConfig) -> Result<AppliedTcp, TcpError> {
+    let send_buffer = match cfg.send_buffer {
+        Some(req) => Some(set_buffer(socket, Direction::Send, req, cfg.force_buffers)?),
+        None => None,
+    };
+    let recv_buffer = match cfg.recv_buffer {
+        Some(req) => Some(set_buffer(socket, Direction::Recv, req, cfg.force_buffers)?),
+        None => None,
+    };
+    let congestion = set_congestion(socket, cfg.congestion.as_deref())?;
+    socket
+        .set_nodelay(cfg.nodelay)
+        .map_err(|source| TcpError::Option {
+            option: "TCP_NODELAY",
+            source,
+        })?;
+    Ok(AppliedTcp {
+        send_buffer,
+        recv_buffer,
+        congestion: congestion.or_else(|| read_congestion(socket)),
+        nodelay: cfg.nodelay,
+    })
+}
+
+/// Create a socket for `addr`, tune it with `cfg` before the handshake, and connect within
+/// `timeout`.
+pub async fn connect(
+    addr: SocketAddr,
+    cfg: &TcpConfig,
+    timeout: Duration,
+) -> Result<(TcpStream, AppliedTcp), TcpError> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .map_err(|source| TcpError::Connect { peer: addr, source })?;
+    let applied = apply_before_connect(&SockRef::from(&socket), cfg)?;
+    match tokio::time::timeout(timeout, socket.connect(addr)).await {
+        Ok(Ok(stream)) => Ok((stream, applied)),
+        Ok(Err(source)) => Err(TcpError::Connect { peer: addr, source }),
+        Err(_) => Err(TcpError::ConnectTimeout {
+            peer: addr,
+            after: timeout,
+        }),
+    }
+}
+
+/// Check that the congestion control `cfg` asks for exists, without a socket: for start-up
+/// validation. Returns the algorithm that will be used (`None`: the kernel default).
+pub fn check_congestion(cfg: &TcpConfig) -> Result<Option<String>, TcpError> {
+    resolve_congestion(cfg.congestion.as_deref())
+}
+
+/// The congestion control algorithms this kernel offers, from procfs.
+pub fn available_congestion() -> Option<Vec<String>> {
+    std::fs::read_to_string(AVAILABLE_CC_PATH)
+        .ok()
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+}
+
+fn resolve_congestion(requested: Option<&str>) -> Result<Option<String>, TcpError> {
+    let Some(requested) = requested else {
+        return Ok(None);
+    };
+    // Without procfs we cannot check in advance; setsockopt will tell.
+    let Some(available) = available_congestion() else {
+        return Ok(Some(requested.to_string()));
+    };
+    if available.iter().any(|a| a == requested) {
+        Ok(Some(requested.to_string()))
+    } else if requested == PREFERRED_CC {
+        tracing::debug!(
+            available = %available.join(" "),
+            "bbr not offered by this kernel; keeping the default congestion control"
+        );
+        Ok(None)
+    } else {
+        Err(TcpError::CongestionUnavailable {
+            requested: requested.to_string(),
+            available: available.join(" "),
+        })
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn set_congestion(socket: &Socket, requested: Option<&str>) -> Result<Option<String>, TcpError> {
+    let Some(name) = resolve_congestion(requested)? else {
+        return Ok(None);
+    };
+    socket
+        .set_tcp_congestion(name.as_bytes())
+        .map_err(|source| TcpError::Option {
+            option: "TCP_CONGESTION",
+            source,
+        })?;
+    Ok(read_congestion(socket).or(Some(name)))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_congestion(_socket: &Socket, requested: Option<&str>) -> Result<Option<String>, TcpError> {
+    match requested {
+        None | Some(PREFERRED_CC) => Ok(None),
+        Some(other) => Err(TcpError::CongestionUnavailable {
+            requested: other.to_string(),
+            available: "none (not linux)".to_string(),
+        }),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn read_congestion(socket: &Socket) -> Option<String> {
+    socket
+        .tcp_congestion()
+        .ok()
+        .map(|raw| {
+            String::from_utf8_lossy(&raw)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .filter(|s| !s.is_empty())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_congestion(_socket: &Socket) -> Option<String> {
+    None
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    Send,
+    Recv,
+}
+
+static WARNED_SEND_CLAMP: AtomicBool = AtomicBool::new(false);
+static WARNED_RECV_CLAMP: AtomicBool = AtomicBool::new(false);
+
+/// Set one buffer, forcing past the sysctl limit when allowed, and return the usable size the
+/// kernel granted. A grant below the request is logged once per process and direction.
+fn set_buffer(
+    socket: &Socket,
+    dir: Direction,
+    requested: u64,
+    force: bool,
+) -> Result<u64, TcpError> {
+    let (plain_name, sysctl, warned) = match dir {
+        Direction::Send => ("SO_SNDBUF", "net.core.wmem_max", &WARNED_SEND_CLAMP),
+        Direction::Recv => ("SO_RCVBUF", "net.core.rmem_max", &WARNED_RECV_CLAMP),
+    };
+    // The kernel doubles whatever it accepts; asking for more than i32::MAX / 2 overflows it.
+    let req = usize::try_from(requested.min(i32::MAX as u64 / 2)).unwrap_or(usize::MAX / 2);
+    let forced = force && set_forced(socket, dir, req).is_ok();
+    if !forced {
+        let r = match dir {
+            Direction::Send => socket.set_send_buffer_size(req),
+            Direction::Recv => socket.set_recv_buffer_size(req),
+        };
+        r.map_err(|source| TcpError::Option {
+            option: plain_name,
+            source,
+        })?;
+    }
+    let granted = match dir {
+        Direction::Send => socket.send_buffer_size(),
+        Direction::Recv => socket.recv_buffer_size(),
+    }
+    .map_err(|source| TcpError::Option {
+        option: plain_name,
+        source,
+    })? as u64
+        / 2;
+    if granted < req as u64 && !warned.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            option = plain_name,
+            requested = req,
+            granted,
+            "kernel clamped the socket buffer; raise sysctl {sysctl} (or run with CAP_NET_ADMIN) \
+             for the full size"
+        );
+    }
+    Ok(granted)
+}
+
+#[cfg(target_os = "linux")]
+fn set_forced(socket: &Socket, dir: Direction, size: usize) -> io::Result<()> {
+    let opt = match dir {
+        Direction::Send => libc::SO_SNDBUFFORCE,
+        Direction::Recv => libc::SO_RCVBUFFORCE,
+    };
+    let val = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the fd is a live socket borrowed for the call; the option value is a c_int whose
+    // exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_forced(_socket: &Socket, _dir: Direction, _size: usize) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// The kernel's `struct tcp_info` (include/uapi/linux/tcp.h) up to `tcpi_bytes_retrans`. Older
+/// kernels fill a prefix; the returned length says which fields are real.
+#[cfg(target_os = "linux")]
+#[repr(C)]
+#[derive(Default)]
+struct RawTcpInfo {
+    state: u8,
+    ca_state: u8,
+    retransmits: u8,
+    probes: u8,
+    backoff: u8,
+    options: u8,
+    wscale: u8,
+    app_limited_flags: u8,
+    rto: u32,
+    ato: u32,
+    snd_mss: u32,
+    rcv_mss: u32,
+    unacked: u32,
+    sacked: u32,
+    lost: u32,
+    retrans: u32,
+    fackets: u32,
+    last_data_sent: u32,
+    last_ack_sent: u32,
+    last_data_recv: u32,
+    last_ack_recv: u32,
+    pmtu: u32,
+    rcv_ssthresh: u32,
+    rtt: u32,
+    rttvar: u32,
+    snd_ssthresh: u32,
+    snd_cwnd: u32,
+    advmss: u32,
+    reordering: u32,
+    rcv_rtt: u32,
+    rcv_space: u32,
+    total_retrans: u32,
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    segs_out: u32,
+    segs_in: u32,
+    notsent_bytes: u32,
+    min_rtt: u32,
+    data_segs_in: u32,
+    data_segs_out: u32,
+    delivery_rate: u64,
+    busy_time: u64,
+    rwnd_limited: u64,
+    sndbuf_limited: u64,
+    delivered: u32,
+    delivered_ce: u32,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+}
+
+/// Read `TCP_INFO`, the congestion control and the buffer sizes of a connected socket. `None`
+/// when the descriptor is not a TCP socket (or not on Linux).
+#[cfg(target_os = "linux")]
+pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
+    use std::mem::{offset_of, size_of};
+
+    let fd = fd.as_fd();
+    let mut raw = RawTcpInfo::default();
+    let mut len = size_of::<RawTcpInfo>() as libc::socklen_t;
+    // SAFETY: `raw` is a plain-old-data struct of `len` bytes that the kernel fills (a prefix of
+    // it on older kernels, reported through `len`); the fd is borrowed for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut raw as *mut RawTcpInfo).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let len = len as usize;
+    let has = |end: usize| len >= end;
+    if !has(offset_of!(RawTcpInfo, total_retrans) + 4) {
+        return None;
+    }
+    let opt64 = |end: usize, v: u64| has(end).then_some(v);
+    let sock = SockRef::from(&fd);
+    Some(TcpInfoSnapshot {
+        rtt_us: u64::from(raw.rtt),
+        rttvar_us: u64::from(raw.rttvar),
+        min_rtt_us: opt64(offset_of!(RawTcpInfo, min_rtt) + 4, u64::from(raw.min_rtt)),
+        cwnd_bytes: u64::from(raw.snd_cwnd) * u64::from(raw.snd_mss),
+        retransmits: u64::from(raw.total_retrans),
+        congestion: read_congestion(&sock).unwrap_or_default(),
+        bytes_received: opt64(
+            offset_of!(RawTcpInfo, bytes_received) + 8,
+            raw.bytes_received,
+        ),
+        bytes_acked: opt64(offset_of!(RawTcpInfo, bytes_acked) + 8, raw.bytes_acked),
+        pacing_rate: opt64(offset_of!(RawTcpInfo, pacing_rate) + 8, raw.pacing_rate),
+        rwnd_limited_us: opt64(offset_of!(RawTcpInfo, rwnd_limited) + 8, raw.rwnd_limited),
+        sndbuf_limited_us: opt64(
+            offset_of!(RawTcpInfo, sndbuf_limited) + 8,
+            raw.sndbuf_limited,
+        ),
+        send_buffer: sock.send_buffer_size().map_or(0, |v| v as u64 / 2),
+        recv_buffer: sock.recv_buffer_size().map_or(0, |v| v as u64 / 2),
+    })
+}
+
+/// `TCP_INFO` is Linux-only here.
+#[cfg(not(target_os = "linux"))]
+pub fn tcp_info(_fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> TcpConfig {
+        TcpConfig {
+            send_buffer: Some(1 << 20),
+            recv_buffer: Some(2 << 20),
+            force_buffers: false,
+            congestion: None,
+            nodelay: true,
+        }
+    }
+
+    #[test]
+    fn buffers_are_read_back() -> Result<(), Box<dyn std::error::Error>> {
+        let s = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        let applied = apply_before_connect(&s, &cfg())?;
+        // 1 and 2 MiB are below the 4 MiB sysctl limits of the machines this runs on, and the
+        // usable size is half the doubled read-back, so the grant equals the request.
+        assert_eq!(applied.send_buffer, Some(1 << 20));
+        assert_eq!(applied.recv_buffer, Some(2 << 20));
+        assert!(applied.nodelay);
+        assert!(s.nodelay()?);
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_congestion_is_refused_naming_what_exists() {
+        let c = TcpConfig {
+            congestion: Some("nosuchcc".into()),
+            ..cfg()
+        };
+        match check_congestion(&c) {
+            Err(TcpError::CongestionUnavailable {
+                requested,
+                available,
+            }) => {
+                assert_eq!(requested, "nosuchcc");
+                assert!(available.contains("reno"), "{available}");
+            }
+            other => panic!("expected CongestionUnavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn available_congestion_is_applied() -> Result<(), Box<dyn std::error::Error>> {
+        let Some(avail) = available_congestion() else {
+            return Ok(());
+        };
+        let Some(algo) = avail
+            .iter()
+            .find(|a| a.as_str() != "reno")
+            .or(avail.first())
+        else {
+            return Ok(());
+        };
+        let s = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        let applied = apply_before_connect(
+            &s,
+            &TcpConfig {
+                congestion: Some(algo.clone()),
+                ..cfg()
+            },
+        )?;
+        assert_eq!(applied.congestion.as_deref(), Some(algo.as_str()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn connect_and_tcp_info() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let accept = tokio::spawn(async move { listener.accept().await });
+        let (stream, applied) = connect(addr, &cfg(), Duration::from_secs(5)).await?;
+        let _server = accept.await??;
+        let info = tcp_info(&stream).ok_or("no tcp_info on a connected socket")?;
+        assert_eq!(info.recv_buffer, 2 << 20);
+        assert_eq!(Some(info.recv_buffer), applied.recv_buffer);
+        assert!(!info.congestion.is_empty());
+        assert!(info.cwnd_bytes > 0);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn connect_refused_is_an_error() -> Result<(), Box<dyn std::error::Error>> {
+        // Bind then drop to get a port nobody listens on.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        match connect(addr, &cfg(), Duration::from_secs(5)).await {
+            Err(TcpError::Connect { peer, .. }) => assert_eq!(peer, addr),
+            other => panic!("expected Connect error, got {:?}", other.map(|_| ())),
+        }
+        Ok(())
+    }
+}
