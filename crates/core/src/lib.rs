@@ -20,6 +20,8 @@
 //! ```
 pub mod digest;
 pub mod error;
+pub mod plan;
+pub mod schedule;
 pub mod size;
 pub mod transport;
 
