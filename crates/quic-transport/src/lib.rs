@@ -1,1 +1,4 @@
-//! xfer-quic
+//! # xfer-quic: xfer over QUIC
+//!
+//! (crate documentation is being written)
+pub mod wire;
