@@ -1,0 +1,374 @@
+//! QUIC tuning knobs shared by client and server, and their translation into quinn's
+//! `TransportConfig`/`EndpointConfig`.
+//!
+//! # Design point
+//! Defaults are sized for **1 Gbit/s at 100 ms RTT**. Its bandwidth-delay product is
+//! 1e9 / 8 × 0.1 s = **12.5 MB**: that many bytes must be unacknowledged in flight to keep the
+//! link full, so every window on the path must hold at least that, or throughput is capped at
+//! `window / RTT`.
+//!
+//! quinn's own defaults are sized for 100 Mbit/s × 100 ms (a 1.25 MB stream window, an 10 MB
+//! send window) and were measured at about 0.2 Gbit/s on a 50 ms link. xfer raises them:
+//!
+//! | knob | quinn default | xfer default | why |
+//! |---|---|---|---|
+//! | stream receive window | 1.25 MB | 16 MiB | one stream alone can fill the design-point BDP |
+//! | connection receive window | unlimited | 64 MiB | K = 4 streams at a full window, bounded memory |
+//! | send window | 10 MB | 64 MiB | the sender must retain ≥ 1 BDP of unacked data, per connection |
+//! | UDP socket buffers | kernel default (~208 KiB) | 32 MiB | bursts of a 1 Gbit/s flow outlast a small buffer |
+//!
+//! This module does not open sockets (see `socket`) and holds no per-role settings such as
+//! connection counts (see the client and server configs).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
+use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
+
+/// Congestion controller run by the sending side (for a download: the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CongestionControl {
+    /// CUBIC (RFC 9438): quinn's default and the most exercised. Backs off by 30% on each loss
+    /// event, so random (non-congestive) loss on a long path holds it well below capacity.
+    #[default]
+    Cubic,
+    /// NewReno (RFC 9002 §7): halves on loss; slower than CUBIC to regain a large window.
+    NewReno,
+    /// BBR: paces at a measured bottleneck rate and keeps its rate under random loss. quinn
+    /// marks its BBR implementation **experimental** ("use at your own risk"); try it on lossy
+    /// long paths, and compare before relying on it.
+    Bbr,
+}
+
+impl CongestionControl {
+    /// The name reports print.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cubic => "cubic",
+            Self::NewReno => "newreno",
+            Self::Bbr => "bbr",
+        }
+    }
+}
+
+impl fmt::Display for CongestionControl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CongestionControl {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "cubic" => Ok(Self::Cubic),
+            "newreno" | "reno" => Ok(Self::NewReno),
+            "bbr" => Ok(Self::Bbr),
+            _ => Err(ConfigError::new("congestion", s, "cubic, newreno or bbr")),
+        }
+    }
+}
+
+/// Knobs of one QUIC endpoint, client or server. All sizes in bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuicTuning {
+    /// Receive window of one stream: bytes the peer may send on a stream beyond what the
+    /// application has read. Default 16 MiB (> 12.5 MB BDP) so a single stream is never
+    /// window-bound at the design point. Larger costs memory only when the reader falls behind.
+    /// Allowed 64 KiB to 1 GiB.
+    pub stream_receive_window: u64,
+    /// Receive window of a whole connection, across its streams. Default 64 MiB: four streams
+    /// (the default K) each with a full stream window. It bounds the client's buffered memory
+    /// per connection. Allowed from `stream_receive_window` to 4 GiB.
+    pub connection_receive_window: u64,
+    /// Bytes of written but unacknowledged data quinn retains per connection (sender side).
+    /// Default 64 MiB: the sender cannot have more than this in flight, so it must exceed the
+    /// BDP with room for loss recovery; costs up to that much server memory per connection.
+    /// Allowed 64 KiB to 4 GiB.
+    pub send_window: u64,
+    /// Congestion controller. Default CUBIC (see [`CongestionControl`]; BBR is experimental in
+    /// quinn).
+    pub congestion: CongestionControl,
+    /// RTT assumed before the first sample, which sets the first retransmission timers.
+    /// Default 333 ms (RFC 9002 §6.2.2): shorter recovers a lost handshake packet sooner but
+    /// retransmits spuriously on paths longer than it. Allowed 1 ms to 10 s.
+    pub initial_rtt: Duration,
+    /// UDP payload size used before path MTU discovery, bytes. Default 1200, the QUIC minimum
+    /// every path must carry; larger saves per-packet cost from the start but a path that drops
+    /// it stalls until black-hole detection backs off. Allowed 1200 to 65527.
+    pub initial_mtu: u16,
+    /// Probe for a larger path MTU (DPLPMTUD, RFC 8899) after the handshake. Default on: fewer,
+    /// larger packets mean less CPU per byte. Off keeps `initial_mtu` for the connection.
+    pub mtu_discovery: bool,
+    /// Largest UDP payload MTU discovery will try, bytes. Default 1452 (fits a 1500-byte
+    /// Ethernet MTU under IPv6 and PPPoE). Raise on jumbo-frame paths or loopback. Allowed
+    /// 1200 to 65527.
+    pub mtu_discovery_upper_bound: u16,
+    /// Generic segmentation offload: hand the kernel one large buffer of many equal datagrams
+    /// per send call. Default on: a large CPU saving on bulk sends; quinn turns it off by
+    /// itself when the kernel or NIC refuses it. Turn off for packet captures that must see
+    /// individual datagrams or when a driver misbehaves.
+    pub gso: bool,
+    /// `SO_SNDBUF` of the UDP socket, bytes. Default 32 MiB (2.5 BDPs). quinn leaves the
+    /// kernel default (~208 KiB), too small for bursts at 1 Gbit/s; the kernel clamps to
+    /// `net.core.wmem_max` unless [`QuicTuning::force_buffers`] succeeds. Allowed 64 KiB to 1 GiB.
+    pub udp_send_buffer: usize,
+    /// `SO_RCVBUF` of the UDP socket, bytes. Default 32 MiB: datagrams arriving while the
+    /// receiving task is busy wait here; when it overflows they are dropped and read as
+    /// congestion. Clamped to `net.core.rmem_max` unless forced. Allowed 64 KiB to 1 GiB.
+    pub udp_recv_buffer: usize,
+    /// Try `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`) to exceed the sysctl
+    /// maxima. Default on; when refused, the clamped size is used and a warning is logged once.
+    pub force_buffers: bool,
+}
+
+impl Default for QuicTuning {
+    fn default() -> Self {
+        Self {
+            stream_receive_window: 16 << 20,
+            connection_receive_window: 64 << 20,
+            send_window: 64 << 20,
+            congestion: CongestionControl::default(),
+            initial_rtt: Duration::from_millis(333),
+            initial_mtu: 1200,
+            mtu_discovery: true,
+            mtu_discovery_upper_bound: 1452,
+            gso: true,
+            udp_send_buffer: 32 << 20,
+            udp_recv_buffer: 32 << 20,
+            force_buffers: true,
+        }
+    }
+}
+
+/// Largest UDP payload over IPv4 (65535 - 8-byte UDP header - 20-byte IP header).
+const MAX_UDP_PAYLOAD: u16 = 65527;
+
+impl QuicTuning {
+    /// quinn's own defaults (windows and buffers as quinn 0.11 ships them), for comparison in
+    /// benchmarks. UDP buffers are left at what the kernel gives (`None` is not expressible
+    /// here, so they are set to the usual Linux default of 208 KiB).
+    pub fn quinn_defaults() -> Self {
+        Self {
+            stream_receive_window: 1_250_000,
+            connection_receive_window: (1 << 32) - 1,
+            send_window: 10_000_000,
+            congestion: CongestionControl::Cubic,
+            initial_rtt: Duration::from_millis(333),
+            initial_mtu: 1200,
+            mtu_discovery: true,
+            mtu_discovery_upper_bound: 1452,
+            gso: true,
+            udp_send_buffer: 212_992,
+            udp_recv_buffer: 212_992,
+            force_buffers: false,
+        }
+    }
+
+    /// Reject values quinn or the kernel cannot take, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        const KIB64: u64 = 64 << 10;
+        if !(KIB64..=1 << 30).contains(&self.stream_receive_window) {
+            return Err(ConfigError::new(
+                "stream_receive_window",
+                self.stream_receive_window,
+                "64 KiB to 1 GiB",
+            ));
+        }
+        if !(self.stream_receive_window..=1 << 32).contains(&self.connection_receive_window) {
+            return Err(ConfigError::new(
+                "connection_receive_window",
+                self.connection_receive_window,
+                "stream_receive_window to 4 GiB",
+            ));
+        }
+        if !(KIB64..=1 << 32).contains(&self.send_window) {
+            return Err(ConfigError::new(
+                "send_window",
+                self.send_window,
+                "64 KiB to 4 GiB",
+            ));
+        }
+        if !(Duration::from_millis(1)..=Duration::from_secs(10)).contains(&self.initial_rtt) {
+            return Err(ConfigError::new(
+                "initial_rtt",
+                format!("{:?}", self.initial_rtt),
+                "1 ms to 10 s",
+            ));
+        }
+        for (field, v) in [
+            ("initial_mtu", self.initial_mtu),
+            ("mtu_discovery_upper_bound", self.mtu_discovery_upper_bound),
+        ] {
+            if !(1200..=MAX_UDP_PAYLOAD).contains(&v) {
+                return Err(ConfigError::new(field, v, "1200 to 65527 bytes"));
+            }
+        }
+        for (field, v) in [
+            ("udp_send_buffer", self.udp_send_buffer),
+            ("udp_recv_buffer", self.udp_recv_buffer),
+        ] {
+            if !(64 << 10..=1 << 30).contains(&v) {
+                return Err(ConfigError::new(field, v, "64 KiB to 1 GiB"));
+            }
+        }
+        Ok(())
+    }
+
+    /// quinn's transport parameters for these knobs. `idle_timeout` and the stream limit are
+    /// role-specific and passed in. Call [`QuicTuning::validate`] first.
+    pub(crate) fn transport_config(
+        &self,
+        idle_timeout: Duration,
+        max_bidi_streams: u32,
+        keep_alive: Option<Duration>,
+    ) -> Result<TransportConfig, ConfigError> {
+        self.validate()?;
+        let varint = |field: &'static str, v: u64| {
+            VarInt::from_u64(v).map_err(|_| ConfigError::new(field, v, "below 2^62"))
+        };
+        let mut t = TransportConfig::default();
+        t.stream_receive_window(varint("stream_receive_window", self.stream_receive_window)?)
+            .receive_window(varint(
+                "connection_receive_window",
+                self.connection_receive_window,
+            )?)
+            .send_window(self.send_window)
+            .initial_rtt(self.initial_rtt)
+            .initial_mtu(self.initial_mtu)
+            .enable_segmentation_offload(self.gso)
+            .max_concurrent_bidi_streams(VarInt::from_u32(max_bidi_streams))
+            // xfer uses no unidirectional streams and no datagrams.
+            .max_concurrent_uni_streams(VarInt::from_u32(0))
+            .datagram_receive_buffer_size(None)
+            .keep_alive_interval(keep_alive);
+        let idle = quinn::IdleTimeout::try_from(idle_timeout).map_err(|_| {
+            ConfigError::new("idle_timeout", format!("{idle_timeout:?}"), "below 2^62 ms")
+        })?;
+        t.max_idle_timeout(Some(idle));
+        if self.mtu_discovery {
+            let mut mtud = MtuDiscoveryConfig::default();
+            mtud.upper_bound(self.mtu_discovery_upper_bound.max(self.initial_mtu));
+            t.mtu_discovery_config(Some(mtud));
+        } else {
+            t.mtu_discovery_config(None);
+        }
+        match self.congestion {
+            CongestionControl::Cubic => {
+                t.congestion_controller_factory(Arc::new(CubicConfig::default()))
+            }
+            CongestionControl::NewReno => {
+                t.congestion_controller_factory(Arc::new(NewRenoConfig::default()))
+            }
+            CongestionControl::Bbr => {
+                t.congestion_controller_factory(Arc::new(BbrConfig::default()))
+            }
+        };
+        Ok(t)
+    }
+}
+
+/// A knob set to a value outside what it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field} = {value}: allowed {allowed}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub value: String,
+    pub allowed: &'static str,
+}
+
+impl ConfigError {
+    pub fn new(field: &'static str, value: impl fmt::Display, allowed: &'static str) -> Self {
+        Self {
+            field,
+            value: value.to_string(),
+            allowed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_build() {
+        let t = QuicTuning::default();
+        assert!(t.validate().is_ok());
+        assert!(t
+            .transport_config(Duration::from_secs(30), 64, None)
+            .is_ok());
+        assert!(QuicTuning::quinn_defaults().validate().is_ok());
+        // The design point: one stream window holds one BDP of 1 Gbit/s × 100 ms.
+        assert!(t.stream_receive_window >= 12_500_000);
+        for cc in [
+            CongestionControl::Cubic,
+            CongestionControl::NewReno,
+            CongestionControl::Bbr,
+        ] {
+            let t = QuicTuning {
+                congestion: cc,
+                ..QuicTuning::default()
+            };
+            assert!(t.transport_config(Duration::from_secs(1), 1, None).is_ok());
+            assert_eq!(cc.name().parse::<CongestionControl>(), Ok(cc));
+        }
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases: [(QuicTuning, &str); 6] = [
+            (
+                QuicTuning {
+                    stream_receive_window: 10,
+                    ..QuicTuning::default()
+                },
+                "stream_receive_window",
+            ),
+            (
+                QuicTuning {
+                    connection_receive_window: 1 << 20,
+                    ..QuicTuning::default()
+                },
+                "connection_receive_window",
+            ),
+            (
+                QuicTuning {
+                    send_window: 0,
+                    ..QuicTuning::default()
+                },
+                "send_window",
+            ),
+            (
+                QuicTuning {
+                    initial_rtt: Duration::ZERO,
+                    ..QuicTuning::default()
+                },
+                "initial_rtt",
+            ),
+            (
+                QuicTuning {
+                    initial_mtu: 1000,
+                    ..QuicTuning::default()
+                },
+                "initial_mtu",
+            ),
+            (
+                QuicTuning {
+                    udp_recv_buffer: 1 << 31,
+                    ..QuicTuning::default()
+                },
+                "udp_recv_buffer",
+            ),
+        ];
+        for (t, field) in cases {
+            let err = t.validate().expect_err("invalid tuning must be refused");
+            assert_eq!(err.field, field);
+            assert!(err.to_string().contains(field));
+        }
+        assert!("vegas".parse::<CongestionControl>().is_err());
+    }
+}
