@@ -1,1 +1,37 @@
-//! Shared server/client pieces (filled in below).
+//! # xfer-common: what xfer's servers and clients share across transports
+//!
+//! The HTTP (`xfer-http`) and QUIC (`xfer-quic`) crates both depend on this one and never on
+//! each other. It holds the transport-independent parts of serving and fetching a resource:
+//!
+//! - [`paths`]: mapping a request path onto a file under the served root, refusing traversal.
+//! - [`ranges`]: HTTP `Range` / `Content-Range` (RFC 9110 §14), single ranges only.
+//! - [`synthetic`]: deterministic generated data at [`synthetic::SYNTHETIC_PATH`] for
+//!   memory-to-memory runs.
+//! - [`resource`]: an opened file or synthetic spec with validators, positional reads and a
+//!   read-ahead block stream.
+//! - [`digest_cache`]: whole-resource SHA-256 computed in the background (`Repr-Digest`).
+//! - [`tls`]: rustls server/client configurations (ring provider) and self-signed certificates.
+//! - [`fault`]: a test-only hook that corrupts one byte after the digest was computed.
+//!
+//! It opens no sockets and speaks no protocol.
+//!
+//! ```text
+//!  request path ─► paths::resolve_under ─► Resource::open ─► ranges::parse_range
+//!                                              │                    │
+//!                          DigestCache::ensure ┘     Resource::stream(range) ─► Bytes blocks
+//! ```
+pub mod digest_cache;
+pub mod fault;
+pub mod paths;
+pub mod ranges;
+pub mod resource;
+pub mod synthetic;
+pub mod tls;
+
+pub use digest_cache::{DigestCache, DigestCacheConfig};
+pub use fault::FaultInjection;
+pub use paths::{resolve_under, PathError};
+pub use ranges::{content_range, parse_content_range, parse_range, RangeOutcome};
+pub use resource::{BlockStream, ErrorClass, Resource, ResourceError, StreamOptions};
+pub use synthetic::{SyntheticSpec, SYNTHETIC_PATH};
+pub use tls::{ClientTlsOptions, SelfSigned, TlsError};

@@ -1,0 +1,692 @@
+//! A servable resource: a regular file under the served root, or the synthetic generator.
+//!
+//! [`Resource::open`] classifies failures so servers can map them to 400/403/404, and computes
+//! the validators (`ETag`, `Last-Modified`). Reads are positional ([`Resource::read_at`]) and
+//! blocking; [`BlockStream`] runs them on tokio's blocking pool, one block (or more) ahead of the
+//! consumer, so a server sends block N while block N+1 is being read.
+//!
+//! A file is pinned by its open descriptor. Every read re-checks the descriptor's size and
+//! modification time against the values seen at open: a file that is truncated, grown or
+//! rewritten while being served yields an error, never a mix of old and new bytes under the old
+//! validators. What this does not catch: a writer that restores the old mtime.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::future::Future as _;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use tokio::task::JoinHandle;
+
+use crate::paths::{resolve_under, PathError};
+use crate::synthetic::{SyntheticQueryError, SyntheticSpec, SYNTHETIC_PATH};
+
+/// Default size of the blocks [`BlockStream`] reads and yields: 256 KiB, large enough that the
+/// per-block overhead (a thread-pool hop, a syscall, a frame) is noise at multi-GB/s, small
+/// enough that many streams in flight do not hold much memory.
+pub const DEFAULT_BLOCK_SIZE: usize = 256 * 1024;
+
+/// Why a resource cannot be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error(transparent)]
+    Synthetic(#[from] SyntheticQueryError),
+    #[error("cannot open {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The opened descriptor is not what the path check approved (swapped under us).
+    #[error("{path} changed between check and open: {what}")]
+    Raced { path: PathBuf, what: String },
+}
+
+/// How a server should answer a [`ResourceError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// 400
+    BadRequest,
+    /// 403
+    Forbidden,
+    /// 404
+    NotFound,
+    /// 500
+    Internal,
+}
+
+impl ResourceError {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Path(p) if p.is_bad_request() => ErrorClass::BadRequest,
+            Self::Path(p) if p.is_forbidden() => ErrorClass::Forbidden,
+            Self::Path(p) if p.is_not_found() => ErrorClass::NotFound,
+            Self::Path(_) => ErrorClass::Internal,
+            Self::Synthetic(_) => ErrorClass::BadRequest,
+            Self::Open { source, .. } => match source.kind() {
+                io::ErrorKind::NotFound => ErrorClass::NotFound,
+                io::ErrorKind::PermissionDenied => ErrorClass::Forbidden,
+                _ => ErrorClass::Internal,
+            },
+            Self::Raced { .. } => ErrorClass::Forbidden,
+        }
+    }
+}
+
+/// A file that changed while it was being read, carried inside an `io::Error`.
+#[derive(Debug, thiserror::Error)]
+#[error("{path} changed while being served: {what}")]
+pub struct ChangedError {
+    pub path: PathBuf,
+    pub what: String,
+}
+
+/// Identity of a resource's content: equal keys mean equal bytes (as far as size, mtime and
+/// inode can tell for files).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ContentKey {
+    File {
+        path: PathBuf,
+        ino: u64,
+        size: u64,
+        mtime_ns: i128,
+    },
+    Synthetic(SyntheticSpec),
+}
+
+#[derive(Debug)]
+struct OpenFile {
+    file: File,
+    path: PathBuf,
+    ino: u64,
+    mtime_ns: i128,
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    File(Arc<OpenFile>),
+    Synthetic(SyntheticSpec),
+}
+
+/// An opened resource. Cheap to clone (shares the descriptor).
+#[derive(Debug, Clone)]
+pub struct Resource {
+    source: Source,
+    size: u64,
+    etag: String,
+    last_modified: Option<String>,
+}
+
+impl Resource {
+    /// Open what `path` (the URL path, still percent-encoded) names under `root`:
+    /// [`SYNTHETIC_PATH`] with `query` is the synthetic resource, anything else a regular file
+    /// (the query is then ignored). Blocking: call from a blocking pool or use
+    /// [`Resource::open_async`].
+    pub fn open(root: &Path, path: &str, query: Option<&str>) -> Result<Self, ResourceError> {
+        if path == SYNTHETIC_PATH {
+            return Ok(Self::synthetic(SyntheticSpec::from_query(
+                query.unwrap_or(""),
+            )?));
+        }
+        let canonical = resolve_under(root, path)?;
+        let file = open_no_follow(&canonical).map_err(|source| ResourceError::Open {
+            path: canonical.clone(),
+            source,
+        })?;
+        let meta = file.metadata().map_err(|source| ResourceError::Open {
+            path: canonical.clone(),
+            source,
+        })?;
+        if !meta.is_file() {
+            return Err(ResourceError::Raced {
+                path: canonical,
+                what: "no longer a regular file".into(),
+            });
+        }
+        check_fd_under_root(&file, root, &canonical)?;
+        let ino = inode(&meta);
+        let mtime_ns = mtime_ns(&meta);
+        let size = meta.len();
+        let etag = format!(
+            "\"{:x}-{:x}-{:x}\"",
+            ino,
+            size,
+            u64::try_from(mtime_ns).unwrap_or(0)
+        );
+        let last_modified = meta.modified().ok().map(httpdate::fmt_http_date);
+        Ok(Self {
+            source: Source::File(Arc::new(OpenFile {
+                file,
+                path: canonical,
+                ino,
+                mtime_ns,
+            })),
+            size,
+            etag,
+            last_modified,
+        })
+    }
+
+    /// [`Resource::open`] on tokio's blocking pool.
+    pub async fn open_async(
+        root: PathBuf,
+        path: String,
+        query: Option<String>,
+    ) -> Result<Self, ResourceError> {
+        let joined =
+            tokio::task::spawn_blocking(move || Self::open(&root, &path, query.as_deref())).await;
+        joined.unwrap_or_else(|e| {
+            Err(ResourceError::Open {
+                path: PathBuf::new(),
+                source: io::Error::other(format!("open task failed: {e}")),
+            })
+        })
+    }
+
+    /// The synthetic resource for `spec`.
+    pub fn synthetic(spec: SyntheticSpec) -> Self {
+        Self {
+            source: Source::Synthetic(spec),
+            size: spec.size,
+            etag: spec.etag(),
+            last_modified: None,
+        }
+    }
+
+    /// Size in bytes, as of opening.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Strong entity tag, with its quotes.
+    pub fn etag(&self) -> &str {
+        &self.etag
+    }
+
+    /// `Last-Modified` as an HTTP date (files only).
+    pub fn last_modified(&self) -> Option<&str> {
+        self.last_modified.as_deref()
+    }
+
+    /// The canonical file path, or `None` for synthetic data.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.source {
+            Source::File(f) => Some(&f.path),
+            Source::Synthetic(_) => None,
+        }
+    }
+
+    /// The synthetic spec, or `None` for a file.
+    pub fn synthetic_spec(&self) -> Option<SyntheticSpec> {
+        match &self.source {
+            Source::File(_) => None,
+            Source::Synthetic(s) => Some(*s),
+        }
+    }
+
+    /// What identifies these bytes, for caches.
+    pub fn content_key(&self) -> ContentKey {
+        match &self.source {
+            Source::File(f) => ContentKey::File {
+                path: f.path.clone(),
+                ino: f.ino,
+                size: self.size,
+                mtime_ns: f.mtime_ns,
+            },
+            Source::Synthetic(s) => ContentKey::Synthetic(*s),
+        }
+    }
+
+    /// A label for logs: the canonical path or the synthetic spec.
+    pub fn describe(&self) -> String {
+        match &self.source {
+            Source::File(f) => f.path.display().to_string(),
+            Source::Synthetic(s) => s.to_string(),
+        }
+    }
+
+    /// Whether `etag` (from `If-Range` or `If-Match`) is this resource's strong tag.
+    pub fn matches_strong_etag(&self, etag: &str) -> bool {
+        let etag = etag.trim();
+        !etag.starts_with("W/") && etag == self.etag
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`, blocking. Returns fewer only at the end of the
+    /// resource (as of opening), 0 at or past it. Fails with a [`ChangedError`] inside the
+    /// `io::Error` when the file's size or mtime differ from what was seen at open.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let remaining = self.size.saturating_sub(offset);
+        let want = usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()));
+        let buf = &mut buf[..want];
+        match &self.source {
+            Source::Synthetic(spec) => {
+                spec.fill(offset, buf);
+                Ok(want)
+            }
+            Source::File(f) => {
+                let got = pread_full(&f.file, offset, buf)?;
+                self.check_unchanged(f)?;
+                if got < want {
+                    return Err(changed(
+                        &f.path,
+                        format!(
+                            "read ended at byte {} of {}",
+                            offset.saturating_add(got as u64),
+                            self.size
+                        ),
+                    ));
+                }
+                Ok(got)
+            }
+        }
+    }
+
+    /// Fill `buf` completely from `offset` or fail (short resource counts as changed).
+    pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let got = self.read_at(offset, buf)?;
+        if got < buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{} has {} bytes; cannot read {} at {offset}",
+                    self.describe(),
+                    self.size,
+                    buf.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Re-check the descriptor against what was seen at open.
+    pub fn check_still_same(&self) -> io::Result<()> {
+        match &self.source {
+            Source::File(f) => self.check_unchanged(f),
+            Source::Synthetic(_) => Ok(()),
+        }
+    }
+
+    fn check_unchanged(&self, f: &OpenFile) -> io::Result<()> {
+        let meta = f.file.metadata()?;
+        if meta.len() != self.size {
+            return Err(changed(
+                &f.path,
+                format!("size {} is now {}", self.size, meta.len()),
+            ));
+        }
+        if mtime_ns(&meta) != f.mtime_ns {
+            return Err(changed(&f.path, "modification time changed".to_string()));
+        }
+        Ok(())
+    }
+
+    /// Stream `range` (clipped to the resource) as blocks, reading ahead.
+    pub fn stream(&self, range: Range<u64>, opts: StreamOptions) -> BlockStream {
+        BlockStream::new(self.clone(), range, opts)
+    }
+}
+
+fn changed(path: &Path, what: String) -> io::Error {
+    io::Error::other(ChangedError {
+        path: path.to_path_buf(),
+        what,
+    })
+}
+
+fn pread_full(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match read_at_raw(file, &mut buf[done..], offset.saturating_add(done as u64)) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(unix)]
+fn read_at_raw(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_at_raw(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+
+#[cfg(unix)]
+fn open_no_follow(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NOFOLLOW: the path was canonical a moment ago, so a symlink now means it was swapped.
+    // O_NONBLOCK: a FIFO swapped in must not hang the open; it is refused just after.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_no_follow(path: &Path) -> io::Result<File> {
+    File::open(path)
+}
+
+/// On Linux, ask the kernel where the descriptor really points and require it under the root.
+#[cfg(target_os = "linux")]
+fn check_fd_under_root(file: &File, root: &Path, canonical: &Path) -> Result<(), ResourceError> {
+    use std::os::fd::AsRawFd;
+    let link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let Ok(real) = std::fs::read_link(&link) else {
+        // No /proc (some containers): the canonicalize check in `resolve_under` stands alone.
+        return Ok(());
+    };
+    let root = root.canonicalize().map_err(|source| ResourceError::Open {
+        path: root.to_path_buf(),
+        source,
+    })?;
+    if real.starts_with(&root) {
+        Ok(())
+    } else {
+        Err(ResourceError::Raced {
+            path: canonical.to_path_buf(),
+            what: format!("descriptor points to {}", real.display()),
+        })
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn check_fd_under_root(_: &File, _: &Path, _: &Path) -> Result<(), ResourceError> {
+    Ok(())
+}
+
+#[cfg(unix)]
+fn inode(meta: &std::fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(meta)
+}
+
+#[cfg(not(unix))]
+fn inode(_: &std::fs::Metadata) -> u64 {
+    0
+}
+
+fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
+    match meta.modified() {
+        Ok(t) => match t.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) => d.as_nanos() as i128,
+            Err(e) => -(e.duration().as_nanos() as i128),
+        },
+        Err(_) => 0,
+    }
+}
+
+/// How [`BlockStream`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Bytes per block, default [`DEFAULT_BLOCK_SIZE`] (256 KiB). Larger blocks mean fewer
+    /// thread-pool hops; each stream holds up to `(1 + read_ahead) × block_size` bytes.
+    pub block_size: usize,
+    /// Blocks read ahead of the one being consumed, default 1. More hides slow disks (network
+    /// storage) at the cost of memory per stream.
+    pub read_ahead: usize,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        Self {
+            block_size: DEFAULT_BLOCK_SIZE,
+            read_ahead: 1,
+        }
+    }
+}
+
+/// The blocks of one range of a [`Resource`], read on tokio's blocking pool ahead of use.
+///
+/// Must be polled inside a tokio runtime. Dropping it abandons reads in flight (their results
+/// are discarded when they finish).
+pub struct BlockStream {
+    resource: Resource,
+    /// Next offset to schedule a read for.
+    next: u64,
+    end: u64,
+    opts: StreamOptions,
+    in_flight: VecDeque<(u64, JoinHandle<io::Result<Bytes>>)>,
+    /// Offset of the next block to yield.
+    position: u64,
+    failed: bool,
+}
+
+impl BlockStream {
+    pub fn new(resource: Resource, range: Range<u64>, opts: StreamOptions) -> Self {
+        let end = range.end.min(resource.size);
+        let start = range.start.min(end);
+        Self {
+            resource,
+            next: start,
+            end,
+            opts: StreamOptions {
+                block_size: opts.block_size.max(1),
+                read_ahead: opts.read_ahead,
+            },
+            in_flight: VecDeque::new(),
+            position: start,
+            failed: false,
+        }
+    }
+
+    /// Offset (within the resource) of the next block [`BlockStream::poll_next_block`] yields.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Bytes not yet yielded.
+    pub fn remaining(&self) -> u64 {
+        self.end - self.position
+    }
+
+    fn schedule(&mut self) {
+        let Source::File(_) = &self.resource.source else {
+            return;
+        };
+        while self.next < self.end && self.in_flight.len() <= self.opts.read_ahead {
+            let offset = self.next;
+            let len = block_len(self.end - offset, self.opts.block_size);
+            self.next += len as u64;
+            let resource = self.resource.clone();
+            let handle = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; len];
+                resource.read_exact_at(offset, &mut buf)?;
+                Ok(Bytes::from(buf))
+            });
+            self.in_flight.push_back((offset, handle));
+        }
+    }
+
+    /// The next block, `None` after the last. After an error the stream ends.
+    pub fn poll_next_block(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        if self.failed || self.position >= self.end {
+            return Poll::Ready(None);
+        }
+        if let Source::Synthetic(spec) = &self.resource.source {
+            // Generating is faster than a thread-pool hop (tens of µs per block), so inline.
+            let len = block_len(self.end - self.position, self.opts.block_size);
+            let mut buf = vec![0u8; len];
+            spec.fill(self.position, &mut buf);
+            self.position += len as u64;
+            return Poll::Ready(Some(Ok(Bytes::from(buf))));
+        }
+        self.schedule();
+        let Some((offset, handle)) = self.in_flight.front_mut() else {
+            return Poll::Ready(None);
+        };
+        let offset = *offset;
+        let result = match std::pin::Pin::new(handle).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(r) => r,
+        };
+        self.in_flight.pop_front();
+        let result =
+            result.unwrap_or_else(|e| Err(io::Error::other(format!("read task failed: {e}"))));
+        match result {
+            Ok(block) => {
+                debug_assert_eq!(offset, self.position);
+                self.position += block.len() as u64;
+                // Start the read after the ones in flight before handing this block out.
+                self.schedule();
+                Poll::Ready(Some(Ok(block)))
+            }
+            Err(e) => {
+                self.failed = true;
+                for (_, h) in self.in_flight.drain(..) {
+                    h.abort();
+                }
+                Poll::Ready(Some(Err(e)))
+            }
+        }
+    }
+
+    /// `async` form of [`BlockStream::poll_next_block`].
+    pub async fn next_block(&mut self) -> Option<io::Result<Bytes>> {
+        std::future::poll_fn(|cx| self.poll_next_block(cx)).await
+    }
+}
+
+fn block_len(remaining: u64, block_size: usize) -> usize {
+    usize::try_from(remaining).map_or(block_size, |r| r.min(block_size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root_with(name: &str, data: &[u8]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(name), data).expect("write");
+        dir
+    }
+
+    #[test]
+    fn open_classifies_errors() {
+        let dir = root_with("f", b"hello");
+        let class = |p: &str, q: Option<&str>| {
+            Resource::open(dir.path(), p, q)
+                .map(|_| ())
+                .map_err(|e| e.class())
+        };
+        assert_eq!(class("/f", None), Ok(()));
+        assert_eq!(class("/nope", None), Err(ErrorClass::NotFound));
+        assert_eq!(class("/../f", None), Err(ErrorClass::Forbidden));
+        assert_eq!(class("/a%00", None), Err(ErrorClass::BadRequest));
+        assert_eq!(
+            class(SYNTHETIC_PATH, Some("size=1&x=2")),
+            Err(ErrorClass::BadRequest)
+        );
+        assert_eq!(class(SYNTHETIC_PATH, None), Err(ErrorClass::BadRequest));
+        assert_eq!(class(SYNTHETIC_PATH, Some("size=1K")), Ok(()));
+    }
+
+    #[test]
+    fn validators_and_reads() {
+        let dir = root_with("f", b"hello world");
+        let r = Resource::open(dir.path(), "/f", Some("ignored")).expect("open");
+        assert_eq!(r.size(), 11);
+        assert!(r.etag().starts_with('"') && r.etag().ends_with('"'));
+        assert_eq!(r.etag().matches('-').count(), 2);
+        assert!(r.matches_strong_etag(r.etag()));
+        assert!(!r.matches_strong_etag(&format!("W/{}", r.etag())));
+        assert!(r.last_modified().is_some_and(|d| d.ends_with("GMT")));
+        let mut buf = [0u8; 5];
+        assert_eq!(r.read_at(6, &mut buf).expect("read"), 5);
+        assert_eq!(&buf, b"world");
+        assert_eq!(r.read_at(9, &mut buf).expect("read"), 2);
+        assert_eq!(r.read_at(11, &mut buf).expect("read"), 0);
+        assert_eq!(r.read_at(u64::MAX, &mut buf).expect("read"), 0);
+    }
+
+    #[test]
+    fn a_file_that_changes_size_is_an_error() {
+        let dir = root_with("f", &[7u8; 4096]);
+        let r = Resource::open(dir.path(), "/f", None).expect("open");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("f"))
+            .and_then(|f| f.set_len(100))
+            .expect("truncate");
+        let mut buf = [0u8; 64];
+        let err = r.read_at(0, &mut buf).expect_err("changed");
+        assert!(
+            err.get_ref().is_some_and(|e| e.is::<ChangedError>()),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stream_yields_the_range_in_blocks() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let dir = root_with("f", &data);
+        let r = Resource::open(dir.path(), "/f", None).expect("open");
+        for read_ahead in [0, 1, 3] {
+            let opts = StreamOptions {
+                block_size: 4096,
+                read_ahead,
+            };
+            let mut s = r.stream(1234..98_765, opts);
+            let mut got = Vec::new();
+            while let Some(b) = s.next_block().await {
+                let b = b.expect("block");
+                assert!(b.len() <= 4096);
+                got.extend_from_slice(&b);
+            }
+            assert_eq!(got, data[1234..98_765]);
+        }
+        // Ranges past the end are clipped.
+        let mut s = r.stream(99_990..200_000, StreamOptions::default());
+        let b = s.next_block().await.expect("one").expect("ok");
+        assert_eq!(b.len(), 10);
+        assert!(s.next_block().await.is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn synthetic_stream_matches_fill() {
+        let spec = SyntheticSpec {
+            size: 70_001,
+            seed: 3,
+        };
+        let r = Resource::synthetic(spec);
+        let mut whole = vec![0u8; 70_001];
+        crate::synthetic::fill(3, 0, &mut whole);
+        let mut s = r.stream(
+            5..70_001,
+            StreamOptions {
+                block_size: 1000,
+                read_ahead: 1,
+            },
+        );
+        let mut got = Vec::new();
+        while let Some(b) = s.next_block().await {
+            got.extend_from_slice(&b.expect("block"));
+        }
+        assert_eq!(got, whole[5..]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stream_of_a_truncated_file_errors() {
+        let dir = root_with("f", &[1u8; 64 * 1024]);
+        let r = Resource::open(dir.path(), "/f", None).expect("open");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("f"))
+            .and_then(|f| f.set_len(1000))
+            .expect("truncate");
+        let mut s = r.stream(0..64 * 1024, StreamOptions::default());
+        assert!(matches!(s.next_block().await, Some(Err(_))));
+        assert!(s.next_block().await.is_none());
+    }
+}

@@ -1,0 +1,388 @@
+//! rustls set-up shared by the HTTP and QUIC servers and clients.
+//!
+//! Everything is built with the *ring* provider passed explicitly
+//! (`builder_with_provider`), so no process-wide default provider has to be installed and
+//! nothing depends on which rustls features another crate turned on.
+//!
+//! - [`server_config`]: certificate chain and key from PEM files, ALPN list.
+//! - [`self_signed`]: a throw-away certificate for tests and quick starts (rcgen).
+//! - [`client_config`]: webpki roots by default, or the given CA files, or (footgun)
+//!   [`ClientTlsOptions::dangerous_insecure`].
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{ring, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use sha2::{Digest as _, Sha256};
+
+/// What went wrong setting up TLS. Each variant names the file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} holds no PEM certificate (expected '-----BEGIN CERTIFICATE-----')")]
+    NoCertificate { path: PathBuf },
+    #[error("{path} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)")]
+    NoPrivateKey { path: PathBuf },
+    #[error("{path} is not valid PEM: {message}")]
+    BadPem { path: PathBuf, message: String },
+    #[error("private key {key} does not belong to the certificate {cert}")]
+    KeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("CA certificate in {path} is unusable: {message}")]
+    BadCa { path: PathBuf, message: String },
+    #[error("TLS set-up failed ({context})")]
+    Rustls {
+        context: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("cannot generate a self-signed certificate for {names:?}")]
+    Generate {
+        names: Vec<String>,
+        #[source]
+        source: rcgen::Error,
+    },
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// All certificates in a PEM file, in order.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::BadPem {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
+}
+
+/// The first private key in a PEM file.
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pem = read(path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoPrivateKey {
+            path: path.to_path_buf(),
+        },
+        other => TlsError::BadPem {
+            path: path.to_path_buf(),
+            message: other.to_string(),
+        },
+    })
+}
+
+/// A server configuration from a PEM certificate chain and key, offering `alpn` in order of
+/// preference (e.g. `[b"h2", b"http/1.1"]`). TLS 1.2 and 1.3, no client authentication.
+pub fn server_config(
+    cert_pem: &Path,
+    key_pem: &Path,
+    alpn: &[&[u8]],
+) -> Result<rustls::ServerConfig, TlsError> {
+    let certs = load_certs(cert_pem)?;
+    let key = load_key(key_pem)?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Rustls {
+            context: "protocol versions".into(),
+            source,
+        })?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|source| match source {
+            rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
+                cert: cert_pem.to_path_buf(),
+                key: key_pem.to_path_buf(),
+            },
+            source => TlsError::Rustls {
+                context: format!(
+                    "certificate {} with key {}",
+                    cert_pem.display(),
+                    key_pem.display()
+                ),
+                source,
+            },
+        })?;
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(cfg)
+}
+
+/// A generated certificate written to disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfSigned {
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+    /// SHA-256 of the DER certificate, upper-case hex pairs joined by `:` (as `openssl x509
+    /// -fingerprint -sha256` prints it), for users to compare out of band.
+    pub sha256_fingerprint: String,
+}
+
+/// Generate a self-signed certificate for `names` (DNS names or IP addresses) and write
+/// `cert.pem` and `key.pem` (mode 0600) into `out_dir`, which is created if missing.
+pub fn self_signed(names: &[String], out_dir: &Path) -> Result<SelfSigned, TlsError> {
+    let generated = rcgen::generate_simple_self_signed(names.to_vec()).map_err(|source| {
+        TlsError::Generate {
+            names: names.to_vec(),
+            source,
+        }
+    })?;
+    std::fs::create_dir_all(out_dir).map_err(|source| TlsError::Write {
+        path: out_dir.to_path_buf(),
+        source,
+    })?;
+    let cert_path = out_dir.join("cert.pem");
+    let key_path = out_dir.join("key.pem");
+    write_file(&cert_path, generated.cert.pem().as_bytes(), 0o644)?;
+    write_file(
+        &key_path,
+        generated.key_pair.serialize_pem().as_bytes(),
+        0o600,
+    )?;
+    Ok(SelfSigned {
+        cert_path,
+        key_path,
+        sha256_fingerprint: fingerprint(generated.cert.der()),
+    })
+}
+
+/// SHA-256 fingerprint of a DER certificate, `AB:CD:...`.
+pub fn fingerprint(der: &[u8]) -> String {
+    let digest = Sha256::digest(der);
+    let mut out = String::with_capacity(95);
+    for (i, b) in digest.iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        let _ = write!(out, "{b:02X}");
+    }
+    out
+}
+
+fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
+    let err = |source| TlsError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let mut f = opts.open(path).map_err(err)?;
+    // `mode` only applies to new files; an existing key file keeps its old permissions otherwise.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(err)?;
+    }
+    f.write_all(data).map_err(err)
+}
+
+/// How a client decides whom to trust.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientTlsOptions {
+    /// PEM files of CA (or self-signed server) certificates. When non-empty they are the only
+    /// roots; when empty the Mozilla roots from `webpki-roots` are used.
+    pub ca_certs: Vec<PathBuf>,
+    /// Accept any server certificate, for any name, expired or not. **Footgun**: it removes
+    /// all protection against an active attacker and is meant only for labs and tests. The
+    /// handshake signature is still verified (the peer must hold the key of the certificate
+    /// it presents), which stops nothing an attacker could not do with their own certificate.
+    pub dangerous_insecure: bool,
+}
+
+/// A client configuration offering `alpn` (e.g. `[b"h2", b"http/1.1"]`).
+pub fn client_config(
+    opts: &ClientTlsOptions,
+    alpn: &[&[u8]],
+) -> Result<rustls::ClientConfig, TlsError> {
+    let provider = provider();
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Rustls {
+            context: "protocol versions".into(),
+            source,
+        })?;
+    let mut cfg = if opts.dangerous_insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate { provider }))
+            .with_no_client_auth()
+    } else {
+        let mut roots = RootCertStore::empty();
+        if opts.ca_certs.is_empty() {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        } else {
+            for path in &opts.ca_certs {
+                for cert in load_certs(path)? {
+                    roots.add(cert).map_err(|e| TlsError::BadCa {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    })?;
+                }
+            }
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(cfg)
+}
+
+/// See [`ClientTlsOptions::dangerous_insecure`].
+#[derive(Debug)]
+struct AcceptAnyCertificate {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        vec!["localhost".into(), "127.0.0.1".into()]
+    }
+
+    #[test]
+    fn self_signed_round_trips_into_configs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ss = self_signed(&names(), dir.path()).expect("generate");
+        assert_eq!(ss.sha256_fingerprint.len(), 95);
+        assert_eq!(ss.sha256_fingerprint.matches(':').count(), 31);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&ss.key_path)
+                .expect("stat")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let server = server_config(&ss.cert_path, &ss.key_path, &[b"h2", b"http/1.1"])
+            .expect("server config");
+        assert_eq!(
+            server.alpn_protocols,
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+        let opts = ClientTlsOptions {
+            ca_certs: vec![ss.cert_path.clone()],
+            dangerous_insecure: false,
+        };
+        client_config(&opts, &[b"h2"]).expect("client config");
+        client_config(&ClientTlsOptions::default(), &[]).expect("webpki roots");
+        let insecure = ClientTlsOptions {
+            dangerous_insecure: true,
+            ..Default::default()
+        };
+        client_config(&insecure, &[]).expect("insecure");
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_problem() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = self_signed(&names(), &dir.path().join("a")).expect("a");
+        let b = self_signed(&names(), &dir.path().join("b")).expect("b");
+        let err = server_config(&a.cert_path, &b.key_path, &[]).expect_err("mismatch");
+        assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err}");
+
+        let missing = dir.path().join("missing.pem");
+        let err = server_config(&missing, &a.key_path, &[]).expect_err("missing");
+        assert!(err.to_string().contains("missing.pem"), "{err}");
+
+        // A key file where the certificate should be, and vice versa.
+        let err = server_config(&a.key_path, &a.key_path, &[]).expect_err("no cert");
+        assert!(matches!(err, TlsError::NoCertificate { .. }), "{err}");
+        let err = server_config(&a.cert_path, &a.cert_path, &[]).expect_err("no key");
+        assert!(matches!(err, TlsError::NoPrivateKey { .. }), "{err}");
+
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "hello").expect("write");
+        let opts = ClientTlsOptions {
+            ca_certs: vec![junk],
+            dangerous_insecure: false,
+        };
+        let err = client_config(&opts, &[]).expect_err("junk ca");
+        assert!(matches!(err, TlsError::NoCertificate { .. }), "{err}");
+    }
+}
