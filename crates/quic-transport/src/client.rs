@@ -1,0 +1,666 @@
+//! The client: [`QuicTransport`] implements `xfer_core::transport::Transport` over `xfer/1`.
+//!
+//! Lanes map onto M connections (lane `i` rides connection `i % M`), each with its own UDP
+//! socket and quinn endpoint: quinn drives all connections of one endpoint from one task, so
+//! separate endpoints let M connections use M cores. A lane's request is one bidirectional
+//! stream. Connections are opened on first use and reopened after they die.
+//!
+//! It does not retry: errors are classified (`TransferError::is_retryable`) and the engine
+//! decides.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use quinn::{Connection, ConnectionError, Endpoint, ReadError, ReadExactError, RecvStream};
+use xfer_common::tls::{self, ClientTlsOptions};
+use xfer_core::transport::{
+    BoxFuture, ConnectionStats, Lane, RangeBody, RangeRequest, RemoteInfo, Transport,
+};
+use xfer_core::{Sha256Digest, TransferError};
+
+use crate::socket::{bind_udp, SocketBuffers};
+use crate::tuning::{ConfigError, QuicTuning};
+use crate::url::QuicUrl;
+use crate::wire::{
+    self, decode_trailer, status, ErrorCode, Method, Request, ResponseHead, ALPN, TRAILER_LEN,
+};
+
+/// Client settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuicClientConfig {
+    /// QUIC windows, congestion control, MTU, UDP buffers.
+    pub tuning: QuicTuning,
+    /// Whom to trust.
+    pub tls: ClientTlsOptions,
+    /// Connections, M. Default 2: one quinn connection is driven by about one core (crypto and
+    /// packet processing), so a second one uses the other core of a small machine; more than
+    /// the core count gains nothing. Allowed 1 to 64.
+    pub connections: usize,
+    /// Streams in flight per connection, K; lanes = M × K. Default 4: enough parallel requests
+    /// to hide per-request round trips; the connection window (64 MiB) holds four full
+    /// 16 MiB stream windows. Allowed 1 to 1024 (the server's stream cap must allow it).
+    pub streams_per_connection: usize,
+    /// Limit on name resolution plus handshake. Default 10 s. Allowed 1 ms to 10 min.
+    pub connect_timeout: Duration,
+    /// A connection with no packets for this long is dead (quinn's idle timeout; the smaller
+    /// of both ends' values applies). Keep-alives go out every third of it, so an idle but
+    /// healthy connection survives. Also bounds the wait for a response head. Default 30 s.
+    /// Allowed 1 s to 1 h.
+    pub idle_timeout: Duration,
+}
+
+impl Default for QuicClientConfig {
+    fn default() -> Self {
+        Self {
+            tuning: QuicTuning::default(),
+            tls: ClientTlsOptions::default(),
+            connections: 2,
+            streams_per_connection: 4,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl QuicClientConfig {
+    /// Reject values outside what the client supports, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.tuning.validate()?;
+        if !(1..=64).contains(&self.connections) {
+            return Err(ConfigError::new("connections", self.connections, "1 to 64"));
+        }
+        if !(1..=1024).contains(&self.streams_per_connection) {
+            return Err(ConfigError::new(
+                "streams_per_connection",
+                self.streams_per_connection,
+                "1 to 1024",
+            ));
+        }
+        if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {
+            return Err(ConfigError::new(
+                "connect_timeout",
+                format!("{:?}", self.connect_timeout),
+                "1 ms to 10 min",
+            ));
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.idle_timeout) {
+            return Err(ConfigError::new(
+                "idle_timeout",
+                format!("{:?}", self.idle_timeout),
+                "1 s to 1 h",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A client for one `quic://` resource.
+pub struct QuicTransport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: String,
+    target: QuicUrl,
+    /// `host:port` for error messages.
+    peer: String,
+    config: QuicClientConfig,
+    quinn_config: quinn::ClientConfig,
+    slots: Vec<Slot>,
+}
+
+/// One of the M connections.
+#[derive(Default)]
+struct Slot {
+    /// Serializes (re)connecting so concurrent lanes share one handshake.
+    connect: tokio::sync::Mutex<()>,
+    live: Mutex<Option<Live>>,
+}
+
+#[derive(Clone)]
+struct Live {
+    /// Kept so the endpoint (and its socket) lives as long as the connection.
+    _endpoint: Endpoint,
+    connection: Connection,
+    buffers: SocketBuffers,
+}
+
+impl QuicTransport {
+    /// Check the URL and configuration and prepare TLS. Connects on first use.
+    pub fn new(url: &str, config: QuicClientConfig) -> Result<Self, TransferError> {
+        let target = QuicUrl::parse(url)
+            .map_err(|reason| TransferError::Config(format!("invalid url {url:?}: {reason}")))?;
+        config
+            .validate()
+            .map_err(|e| TransferError::Config(e.to_string()))?;
+        let peer = target.authority();
+        let rustls_config = tls::client_config(&config.tls, &[ALPN]).map_err(|e| {
+            TransferError::Config(format!("tls set-up for {peer}: {}", error_chain(&e)))
+        })?;
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(rustls_config)
+            .map_err(|e| TransferError::Config(format!("tls set-up for {peer}: {e}")))?;
+        let transport = config
+            .tuning
+            .transport_config(
+                config.idle_timeout,
+                // Servers open no streams to clients.
+                0,
+                Some(config.idle_timeout / 3),
+            )
+            .map_err(|e| TransferError::Config(e.to_string()))?;
+        let mut quinn_config = quinn::ClientConfig::new(Arc::new(crypto));
+        quinn_config.transport_config(Arc::new(transport));
+        let slots = (0..config.connections).map(|_| Slot::default()).collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                url: url.to_string(),
+                target,
+                peer,
+                config,
+                quinn_config,
+                slots,
+            }),
+        })
+    }
+}
+
+impl Inner {
+    /// The live connection of slot `index`, connecting when there is none or it died.
+    async fn connection(&self, index: usize) -> Result<Connection, TransferError> {
+        let slot = &self.slots[index % self.slots.len()];
+        if let Some(c) = slot.alive() {
+            return Ok(c);
+        }
+        let _guard = slot.connect.lock().await;
+        if let Some(c) = slot.alive() {
+            return Ok(c);
+        }
+        let after = self.config.connect_timeout;
+        let live = tokio::time::timeout(after, self.connect())
+            .await
+            .map_err(|_| TransferError::Timeout {
+                peer: self.peer.clone(),
+                what: "quic connect and handshake".into(),
+                after,
+            })??;
+        let connection = live.connection.clone();
+        if let Ok(mut l) = slot.live.lock() {
+            *l = Some(live);
+        }
+        tracing::debug!(peer = %self.peer, slot = index, "quic connection established");
+        Ok(connection)
+    }
+
+    async fn connect(&self) -> Result<Live, TransferError> {
+        let connect_err = |source: io::Error| TransferError::Connect {
+            peer: self.peer.clone(),
+            source,
+        };
+        let addr = tokio::net::lookup_host((self.target.host.as_str(), self.target.port))
+            .await
+            .map_err(connect_err)?
+            .next()
+            .ok_or_else(|| {
+                connect_err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "name resolved to no address",
+                ))
+            })?;
+        let local: SocketAddr = if addr.is_ipv6() {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        let (socket, buffers) = bind_udp(local, &self.config.tuning).map_err(connect_err)?;
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| connect_err(io::Error::other("no async runtime for quinn")))?;
+        let endpoint = Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+            .map_err(connect_err)?;
+        let connecting = endpoint
+            .connect_with(self.quinn_config.clone(), addr, &self.target.host)
+            .map_err(|e| TransferError::Config(format!("cannot connect to {}: {e}", self.peer)))?;
+        let connection = connecting
+            .await
+            .map_err(|e| connection_error(&self.peer, e, "handshake"))?;
+        Ok(Live {
+            _endpoint: endpoint,
+            connection,
+            buffers,
+        })
+    }
+
+    /// Send `req` on a new stream of connection `conn` and read the response head.
+    async fn exchange(
+        &self,
+        conn: usize,
+        req: &Request,
+    ) -> Result<(ResponseHead, RecvStream), TransferError> {
+        let wire = req
+            .encode()
+            .map_err(|e| TransferError::Config(format!("cannot send {}: {e}", req.path)))?;
+        let connection = self.connection(conn).await?;
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|e| connection_error(&self.peer, e, "opening a stream"))?;
+        let io_err = |e: io::Error| TransferError::Io {
+            peer: self.peer.clone(),
+            source: e,
+        };
+        send.write_chunk(Bytes::from(wire))
+            .await
+            .map_err(|e| io_err(e.into()))?;
+        // The request is complete; FIN tells the server so (it reads to the end).
+        send.finish()
+            .map_err(|e| io_err(io::Error::other(e.to_string())))?;
+        let after = self.config.idle_timeout;
+        let head = tokio::time::timeout(after, read_head(&self.peer, &mut recv))
+            .await
+            .map_err(|_| TransferError::Timeout {
+                peer: self.peer.clone(),
+                what: format!("response head for {}", req.path),
+                after,
+            })??;
+        Ok((head, recv))
+    }
+
+    fn status_error(&self, head: &ResponseHead, what: String) -> TransferError {
+        if head.status == status::PRECONDITION_FAILED {
+            return TransferError::RemoteChanged {
+                url: self.url.clone(),
+                what: format!(
+                    "validator no longer matches (now {})",
+                    head.etag.as_deref().unwrap_or("no etag")
+                ),
+            };
+        }
+        let what = match &head.message {
+            Some(m) => format!("{what} ({m})"),
+            None => what,
+        };
+        TransferError::Status {
+            peer: self.peer.clone(),
+            status: head.status,
+            what,
+        }
+    }
+}
+
+impl Slot {
+    fn alive(&self) -> Option<Connection> {
+        let live = self.live.lock().ok()?;
+        live.as_ref()
+            .filter(|l| l.connection.close_reason().is_none())
+            .map(|l| l.connection.clone())
+    }
+}
+
+async fn read_head(peer: &str, recv: &mut RecvStream) -> Result<ResponseHead, TransferError> {
+    let mut prefix = [0u8; 2];
+    recv.read_exact(&mut prefix)
+        .await
+        .map_err(|e| read_exact_error(peer, e, "response head"))?;
+    let len = ResponseHead::decode_len(prefix).map_err(|e| protocol(peer, &e))?;
+    let mut buf = vec![0u8; len];
+    recv.read_exact(&mut buf)
+        .await
+        .map_err(|e| read_exact_error(peer, e, "response head"))?;
+    ResponseHead::decode(&buf).map_err(|e| protocol(peer, &e))
+}
+
+fn protocol(peer: &str, e: &wire::WireError) -> TransferError {
+    TransferError::Protocol {
+        peer: peer.to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn read_exact_error(peer: &str, e: ReadExactError, what: &str) -> TransferError {
+    match e {
+        ReadExactError::FinishedEarly(got) => TransferError::Protocol {
+            peer: peer.to_string(),
+            message: format!("stream ended inside the {what} after {got} bytes"),
+        },
+        ReadExactError::ReadError(e) => read_error(peer, e, what),
+    }
+}
+
+fn read_error(peer: &str, e: ReadError, what: &str) -> TransferError {
+    match e {
+        ReadError::Reset(code) => TransferError::Protocol {
+            peer: peer.to_string(),
+            message: format!(
+                "server reset the stream while sending the {what}: {}",
+                describe_code(code.into_inner())
+            ),
+        },
+        ReadError::ConnectionLost(e) => connection_error(peer, e, what),
+        other => TransferError::Io {
+            peer: peer.to_string(),
+            source: other.into(),
+        },
+    }
+}
+
+fn describe_code(code: u64) -> String {
+    match ErrorCode::from_code(code) {
+        Some(c) => c.to_string(),
+        None => format!("unknown code 0x{code:x}"),
+    }
+}
+
+/// Classify a dead connection: TLS alerts (QUIC crypto errors 0x100-0x1ff) are not retried,
+/// timeouts and everything else are.
+fn connection_error(peer: &str, e: ConnectionError, during: &str) -> TransferError {
+    let crypto = |code: u64| (0x100..0x200).contains(&code);
+    match &e {
+        ConnectionError::TransportError(t) if crypto(u64::from(t.code)) => TransferError::Tls {
+            peer: peer.to_string(),
+            message: e.to_string(),
+        },
+        ConnectionError::ConnectionClosed(c) if crypto(u64::from(c.error_code)) => {
+            TransferError::Tls {
+                peer: peer.to_string(),
+                message: e.to_string(),
+            }
+        }
+        ConnectionError::TimedOut => TransferError::Timeout {
+            peer: peer.to_string(),
+            what: format!("quic connection idle during {during}"),
+            after: Duration::ZERO,
+        },
+        _ => TransferError::Io {
+            peer: peer.to_string(),
+            source: io::Error::new(io::ErrorKind::ConnectionAborted, format!("{during}: {e}")),
+        },
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        s.push_str(": ");
+        s.push_str(&src.to_string());
+        cur = src.source();
+    }
+    s
+}
+
+impl Transport for QuicTransport {
+    fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let req = Request {
+                method: Method::Stat,
+                path: inner.target.path_and_query.clone(),
+                range: None,
+                want_digest: false,
+                validator: None,
+            };
+            let (head, _recv) = inner.exchange(0, &req).await?;
+            if head.status != status::OK {
+                return Err(inner.status_error(&head, format!("STAT {}", req.path)));
+            }
+            Ok(RemoteInfo {
+                url: inner.url.clone(),
+                size: head.size,
+                etag: head.etag,
+                last_modified: head.last_modified,
+                accepts_ranges: true,
+                sha256: head.repr_sha256,
+            })
+        })
+    }
+
+    fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
+        Box::pin(async move {
+            let m = self.inner.slots.len();
+            let conn = index % m;
+            // Connect now so a bad certificate or unreachable server shows at lane set-up.
+            self.inner.connection(conn).await?;
+            Ok(Box::new(QuicLane {
+                inner: self.inner.clone(),
+                conn,
+                slot: index / m,
+            }) as Box<dyn Lane>)
+        })
+    }
+
+    fn connection_stats(&self) -> Vec<ConnectionStats> {
+        let congestion = self.inner.config.tuning.congestion.name().to_string();
+        self.inner
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(index, slot)| {
+                let live = slot.live.lock().ok()?.clone()?;
+                let c = &live.connection;
+                let s = c.stats();
+                Some(ConnectionStats {
+                    index,
+                    peer: c.remote_address().to_string(),
+                    congestion: Some(congestion.clone()),
+                    rtt_us: Some(u64::try_from(c.rtt().as_micros()).unwrap_or(u64::MAX)),
+                    cwnd_bytes: Some(s.path.cwnd),
+                    retransmits: Some(s.path.lost_packets),
+                    congestion_events: Some(s.path.congestion_events),
+                    bytes_received: Some(s.udp_rx.bytes),
+                    send_buffer: Some(live.buffers.send as u64),
+                    recv_buffer: Some(live.buffers.recv as u64),
+                })
+            })
+            .collect()
+    }
+
+    fn protocol(&self) -> String {
+        "quic".to_string()
+    }
+
+    fn default_lanes(&self) -> usize {
+        self.inner.config.connections * self.inner.config.streams_per_connection
+    }
+}
+
+/// One stream slot on one connection.
+struct QuicLane {
+    inner: Arc<Inner>,
+    conn: usize,
+    slot: usize,
+}
+
+impl Lane for QuicLane {
+    fn fetch<'a>(
+        &'a mut self,
+        req: &'a RangeRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RangeBody + 'a>, TransferError>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let wire_req = Request {
+                method: Method::Get,
+                path: inner.target.path_and_query.clone(),
+                range: (!req.whole).then(|| req.range.clone()),
+                want_digest: req.want_digest,
+                validator: req.validator.clone(),
+            };
+            let (head, recv) = inner.exchange(self.conn, &wire_req).await?;
+            let what = || format!("GET {} bytes {:?}", wire_req.path, req.range);
+            if head.status != status::OK && head.status != status::PARTIAL_CONTENT {
+                return Err(inner.status_error(&head, what()));
+            }
+            if head.size != req.expected_size {
+                return Err(TransferError::RemoteChanged {
+                    url: inner.url.clone(),
+                    what: format!("size was {} and is now {}", req.expected_size, head.size),
+                });
+            }
+            if let Some(v) = &req.validator {
+                if head.etag.as_deref() != Some(v.as_str()) {
+                    return Err(TransferError::RemoteChanged {
+                        url: inner.url.clone(),
+                        what: format!(
+                            "etag was {v} and is now {}",
+                            head.etag.as_deref().unwrap_or("absent")
+                        ),
+                    });
+                }
+            }
+            let expected = if req.whole {
+                0..req.expected_size
+            } else {
+                req.range.clone()
+            };
+            if head.range.as_ref() != Some(&expected) {
+                return Err(TransferError::Unexpected {
+                    peer: inner.peer.clone(),
+                    message: format!("asked for bytes {expected:?}, got {:?}", head.range),
+                });
+            }
+            Ok(Box::new(QuicBody {
+                peer: inner.peer.clone(),
+                recv,
+                expected: expected.end - expected.start,
+                got: 0,
+                trailer: head.trailer,
+                digest: None,
+                done: false,
+            }) as Box<dyn RangeBody + 'a>)
+        })
+    }
+
+    fn label(&self) -> String {
+        format!("conn {} / stream slot {}", self.conn, self.slot)
+    }
+
+    fn connection(&self) -> usize {
+        self.conn
+    }
+}
+
+/// The body of one GET: exactly `expected` bytes, then the trailer if announced, then FIN.
+struct QuicBody {
+    peer: String,
+    recv: RecvStream,
+    expected: u64,
+    got: u64,
+    trailer: bool,
+    digest: Option<Sha256Digest>,
+    done: bool,
+}
+
+impl QuicBody {
+    async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
+        if self.done {
+            return Ok(None);
+        }
+        let remaining = self.expected - self.got;
+        if remaining == 0 {
+            self.finish().await?;
+            return Ok(None);
+        }
+        // Never read past the body: the trailer follows in the same stream.
+        let max = usize::try_from(remaining).unwrap_or(usize::MAX);
+        match self.recv.read_chunk(max, true).await {
+            Ok(Some(chunk)) => {
+                self.got += chunk.bytes.len() as u64;
+                Ok(Some(chunk.bytes))
+            }
+            Ok(None) => Err(TransferError::Truncated {
+                peer: self.peer.clone(),
+                expected: self.expected,
+                got: self.got,
+            }),
+            Err(e) => Err(read_error(
+                &self.peer,
+                e,
+                &format!("body (after {} of {} bytes)", self.got, self.expected),
+            )),
+        }
+    }
+
+    /// Read the trailer (if any) and require the end of the stream.
+    async fn finish(&mut self) -> Result<(), TransferError> {
+        if self.trailer {
+            let mut buf = [0u8; TRAILER_LEN];
+            self.recv
+                .read_exact(&mut buf)
+                .await
+                .map_err(|e| read_exact_error(&self.peer, e, "trailer"))?;
+            self.digest = Some(decode_trailer(&buf).map_err(|e| protocol(&self.peer, &e))?);
+        }
+        match self.recv.read_chunk(1, true).await {
+            Ok(None) => {
+                self.done = true;
+                Ok(())
+            }
+            Ok(Some(_)) => Err(TransferError::Protocol {
+                peer: self.peer.clone(),
+                message: "bytes after the end of the response".into(),
+            }),
+            Err(e) => Err(read_error(&self.peer, e, "end of the response")),
+        }
+    }
+}
+
+impl RangeBody for QuicBody {
+    fn next_data(&mut self) -> BoxFuture<'_, Result<Option<Bytes>, TransferError>> {
+        Box::pin(self.next())
+    }
+
+    fn trailer_digest(&self) -> Option<Sha256Digest> {
+        self.digest
+    }
+}
+
+impl Drop for QuicBody {
+    fn drop(&mut self) {
+        if !self.done {
+            // Tell the server to stop sending what nobody will read.
+            let _ = self.recv.stop(ErrorCode::Cancelled.varint());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_validation_names_fields() {
+        assert!(QuicClientConfig::default().validate().is_ok());
+        let bad = QuicClientConfig {
+            connections: 0,
+            ..QuicClientConfig::default()
+        };
+        assert_eq!(bad.validate().map_err(|e| e.field), Err("connections"));
+        let bad = QuicClientConfig {
+            streams_per_connection: 5000,
+            ..QuicClientConfig::default()
+        };
+        assert_eq!(
+            bad.validate().map_err(|e| e.field),
+            Err("streams_per_connection")
+        );
+        let bad = QuicClientConfig {
+            idle_timeout: Duration::from_millis(10),
+            ..QuicClientConfig::default()
+        };
+        assert_eq!(bad.validate().map_err(|e| e.field), Err("idle_timeout"));
+    }
+
+    #[test]
+    fn new_refuses_bad_urls_and_reports_lanes() {
+        assert!(matches!(
+            QuicTransport::new("http://h/", QuicClientConfig::default()),
+            Err(TransferError::Config(_))
+        ));
+        let t = QuicTransport::new("quic://127.0.0.1:1/x", QuicClientConfig::default())
+            .expect("valid url and config");
+        assert_eq!(t.default_lanes(), 8);
+        assert_eq!(t.protocol(), "quic");
+        assert!(t.connection_stats().is_empty());
+    }
+}

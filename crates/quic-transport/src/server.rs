@@ -1,0 +1,439 @@
+//! The server: serves files under a root and the synthetic resource over `xfer/1`.
+//!
+//! Same resources and semantics as the HTTP server (`xfer_common::resource`): traversal
+//! protection, strong ETags, single ranges, the SHA-256 of the bytes sent on request and the
+//! whole-resource SHA-256 once the digest cache knows it. One task per connection accepts
+//! streams; one task per stream reads the request, opens the resource on the blocking pool and
+//! streams its blocks (read ahead on the blocking pool) with `write_chunk`, which hands the
+//! `Bytes` to quinn without a copy.
+//!
+//! What it does not do: client authentication, 0-RTT, directory listings, compression.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use quinn::{Endpoint, ReadToEndError, RecvStream, SendStream, WriteError};
+use xfer_common::fault::{corrupt_block, FaultInjection};
+use xfer_common::resource::{ErrorClass, Resource, StreamOptions};
+use xfer_common::DigestCache;
+use xfer_core::digest::Sha256Hasher;
+
+use crate::socket::{bind_udp, SocketBuffers};
+use crate::tuning::{ConfigError, QuicTuning};
+use crate::wire::{
+    encode_trailer, status, ErrorCode, Method, Request, ResponseHead, ALPN, MAX_REQUEST_LEN,
+};
+
+/// How long a client may take to send its whole request once it opened a stream.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may stay silent before the server drops it. Clients send
+/// keep-alives, so this only reaps vanished peers.
+const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `serve` waits for connections to close after shutdown was asked.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Blocks read ahead of the one being sent. Two 256 KiB blocks keep the disk busy while quinn
+/// drains the previous write; more costs memory per stream without helping a local disk.
+const READ_AHEAD: usize = 2;
+
+/// Server settings.
+#[derive(Clone)]
+pub struct QuicServerConfig {
+    /// Directory whose regular files are served; nothing outside it is reachable.
+    pub root: PathBuf,
+    /// UDP address to listen on (port 0 picks a free one; see [`QuicServer::local_addr`]).
+    pub listen: SocketAddr,
+    /// Certificate and key; the server sets ALPN to `xfer/1` itself and disables 0-RTT.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Windows, congestion control (the server is the sender of a download, so its controller
+    /// is the one that matters), MTU, UDP buffers.
+    pub tuning: QuicTuning,
+    /// Connections served at once; further handshakes are refused (the client sees a
+    /// retryable connect error). Default 256. Allowed 1 to 100000.
+    pub max_connections: usize,
+    /// Bidirectional streams (requests) a client may have open at once per connection.
+    /// Default 64: well above the client's default of 4 and bounds per-connection memory to
+    /// about 64 × (1 + read-ahead) × 256 KiB. Allowed 1 to 10000.
+    pub max_streams_per_connection: u32,
+    /// Whole-resource digests, shared with other servers of the process when given;
+    /// `None` makes a private cache with default settings.
+    pub digest_cache: Option<DigestCache>,
+    /// Test hook: corrupt a byte after the digest is computed. Never set in production.
+    pub dangerous_fault: Option<Arc<FaultInjection>>,
+}
+
+impl QuicServerConfig {
+    /// A configuration with default limits and tuning.
+    pub fn new(root: PathBuf, listen: SocketAddr, tls: Arc<rustls::ServerConfig>) -> Self {
+        Self {
+            root,
+            listen,
+            tls,
+            tuning: QuicTuning::default(),
+            max_connections: 256,
+            max_streams_per_connection: 64,
+            digest_cache: None,
+            dangerous_fault: None,
+        }
+    }
+
+    /// Reject values outside what the server supports, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.tuning.validate()?;
+        if !(1..=100_000).contains(&self.max_connections) {
+            return Err(ConfigError::new(
+                "max_connections",
+                self.max_connections,
+                "1 to 100000",
+            ));
+        }
+        if !(1..=10_000).contains(&self.max_streams_per_connection) {
+            return Err(ConfigError::new(
+                "max_streams_per_connection",
+                self.max_streams_per_connection,
+                "1 to 10000",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why the server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("tls configuration unusable for quic: {0}")]
+    Tls(String),
+    #[error("cannot listen on udp {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A bound server, ready to [`serve`](QuicServer::serve).
+pub struct QuicServer {
+    endpoint: Endpoint,
+    local_addr: SocketAddr,
+    buffers: SocketBuffers,
+    state: Arc<State>,
+}
+
+struct State {
+    root: PathBuf,
+    max_connections: usize,
+    active: AtomicUsize,
+    digests: DigestCache,
+    fault: Option<Arc<FaultInjection>>,
+}
+
+impl QuicServer {
+    /// Validate the configuration, bind the UDP socket with tuned buffers and start the
+    /// endpoint. Connections are accepted once [`QuicServer::serve`] runs.
+    pub async fn bind(config: QuicServerConfig) -> Result<Self, ServerError> {
+        config.validate()?;
+        let mut tls = (*config.tls).clone();
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        // QUIC allows only 0 or u32::MAX; xfer requests are not replay-safe enough to bother.
+        tls.max_early_data_size = 0;
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
+            .map_err(|e| ServerError::Tls(e.to_string()))?;
+        let transport = config.tuning.transport_config(
+            SERVER_IDLE_TIMEOUT,
+            config.max_streams_per_connection,
+            None,
+        )?;
+        let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server_config.transport_config(Arc::new(transport));
+        let bind_err = |source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        };
+        let (socket, buffers) = bind_udp(config.listen, &config.tuning).map_err(bind_err)?;
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| bind_err(io::Error::other("no async runtime for quinn")))?;
+        let endpoint = Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(server_config),
+            socket,
+            runtime,
+        )
+        .map_err(bind_err)?;
+        let local_addr = endpoint.local_addr().map_err(bind_err)?;
+        tracing::info!(addr = %local_addr, root = %config.root.display(), "quic server bound");
+        Ok(Self {
+            endpoint,
+            local_addr,
+            buffers,
+            state: Arc::new(State {
+                root: config.root,
+                max_connections: config.max_connections,
+                active: AtomicUsize::new(0),
+                digests: config.digest_cache.unwrap_or_default(),
+                fault: config.dangerous_fault,
+            }),
+        })
+    }
+
+    /// The bound address (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// UDP socket buffer sizes the kernel granted.
+    pub fn socket_buffers(&self) -> SocketBuffers {
+        self.buffers
+    }
+
+    /// Accept connections until `shutdown` completes, then close them all (code
+    /// [`ErrorCode::ServerBusy`]) and wait briefly for the peers to learn it.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) {
+        tokio::pin!(shutdown);
+        loop {
+            let incoming = tokio::select! {
+                _ = &mut shutdown => break,
+                incoming = self.endpoint.accept() => incoming,
+            };
+            let Some(incoming) = incoming else { break };
+            let state = self.state.clone();
+            if state.active.load(Ordering::Acquire) >= state.max_connections {
+                tracing::warn!(peer = %incoming.remote_address(), "connection limit reached; refusing");
+                incoming.refuse();
+                continue;
+            }
+            state.active.fetch_add(1, Ordering::AcqRel);
+            tokio::spawn(async move {
+                let _count = ActiveGuard(&state.active);
+                handle_connection(incoming, &state).await;
+            });
+        }
+        self.endpoint
+            .close(ErrorCode::ServerBusy.varint(), b"server shutting down");
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.endpoint.wait_idle()).await;
+    }
+}
+
+struct ActiveGuard<'a>(&'a AtomicUsize);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
+    let peer = incoming.remote_address();
+    let connection = match incoming.await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "quic handshake failed");
+            return;
+        }
+    };
+    tracing::debug!(%peer, "quic connection accepted");
+    loop {
+        match connection.accept_bi().await {
+            Ok((send, recv)) => {
+                let state = state.clone();
+                tokio::spawn(async move { handle_stream(send, recv, &state, peer).await });
+            }
+            Err(e) => {
+                tracing::debug!(%peer, reason = %e, "quic connection ended");
+                return;
+            }
+        }
+    }
+}
+
+async fn handle_stream(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    state: &State,
+    peer: SocketAddr,
+) {
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, recv.read_to_end(MAX_REQUEST_LEN)).await;
+    let bytes = match read {
+        Ok(Ok(b)) => b,
+        Ok(Err(ReadToEndError::TooLong)) => {
+            return abort_stream(&mut send, &mut recv, ErrorCode::RequestTooLarge, peer)
+        }
+        Ok(Err(ReadToEndError::Read(e))) => {
+            tracing::debug!(%peer, error = %e, "request stream failed");
+            return;
+        }
+        Err(_) => return abort_stream(&mut send, &mut recv, ErrorCode::RequestTimeout, peer),
+    };
+    let request = match Request::decode(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "malformed request");
+            return abort_stream(&mut send, &mut recv, ErrorCode::for_wire_error(&e), peer);
+        }
+    };
+    if let Err(e) = respond(&mut send, &request, state, peer).await {
+        match e {
+            SendError::Write(WriteError::Stopped(code)) => {
+                tracing::debug!(%peer, path = %request.path, code = %code, "client stopped the stream");
+            }
+            SendError::Write(e) => {
+                tracing::debug!(%peer, path = %request.path, error = %e, "sending failed");
+            }
+            SendError::Read(e) => {
+                tracing::warn!(%peer, path = %request.path, error = %e, "read failed mid-body; resetting stream");
+                let _ = send.reset(ErrorCode::InternalError.varint());
+            }
+        }
+    }
+}
+
+/// Answer a request that cannot be served with an error code on both halves of its stream.
+/// The connection stays up.
+fn abort_stream(send: &mut SendStream, recv: &mut RecvStream, code: ErrorCode, peer: SocketAddr) {
+    tracing::debug!(%peer, %code, "aborting request stream");
+    let _ = recv.stop(code.varint());
+    let _ = send.reset(code.varint());
+}
+
+enum SendError {
+    Write(WriteError),
+    Read(io::Error),
+}
+
+impl From<WriteError> for SendError {
+    fn from(e: WriteError) -> Self {
+        Self::Write(e)
+    }
+}
+
+async fn send_head(send: &mut SendStream, head: &ResponseHead) -> Result<(), SendError> {
+    let bytes = match head.encode() {
+        Ok(b) => b,
+        Err(e) => {
+            // Only an over-long server-side field (an odd ETag) gets here.
+            tracing::warn!(error = %e, "cannot encode response head");
+            ResponseHead::error(status::INTERNAL_ERROR, "response head not encodable")
+                .encode()
+                .map_err(|e| SendError::Read(io::Error::other(e.to_string())))?
+        }
+    };
+    send.write_chunk(Bytes::from(bytes)).await?;
+    Ok(())
+}
+
+async fn respond(
+    send: &mut SendStream,
+    req: &Request,
+    state: &State,
+    peer: SocketAddr,
+) -> Result<(), SendError> {
+    let (path, query) = match req.path.split_once('?') {
+        Some((p, q)) => (p.to_string(), Some(q.to_string())),
+        None => (req.path.clone(), None),
+    };
+    let resource = match Resource::open_async(state.root.clone(), path, query).await {
+        Ok(r) => r,
+        Err(e) => {
+            let code = match e.class() {
+                ErrorClass::BadRequest => status::BAD_REQUEST,
+                ErrorClass::Forbidden => status::FORBIDDEN,
+                ErrorClass::NotFound => status::NOT_FOUND,
+                ErrorClass::Internal => status::INTERNAL_ERROR,
+            };
+            tracing::debug!(%peer, path = %req.path, status = code, error = %e, "request refused");
+            send_head(send, &ResponseHead::error(code, e.to_string())).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+    };
+    let size = resource.size();
+    let mut head = ResponseHead {
+        status: status::OK,
+        size,
+        etag: Some(resource.etag().to_string()),
+        last_modified: resource.last_modified().map(str::to_string),
+        repr_sha256: state.digests.get(&resource),
+        ..ResponseHead::default()
+    };
+    if head.repr_sha256.is_none() {
+        state.digests.ensure(&resource);
+    }
+    if let Some(v) = &req.validator {
+        if !resource.matches_strong_etag(v) {
+            head.status = status::PRECONDITION_FAILED;
+            head.message = Some("validator does not match the current etag".into());
+            send_head(send, &head).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+    }
+    if req.method == Method::Stat {
+        send_head(send, &head).await?;
+        let _ = send.finish();
+        return Ok(());
+    }
+    let range: Range<u64> = match &req.range {
+        None => 0..size,
+        Some(r) if r.start >= size => {
+            head.status = status::RANGE_NOT_SATISFIABLE;
+            head.message = Some(format!("range {r:?} outside a resource of {size} bytes"));
+            send_head(send, &head).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+        Some(r) => {
+            head.status = status::PARTIAL_CONTENT;
+            r.start..r.end.min(size)
+        }
+    };
+    head.range = Some(range.clone());
+    head.trailer = req.want_digest;
+    send_head(send, &head).await?;
+
+    let mut hasher = req.want_digest.then(Sha256Hasher::new);
+    let corrupt_at = state.fault.as_ref().and_then(|f| f.claim(&range));
+    let mut blocks = resource.stream(
+        range.clone(),
+        StreamOptions {
+            read_ahead: READ_AHEAD,
+            ..StreamOptions::default()
+        },
+    );
+    let mut offset = range.start;
+    while let Some(block) = blocks.next_block().await {
+        let block = block.map_err(SendError::Read)?;
+        if let Some(h) = hasher.as_mut() {
+            h.update(&block);
+        }
+        let len = block.len() as u64;
+        let block = match corrupt_at {
+            Some(target) => corrupt_block(block, offset, target),
+            None => block,
+        };
+        offset += len;
+        send.write_chunk(block).await?;
+    }
+    if offset != range.end {
+        return Err(SendError::Read(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("resource ended at byte {offset} of {range:?}"),
+        )));
+    }
+    if let Some(h) = hasher {
+        let digest = h.finish();
+        if range == (0..size) {
+            state.digests.insert(&resource, digest);
+        }
+        send.write_chunk(Bytes::copy_from_slice(&encode_trailer(&digest)))
+            .await?;
+    }
+    let _ = send.finish();
+    Ok(())
+}
