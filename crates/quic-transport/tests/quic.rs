@@ -1,0 +1,478 @@
+//! End-to-end tests of the `xfer/1` client and server: real UDP on loopback, real TLS with a
+//! self-signed certificate made in a temporary directory, real files.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use xfer_common::fault::FaultInjection;
+use xfer_common::synthetic;
+use xfer_common::tls::{self, ClientTlsOptions};
+use xfer_core::transport::{RangeRequest, RemoteInfo, Transport};
+use xfer_core::{Sha256Digest, TransferError};
+use xfer_quic::wire::{self, ErrorCode, Method, Request, ResponseHead, ALPN};
+use xfer_quic::{QuicClientConfig, QuicServer, QuicServerConfig, QuicTransport, QuicTuning};
+
+/// Bounds every test so a hang fails instead of blocking the suite; not a speed assertion.
+const TEST_LIMIT: Duration = Duration::from_secs(60);
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    addr: SocketAddr,
+    ca: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Fixture {
+    async fn start(fault: Option<Arc<FaultInjection>>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).expect("mkdir root");
+        // A file beside the root that traversal attempts aim at.
+        std::fs::write(dir.path().join("secret"), b"not for you").expect("write secret");
+        let certs = tls::self_signed(
+            &["localhost".to_string(), "127.0.0.1".to_string()],
+            &dir.path().join("certs"),
+        )
+        .expect("self-signed certificate");
+        let server_tls =
+            tls::server_config(&certs.cert_path, &certs.key_path, &[]).expect("server tls");
+        let mut config = QuicServerConfig::new(
+            root,
+            "127.0.0.1:0".parse().expect("literal"),
+            Arc::new(server_tls),
+        );
+        config.tuning = small_buffers();
+        config.dangerous_fault = fault;
+        let server = QuicServer::bind(config).await.expect("bind quic server");
+        let addr = server.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.serve(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            dir,
+            addr,
+            ca: certs.cert_path,
+            stop: Some(stop),
+            server: Some(task),
+        }
+    }
+
+    fn write(&self, name: &str, data: &[u8]) {
+        std::fs::write(self.dir.path().join("root").join(name), data).expect("write file");
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("quic://127.0.0.1:{}{path}", self.addr.port())
+    }
+
+    fn client_tls(&self) -> ClientTlsOptions {
+        ClientTlsOptions {
+            ca_certs: vec![self.ca.clone()],
+            dangerous_insecure: false,
+        }
+    }
+
+    fn client(&self, path: &str) -> QuicTransport {
+        let config = QuicClientConfig {
+            tuning: small_buffers(),
+            tls: self.client_tls(),
+            connections: 2,
+            streams_per_connection: 2,
+            ..QuicClientConfig::default()
+        };
+        QuicTransport::new(&self.url(path), config).expect("client")
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.server.take() {
+            task.await.expect("server task");
+        }
+    }
+}
+
+/// Modest socket buffers: the tests move megabytes, not gigabytes.
+fn small_buffers() -> QuicTuning {
+    QuicTuning {
+        udp_send_buffer: 4 << 20,
+        udp_recv_buffer: 4 << 20,
+        ..QuicTuning::default()
+    }
+}
+
+/// Bytes that differ at every offset, so a misplaced range cannot compare equal.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1])
+        .collect()
+}
+
+fn range_req(info: &RemoteInfo, range: std::ops::Range<u64>) -> RangeRequest {
+    RangeRequest {
+        range,
+        expected_size: info.size,
+        want_digest: true,
+        validator: info.range_validator().map(str::to_string),
+        whole: false,
+    }
+}
+
+/// Fetch on lane `lane` and return the bytes and the trailer digest.
+async fn fetch(
+    t: &QuicTransport,
+    lane: usize,
+    req: &RangeRequest,
+) -> Result<(Vec<u8>, Option<Sha256Digest>), TransferError> {
+    let mut lane = t.open_lane(lane).await?;
+    let mut body = lane.fetch(req).await?;
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next_data().await? {
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, body.trailer_digest()))
+}
+
+macro_rules! limited {
+    ($body:expr) => {
+        tokio::time::timeout(TEST_LIMIT, $body)
+            .await
+            .expect("test exceeded its time limit")
+    };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranged_fetch_of_a_file_is_byte_identical() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let data = pattern(3 * 1024 * 1024 + 123);
+        fx.write("data.bin", &data);
+        let t = fx.client("/data.bin");
+        let info = t.stat().await.expect("stat");
+        assert_eq!(info.size, data.len() as u64);
+        let size = info.size;
+        let ranges = [
+            0..1,
+            0..(1 << 20),
+            (1 << 20)..size,
+            777..1_500_001,
+            (size - 1)..size,
+        ];
+        for (i, r) in ranges.into_iter().enumerate() {
+            let req = range_req(&info, r.clone());
+            let (bytes, digest) = fetch(&t, i, &req).await.expect("fetch");
+            let want = &data[r.start as usize..r.end as usize];
+            assert!(bytes == want, "range {r:?} differs");
+            assert_eq!(digest, Some(Sha256Digest::of(want)), "trailer of {r:?}");
+        }
+        // The whole resource without a range (servers without range support use this path).
+        let whole = RangeRequest {
+            whole: true,
+            ..range_req(&info, 0..size)
+        };
+        let (bytes, digest) = fetch(&t, 0, &whole).await.expect("whole fetch");
+        assert!(bytes == data);
+        assert_eq!(digest, Some(Sha256Digest::of(&data)));
+        // Lanes spread over both connections, which report QUIC statistics.
+        let stats = t.connection_stats();
+        assert_eq!(stats.len(), 2);
+        assert!(stats
+            .iter()
+            .all(|s| s.rtt_us.is_some() && s.cwnd_bytes > Some(0)));
+        assert!(
+            stats
+                .iter()
+                .map(|s| s.bytes_received.unwrap_or(0))
+                .sum::<u64>()
+                > size
+        );
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synthetic_fetch_matches_fill() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let t = fx.client("/.xfer/synthetic?size=5MiB&seed=7");
+        let info = t.stat().await.expect("stat");
+        assert_eq!(info.size, 5 << 20);
+        assert!(info.range_validator().is_some());
+        for r in [0..4096u64, 123_457..(3 << 20), (5 << 20) - 10..(5 << 20)] {
+            let (bytes, digest) = fetch(&t, 1, &range_req(&info, r.clone()))
+                .await
+                .expect("fetch");
+            let mut want = vec![0u8; (r.end - r.start) as usize];
+            synthetic::fill(7, r.start, &mut want);
+            assert!(bytes == want, "range {r:?} differs");
+            assert_eq!(digest, Some(Sha256Digest::of(&want)));
+        }
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stat_reports_validators_and_learns_the_whole_digest() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let data = pattern(200_000);
+        fx.write("s.bin", &data);
+        let t = fx.client("/s.bin");
+        let info = t.stat().await.expect("stat");
+        assert_eq!(info.size, 200_000);
+        assert!(info.accepts_ranges);
+        assert!(info.etag.as_deref().is_some_and(|e| e.starts_with('"')));
+        assert!(info
+            .last_modified
+            .as_deref()
+            .is_some_and(|d| d.ends_with("GMT")));
+        assert_eq!(info.url, fx.url("/s.bin"));
+        // Serving the whole resource with a digest teaches the server its whole SHA-256
+        // (the background digest cache may also have finished it); a later STAT carries it.
+        fetch(&t, 0, &range_req(&info, 0..200_000))
+            .await
+            .expect("fetch");
+        let again = t.stat().await.expect("stat again");
+        assert_eq!(again.sha256, Some(Sha256Digest::of(&data)));
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_file_is_a_permanent_404() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let t = fx.client("/nope.bin");
+        let err = t.stat().await.expect_err("missing file");
+        assert!(
+            matches!(err, TransferError::Status { status: 404, .. }),
+            "{err:?}"
+        );
+        assert!(!err.is_retryable());
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traversal_is_refused() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        for path in ["/../secret", "/%2e%2e/secret", "/a/..%2f..%2fsecret"] {
+            let err = fx.client(path).stat().await.expect_err(path);
+            match &err {
+                TransferError::Status { status, .. } => {
+                    assert!(matches!(status, 400 | 403), "{path}: {err}")
+                }
+                other => panic!("{path}: expected a refusal status, got {other:?}"),
+            }
+            assert!(!err.is_retryable());
+        }
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_validator_or_size_is_remote_changed() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        fx.write("v.bin", &pattern(10_000));
+        let t = fx.client("/v.bin");
+        let info = t.stat().await.expect("stat");
+        let stale = RangeRequest {
+            validator: Some("\"some-older-version\"".to_string()),
+            ..range_req(&info, 0..100)
+        };
+        let err = fetch(&t, 0, &stale).await.expect_err("stale validator");
+        assert!(
+            matches!(err, TransferError::RemoteChanged { .. }),
+            "{err:?}"
+        );
+        assert!(!err.is_retryable());
+        // The file is rewritten with another size: the planned size no longer holds.
+        fx.write("v.bin", &pattern(20_000));
+        let err = fetch(
+            &t,
+            0,
+            &RangeRequest {
+                validator: None,
+                ..range_req(&info, 0..100)
+            },
+        )
+        .await
+        .expect_err("size changed");
+        assert!(
+            matches!(err, TransferError::RemoteChanged { .. }),
+            "{err:?}"
+        );
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_beyond_the_end_is_416() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        fx.write("r.bin", &pattern(1000));
+        let t = fx.client("/r.bin");
+        let info = t.stat().await.expect("stat");
+        let err = fetch(&t, 0, &range_req(&info, 1000..2000))
+            .await
+            .expect_err("unsatisfiable");
+        assert!(
+            matches!(err, TransferError::Status { status: 416, .. }),
+            "{err:?}"
+        );
+        fx.shutdown().await;
+    });
+}
+
+/// A raw quinn connection speaking `xfer/1` by hand.
+async fn raw_connection(fx: &Fixture) -> (quinn::Endpoint, quinn::Connection) {
+    let rustls = tls::client_config(&fx.client_tls(), &[ALPN]).expect("client tls");
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(rustls).expect("quic tls");
+    let mut endpoint =
+        quinn::Endpoint::client("127.0.0.1:0".parse().expect("literal")).expect("endpoint");
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    let conn = endpoint
+        .connect(fx.addr, "localhost")
+        .expect("connect")
+        .await
+        .expect("handshake");
+    (endpoint, conn)
+}
+
+/// Send raw request bytes and read the server's answer: the head, or the reset code.
+async fn raw_exchange(
+    conn: &quinn::Connection,
+    request: &[u8],
+) -> Result<ResponseHead, quinn::VarInt> {
+    let (mut send, mut recv) = conn.open_bi().await.expect("open stream");
+    // A server that stops reading early makes this fail; the answer is still on `recv`.
+    let _ = send.write_all(request).await;
+    let _ = send.finish();
+    let mut prefix = [0u8; 2];
+    match recv.read_exact(&mut prefix).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::ReadError(quinn::ReadError::Reset(code))) => return Err(code),
+        Err(e) => panic!("unexpected stream error: {e}"),
+    }
+    let len = ResponseHead::decode_len(prefix).expect("head length");
+    let mut head = vec![0u8; len];
+    recv.read_exact(&mut head).await.expect("head");
+    Ok(ResponseHead::decode(&head).expect("valid head"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_reset_the_stream_and_the_connection_survives() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        fx.write("ok.bin", b"fine");
+        let (_endpoint, conn) = raw_connection(&fx).await;
+        let code = |c: ErrorCode| quinn::VarInt::from_u32(c.code());
+
+        let garbage = raw_exchange(&conn, &[0x01, 0x77, 0xff, 0x00, 0x13]).await;
+        assert_eq!(garbage, Err(code(ErrorCode::MalformedRequest)));
+        let empty = raw_exchange(&conn, &[]).await;
+        assert_eq!(empty, Err(code(ErrorCode::MalformedRequest)));
+        let future_version = raw_exchange(&conn, &[9, 1, 0, 1, b'/']).await;
+        assert_eq!(future_version, Err(code(ErrorCode::UnsupportedVersion)));
+        let huge = vec![0u8; wire::MAX_REQUEST_LEN + 100];
+        assert_eq!(
+            raw_exchange(&conn, &huge).await,
+            Err(code(ErrorCode::RequestTooLarge))
+        );
+
+        // The same connection still serves a valid request.
+        let valid = Request {
+            method: Method::Stat,
+            path: "/ok.bin".to_string(),
+            range: None,
+            want_digest: false,
+            validator: None,
+        }
+        .encode()
+        .expect("encode");
+        let head = raw_exchange(&conn, &valid)
+            .await
+            .expect("valid request answered");
+        assert_eq!(head.status, 200);
+        assert_eq!(head.size, 4);
+        assert!(conn.close_reason().is_none());
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_hook_makes_the_trailer_disagree_with_the_bytes() {
+    limited!(async {
+        let fault = Arc::new(FaultInjection::new(Some(5000), 1));
+        let fx = Fixture::start(Some(fault.clone())).await;
+        let data = pattern(100_000);
+        fx.write("f.bin", &data);
+        let t = fx.client("/f.bin");
+        let info = t.stat().await.expect("stat");
+        let (bytes, digest) = fetch(&t, 0, &range_req(&info, 0..10_000))
+            .await
+            .expect("fetch");
+        assert_eq!(fault.times_used(), 1);
+        // The server hashed the true bytes, then corrupted one on the wire.
+        assert_eq!(digest, Some(Sha256Digest::of(&data[..10_000])));
+        assert_ne!(digest, Some(Sha256Digest::of(&bytes)));
+        let differing: Vec<usize> = (0..10_000).filter(|&i| bytes[i] != data[i]).collect();
+        assert_eq!(differing, vec![5000]);
+        // The budget is spent: a refetch is clean.
+        let (bytes, digest) = fetch(&t, 1, &range_req(&info, 0..10_000))
+            .await
+            .expect("refetch");
+        assert_eq!(digest, Some(Sha256Digest::of(&bytes)));
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_certificate_is_a_tls_error() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        // Default options trust only the public web roots, not the test's self-signed cert.
+        let config = QuicClientConfig {
+            tuning: small_buffers(),
+            ..QuicClientConfig::default()
+        };
+        let t = QuicTransport::new(&fx.url("/x"), config).expect("client");
+        let err = t.stat().await.expect_err("untrusted");
+        assert!(matches!(err, TransferError::Tls { .. }), "{err:?}");
+        assert!(!err.is_retryable());
+        fx.shutdown().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_body_does_not_disturb_the_next_request() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let data = pattern(4 << 20);
+        fx.write("big.bin", &data);
+        let t = fx.client("/big.bin");
+        let info = t.stat().await.expect("stat");
+        let mut lane = t.open_lane(0).await.expect("lane");
+        let everything = range_req(&info, 0..info.size);
+        {
+            let mut body = lane.fetch(&everything).await.expect("fetch");
+            let first: Option<Bytes> = body.next_data().await.expect("first chunk");
+            assert!(first.is_some());
+            // Dropped here: the client stops the stream with the cancel code.
+        }
+        let (bytes, _) = fetch(&t, 0, &range_req(&info, 100..200))
+            .await
+            .expect("next request on the same connection");
+        assert!(bytes == data[100..200]);
+        fx.shutdown().await;
+    });
+}
