@@ -1,0 +1,145 @@
+//! [`ServerConfig`]: what the HTTP server serves, where it listens and how it treats peers.
+
+use std::net::{Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
+use xfer_common::{DigestCacheConfig, FaultInjection};
+
+use crate::config::{ConfigError, Http2Config, TcpConfig};
+
+/// Settings of an [`super::HttpServer`]. All fields but `root` have a [`Default`].
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Directory served read-only. Files outside it are never read, whatever the request
+    /// path or symlinks say. Must exist.
+    pub root: PathBuf,
+    /// Address to listen on. Default `[::]:8443` (all interfaces, IPv6 and, where the
+    /// system maps them, IPv4). Port 0 picks a free port, see [`super::HttpServer::local_addr`].
+    pub listen: SocketAddr,
+    /// TLS: `Some` serves HTTPS, offering ALPN `h2` then `http/1.1` (the server sets the ALPN
+    /// list itself, whatever the given config holds). `None` serves plain TCP, where each
+    /// connection is HTTP/1.1 or HTTP/2 with prior knowledge (h2c), told apart by its first
+    /// 24 bytes. Build one with [`xfer_common::tls::server_config`]. Default `None`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Socket options; default [`TcpConfig::server_default`] (32 MiB send buffer, bbr).
+    pub tcp: TcpConfig,
+    /// HTTP/2 settings; the server applies frame size, windows, adaptive window, concurrent
+    /// streams cap and send buffer. Default [`Http2Config::default`].
+    pub http2: Http2Config,
+    /// Time a client has to finish the TLS handshake, send the h2c preface, or send an HTTP/1.1
+    /// request head (also between keep-alive requests). Default 30 s. Shorter frees slots
+    /// held by slow or silent clients sooner; too short drops clients on very slow links.
+    pub header_read_timeout: Duration,
+    /// A connection on which nothing was read or written for this long is closed. Default
+    /// 120 s. Covers idle HTTP/2 connections and clients that stopped reading a response.
+    pub idle_timeout: Duration,
+    /// Connections served at once; further ones are closed at accept. Default 1024.
+    /// Each costs up to a socket send buffer (32 MiB by default, mostly untouched unless the
+    /// peer is slow) and `(1 + read_ahead) × read_block_size` per active response.
+    pub max_connections: usize,
+    /// Bytes read from disk (or generated) per block and sent per body frame. Default 256 KiB.
+    /// Larger means fewer thread-pool hops and frames; more memory per response in flight.
+    pub read_block_size: usize,
+    /// Blocks read ahead of the one being sent. Default 1 (one read in flight while the
+    /// previous block is written). Raise for slow or networked storage.
+    pub read_ahead: usize,
+    /// Compute whole-resource SHA-256 in the background and send it as `Repr-Digest` once
+    /// known. Default on. Hashing reads the whole file once more, competing with transfers
+    /// for disk and one core; see [`ServerConfig::digest_cache`] for limits.
+    pub repr_digest: bool,
+    /// Limits of the background hashing behind `Repr-Digest`.
+    pub digest_cache: DigestCacheConfig,
+    /// Time in-flight responses get to finish after shutdown is requested. Default 30 s.
+    pub shutdown_grace: Duration,
+    /// **Test only.** Corrupt one byte of some responses after their digest was computed, to
+    /// exercise clients' verification. Default `None`; never set in production.
+    pub dangerous_fault: Option<Arc<FaultInjection>>,
+}
+
+impl ServerConfig {
+    /// Defaults for everything but `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            listen: SocketAddr::from((Ipv6Addr::UNSPECIFIED, 8443)),
+            tls: None,
+            tcp: TcpConfig::server_default(),
+            http2: Http2Config::default(),
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            max_connections: 1024,
+            read_block_size: DEFAULT_BLOCK_SIZE,
+            read_ahead: 1,
+            repr_digest: true,
+            digest_cache: DigestCacheConfig::default(),
+            shutdown_grace: Duration::from_secs(30),
+            dangerous_fault: None,
+        }
+    }
+
+    /// Reject values the server cannot work with, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.tcp.validate()?;
+        self.http2.validate()?;
+        let secs = |d: Duration| format!("{d:?}");
+        if !(Duration::from_millis(100)..=Duration::from_secs(3600))
+            .contains(&self.header_read_timeout)
+        {
+            return Err(ConfigError::new(
+                "header_read_timeout",
+                secs(self.header_read_timeout),
+                "100 ms to 1 h",
+            ));
+        }
+        if !(Duration::from_millis(100)..=Duration::from_secs(86_400)).contains(&self.idle_timeout)
+        {
+            return Err(ConfigError::new(
+                "idle_timeout",
+                secs(self.idle_timeout),
+                "100 ms to 24 h",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err(ConfigError::new(
+                "max_connections",
+                self.max_connections,
+                "1 to 1000000",
+            ));
+        }
+        if !(4096..=(64 << 20)).contains(&self.read_block_size) {
+            return Err(ConfigError::new(
+                "read_block_size",
+                self.read_block_size,
+                "4 KiB to 64 MiB",
+            ));
+        }
+        if self.read_ahead > 64 {
+            return Err(ConfigError::new("read_ahead", self.read_ahead, "0 to 64"));
+        }
+        if self.shutdown_grace > Duration::from_secs(3600) {
+            return Err(ConfigError::new(
+                "shutdown_grace",
+                secs(self.shutdown_grace),
+                "at most 1 h",
+            ));
+        }
+        if let Err(e) = self.digest_cache.validate() {
+            return Err(ConfigError::new(
+                "digest_cache",
+                format!("{} = {}", e.field, e.value),
+                e.allowed,
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stream_options(&self) -> StreamOptions {
+        StreamOptions {
+            block_size: self.read_block_size,
+            read_ahead: self.read_ahead,
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! The xfer HTTP server: serves files under a root directory (and the synthetic resource)
+//! read-only over HTTP/1.1 and HTTP/2, with TLS (ALPN `h2`, `http/1.1`) or plain TCP (HTTP/1.1
+//! or h2c with prior knowledge, detected per connection).
+//!
+//! What it does: `GET`/`HEAD`, single byte ranges (RFC 9110 §14) with `If-Range`, strong `ETag`
+//! and `Last-Modified`, RFC 9530 digests (`Content-Digest` as a trailer computed while sending
+//! when the client asks with `Want-Content-Digest: sha-256`; `Repr-Digest` once the background
+//! digest cache knows the whole-resource value). What it does not do: write anything, list
+//! directories, `multipart/byteranges`, compression, conditional `If-None-Match`/`If-Match`.
+//!
+//! ```text
+//!  accept ─► connection cap ─► [TLS + ALPN | sniff h2c preface] ─► hyper http1 / http2
+//!                                                                     │ per request
+//!                          handler: method, Resource::open (blocking pool), Range/If-Range
+//!                                                                     │
+//!        ServeBody: BlockStream (reads one block ahead) ─► SHA-256 ─► [fault] ─► frames ─► trailer
+//! ```
+//!
+//! Hostile peers: paths are resolved by [`xfer_common::paths`] (no traversal, no symlinks
+//! out); request heads are capped (64 KiB, 100 fields) and must arrive within
+//! `header_read_timeout`; silent connections close after `idle_timeout`; connections beyond
+//! `max_connections` are closed at accept; HTTP/2 streams are capped by
+//! `max_concurrent_streams` and reset floods end in GOAWAY (h2's pending-reset and
+//! local-error-reset limits, set explicitly here).
+
+mod body;
+mod config;
+mod handler;
+mod io;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use xfer_common::resource::StreamOptions;
+use xfer_common::{DigestCache, FaultInjection};
+
+pub use body::ServeBody;
+pub use config::ServerConfig;
+
+use crate::config::ConfigError;
+use crate::tcp::TcpError;
+use handler::ConnCtx;
+use io::ServerIo;
+
+/// The HTTP/2 connection preface a client with prior knowledge sends first (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Largest request head accepted, bytes (HTTP/1.1 head; HTTP/2 header list).
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Most header fields in an HTTP/1.1 request.
+const MAX_HEADERS: usize = 100;
+/// HTTP/2 streams the client may reset before the server has accepted them, before GOAWAY.
+/// h2's default (20) is kept explicit here because it is the CVE-2023-44487 ("rapid reset")
+/// defence.
+const H2_MAX_PENDING_ACCEPT_RESETS: usize = 20;
+/// HTTP/2 streams the server may reset because of peer errors before it sends GOAWAY.
+const H2_MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("served root {root} is not a usable directory")]
+    Root {
+        root: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot tune the listening socket on {addr}")]
+    Tcp {
+        addr: SocketAddr,
+        #[source]
+        source: TcpError,
+    },
+}
+
+/// What every connection and request shares.
+pub(crate) struct Shared {
+    /// Canonical served root.
+    pub root: PathBuf,
+    pub digests: DigestCache,
+    pub fault: Option<Arc<FaultInjection>>,
+    pub repr_digest: bool,
+    pub stream_options: StreamOptions,
+    cfg: ServerConfig,
+    tls: Option<TlsAcceptor>,
+}
+
+/// A bound, not yet serving, HTTP server.
+pub struct HttpServer {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServer")
+            .field("local_addr", &self.local_addr)
+            .field("root", &self.shared.root)
+            .field("tls", &self.shared.tls.is_some())
+            .finish()
+    }
+}
+
+impl HttpServer {
+    /// Validate `cfg`, check the root, and bind the listening socket (tuned with `cfg.tcp`
+    /// before `listen`, so accepted sockets inherit buffers and congestion control).
+    pub async fn bind(cfg: ServerConfig) -> Result<Self, ServerError> {
+        cfg.validate()?;
+        let root = cfg
+            .root
+            .canonicalize()
+            .and_then(|r| {
+                if r.is_dir() {
+                    Ok(r)
+                } else {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::NotADirectory,
+                        "not a directory",
+                    ))
+                }
+            })
+            .map_err(|source| ServerError::Root {
+                root: cfg.root.clone(),
+                source,
+            })?;
+        let addr = cfg.listen;
+        let listener = listen(addr, &cfg)?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        let tls = cfg.tls.as_ref().map(|tls| {
+            let mut tls = (**tls).clone();
+            tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            TlsAcceptor::from(Arc::new(tls))
+        });
+        let digests = DigestCache::new(cfg.digest_cache.clone()).map_err(|e| {
+            ConfigError::new(
+                "digest_cache",
+                format!("{} = {}", e.field, e.value),
+                e.allowed,
+            )
+        })?;
+        tracing::info!(%local_addr, root = %root.display(), tls = tls.is_some(), "http server listening");
+        Ok(Self {
+            listener,
+            local_addr,
+            shared: Arc::new(Shared {
+                root,
+                digests,
+                fault: cfg.dangerous_fault.clone(),
+                repr_digest: cfg.repr_digest,
+                stream_options: cfg.stream_options(),
+                cfg,
+                tls,
+            }),
+        })
+    }
+
+    /// The address actually bound (the port when `listen` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serve until `shutdown` completes, then stop accepting, ask every connection to finish
+    /// its in-flight requests (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), and wait up to
+    /// `shutdown_grace` for them before dropping the rest.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let Self {
+            listener, shared, ..
+        } = self;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let permits = Arc::new(Semaphore::new(shared.cfg.max_connections));
+        let mut tasks = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let Ok(permit) = permits.clone().try_acquire_owned() else {
+                            tracing::warn!(%peer, max = shared.cfg.max_connections, "connection limit reached; closing new connection");
+                            drop(stream);
+                            continue;
+                        };
+                        tasks.spawn(serve_connection(stream, peer, shared.clone(), stop_rx.clone(), permit));
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        drop(listener);
+        let _ = stop_tx.send(true);
+        let open = tasks.len();
+        if open > 0 {
+            tracing::info!(
+                connections = open,
+                "shutting down; letting in-flight requests finish"
+            );
+        }
+        let drained = tokio::time::timeout(shared.cfg.shutdown_grace, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                connections = tasks.len(),
+                "shutdown grace period over; closing remaining connections"
+            );
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+    }
+}
+
+fn listen(addr: SocketAddr, cfg: &ServerConfig) -> Result<TcpListener, ServerError> {
+    let bind_err = |source| ServerError::Bind { addr, source };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(bind_err)?;
+    socket.set_reuse_address(true).map_err(bind_err)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Best effort: serve IPv4 too where the system allows dual-stack sockets.
+        let _ = socket.set_only_v6(false);
+    }
+    crate::tcp::apply_listener(&socket, &cfg.tcp)
+        .map_err(|source| ServerError::Tcp { addr, source })?;
+    socket.bind(&addr.into()).map_err(bind_err)?;
+    socket.listen(1024).map_err(bind_err)?;
+    socket.set_nonblocking(true).map_err(bind_err)?;
+    TcpListener::from_std(socket.into()).map_err(bind_err)
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(shared.cfg.tcp.nodelay);
+    let progress = Arc::new(AtomicU64::new(0));
+    let handshake_timeout = shared.cfg.header_read_timeout;
+    match shared.tls.clone() {
+        Some(acceptor) => {
+            let io = ServerIo::new(Bytes::new(), stream, progress.clone());
+            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "tls handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "tls handshake timed out");
+                    return;
+                }
+            };
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+            let protocol = if h2 { "h2" } else { "http/1.1" };
+            drive(tls, h2, protocol, peer, shared, stop, progress).await;
+        }
+        None => {
+            let sniffed = tokio::time::timeout(handshake_timeout, sniff(&mut stream)).await;
+            let (prefix, h2) = match sniffed {
+                Ok(Ok(Some(found))) => found,
+                Ok(Ok(None)) => return,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "connection failed before the first request");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "no request within the header read timeout");
+                    return;
+                }
+            };
+            let protocol = if h2 { "h2c" } else { "http/1.1" };
+            let io = ServerIo::new(prefix, stream, progress.clone());
+            drive(io, h2, protocol, peer, shared, stop, progress).await;
+        }
+    }
+}
+
+/// Read just enough of a plain connection to tell the h2c preface from an HTTP/1.1 request.
+/// Returns the bytes read (to replay) and whether it is HTTP/2; `None` if the peer closed
+/// without sending anything.
+async fn sniff(stream: &mut TcpStream) -> std::io::Result<Option<(Bytes, bool)>> {
+    let mut buf = [0u8; H2_PREFACE.len()];
+    let mut len = 0;
+    while len < buf.len() && buf[..len] == H2_PREFACE[..len] {
+        let n = stream.read(&mut buf[len..]).await?;
+        if n == 0 {
+            if len == 0 {
+                return Ok(None);
+            }
+            break;
+        }
+        len += n;
+    }
+    let h2 = len == H2_PREFACE.len() && buf == *H2_PREFACE;
+    Ok(Some((Bytes::copy_from_slice(&buf[..len]), h2)))
+}
+
+/// hyper's two connection types, as far as shutting down goes.
+trait Graceful: Future<Output = Result<(), hyper::Error>> {
+    fn graceful(self: Pin<&mut Self>);
+}
+
+impl<I, S> Graceful for hyper::server::conn::http1::Connection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = ServeBody>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+{
+    fn graceful(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S> Graceful for hyper::server::conn::http2::Connection<I, S, TokioExecutor>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = ServeBody>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Future: Send + 'static,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+{
+    fn graceful(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+async fn drive<I>(
+    io: I,
+    h2: bool,
+    protocol: &'static str,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+    progress: Arc<AtomicU64>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tracing::debug!(%peer, protocol, "connection");
+    let cfg = &shared.cfg;
+    let idle = cfg.idle_timeout;
+    let ctx = Arc::new(ConnCtx {
+        peer,
+        protocol,
+        shared: shared.clone(),
+    });
+    let service = service_fn(move |req| handler::handle(req, ctx.clone()));
+    let io = TokioIo::new(io);
+    if h2 {
+        let h2c = &cfg.http2;
+        let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        b.timer(TokioTimer::new())
+            .initial_stream_window_size(h2c.stream_window)
+            .initial_connection_window_size(h2c.connection_window)
+            // After the windows: setting a window turns the adaptive window off.
+            .adaptive_window(h2c.adaptive_window)
+            .max_frame_size(h2c.max_frame_size)
+            .max_concurrent_streams(h2c.max_concurrent_streams)
+            .max_send_buf_size(h2c.max_send_buffer)
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESETS)
+            .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESETS);
+        run(b.serve_connection(io, service), peer, stop, progress, idle).await;
+    } else {
+        let mut b = hyper::server::conn::http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .header_read_timeout(cfg.header_read_timeout)
+            .max_headers(MAX_HEADERS)
+            .max_header_size(MAX_HEADER_BYTES)
+            .keep_alive(true);
+        run(b.serve_connection(io, service), peer, stop, progress, idle).await;
+    }
+}
+
+/// Drive a connection to its end, asking it to wind down on shutdown and dropping it when
+/// it moved no bytes for `idle`.
+async fn run<C: Graceful>(
+    conn: C,
+    peer: SocketAddr,
+    mut stop: watch::Receiver<bool>,
+    progress: Arc<AtomicU64>,
+    idle: Duration,
+) {
+    tokio::pin!(conn);
+    let mut stopping = *stop.borrow();
+    if stopping {
+        conn.as_mut().graceful();
+    }
+    // Sample progress four times per idle period: closes between 3/4 and 5/4 of `idle` after
+    // the last byte moved, with no clock read on the data path.
+    const SAMPLES: u32 = 4;
+    let mut ticker = tokio::time::interval(idle / SAMPLES);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    let mut last = progress.load(Ordering::Relaxed);
+    let mut quiet = 0u32;
+    loop {
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful();
+            }
+            _ = ticker.tick() => {
+                let now = progress.load(Ordering::Relaxed);
+                if now == last {
+                    quiet += 1;
+                    if quiet >= SAMPLES {
+                        tracing::info!(%peer, after = ?idle, "closing idle connection");
+                        return;
+                    }
+                } else {
+                    last = now;
+                    quiet = 0;
+                }
+            }
+        }
+    }
+}
