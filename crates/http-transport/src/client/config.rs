@@ -1,0 +1,121 @@
+//! The client's knobs: protocol, lane counts, timeouts, TLS trust.
+
+use std::time::Duration;
+
+use xfer_common::tls::ClientTlsOptions;
+
+use crate::config::{ConfigError, Http2Config, HttpVersion, TcpConfig};
+
+/// How the HTTP client connects and how many lanes it offers.
+#[derive(Debug, Clone)]
+pub struct HttpClientConfig {
+    /// Protocol to speak. Default [`HttpVersion::Auto`]: ALPN decides over TLS, plain TCP is
+    /// HTTP/1.1.
+    pub version: HttpVersion,
+    /// HTTP/1.1 lanes, one TCP connection each (1 to 1024). Default 8: on a lossy long path
+    /// several independent congestion windows recover faster than one; more connections cost a
+    /// handshake and a socket buffer each.
+    pub connections: usize,
+    /// HTTP/2 settings and the M connections × K streams layout.
+    pub http2: Http2Config,
+    /// Socket options for every connection (client defaults: autotuned buffers, `bbr`).
+    pub tcp: TcpConfig,
+    /// Which CAs to trust for `https://`.
+    pub tls: ClientTlsOptions,
+    /// Deadline for TCP connect plus TLS handshake, per attempt. Default 10 s; must be
+    /// 1 ms to 10 min.
+    pub connect_timeout: Duration,
+    /// A request that receives no byte for this long fails with a timeout (waiting for the
+    /// response head, or between body reads). Default 30 s: far above any RTT, short enough
+    /// that a stalled connection is replaced quickly. 1 ms to 1 h.
+    pub idle_timeout: Duration,
+    /// Redirects followed per request before giving up (0 to 50). Default 10.
+    pub max_redirects: usize,
+    /// `User-Agent` header value. Default `xfer/<version>`.
+    pub user_agent: String,
+}
+
+impl Default for HttpClientConfig {
+    fn default() -> Self {
+        Self {
+            version: HttpVersion::Auto,
+            connections: 8,
+            http2: Http2Config::default(),
+            tcp: TcpConfig::default(),
+            tls: ClientTlsOptions::default(),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            max_redirects: 10,
+            user_agent: concat!("xfer/", env!("CARGO_PKG_VERSION")).to_string(),
+        }
+    }
+}
+
+impl HttpClientConfig {
+    /// Reject values the client cannot work with, naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=1024).contains(&self.connections) {
+            return Err(ConfigError::new(
+                "connections",
+                self.connections,
+                "1 to 1024",
+            ));
+        }
+        self.http2.validate()?;
+        self.tcp.validate()?;
+        if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {
+            return Err(ConfigError::new(
+                "connect_timeout",
+                format!("{:?}", self.connect_timeout),
+                "1 ms to 10 min",
+            ));
+        }
+        if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&self.idle_timeout) {
+            return Err(ConfigError::new(
+                "idle_timeout",
+                format!("{:?}", self.idle_timeout),
+                "1 ms to 1 h",
+            ));
+        }
+        if self.max_redirects > 50 {
+            return Err(ConfigError::new(
+                "max_redirects",
+                self.max_redirects,
+                "0 to 50",
+            ));
+        }
+        if self.user_agent.is_empty() || http::HeaderValue::from_str(&self.user_agent).is_err() {
+            return Err(ConfigError::new(
+                "user_agent",
+                format!("{:?}", self.user_agent),
+                "a non-empty header value (visible ASCII)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_values_are_named() {
+        assert_eq!(HttpClientConfig::default().validate(), Ok(()));
+        let bad = HttpClientConfig {
+            connections: 0,
+            ..HttpClientConfig::default()
+        };
+        assert_eq!(bad.validate().map_err(|e| e.field), Err("connections"));
+        let bad = HttpClientConfig {
+            idle_timeout: Duration::ZERO,
+            ..HttpClientConfig::default()
+        };
+        assert_eq!(bad.validate().map_err(|e| e.field), Err("idle_timeout"));
+        let bad = HttpClientConfig {
+            user_agent: "a\nb".into(),
+            ..HttpClientConfig::default()
+        };
+        assert_eq!(bad.validate().map_err(|e| e.field), Err("user_agent"));
+    }
+}

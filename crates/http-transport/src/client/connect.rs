@@ -1,0 +1,208 @@
+//! Opening one client connection: resolve, tuned TCP connect, TLS with ALPN, and the hyper
+//! HTTP/1.1 or HTTP/2 handshake with every [`Http2Config`] knob applied. The connection's
+//! driver runs as its own task; the caller gets the request half.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
+use xfer_core::TransferError;
+
+use crate::client::errors::{chain, from_hyper, from_tcp, from_tls_handshake};
+use crate::client::stats::{MeteredTcp, SocketRecord};
+use crate::client::target::{Origin, Security};
+use crate::config::{Http2Config, HttpVersion, TcpConfig};
+use crate::tcp;
+
+/// The request half of a connection.
+pub(crate) enum Sender {
+    H1(http1::SendRequest<Empty<Bytes>>),
+    H2(http2::SendRequest<Empty<Bytes>>),
+}
+
+impl Sender {
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Self::H1(s) => s.is_closed(),
+            Self::H2(s) => s.is_closed(),
+        }
+    }
+}
+
+/// A connection ready for requests.
+pub(crate) struct Connection {
+    pub origin: Origin,
+    pub sender: Sender,
+    /// The socket's statistics, to be filed under a connection index by the caller (which
+    /// only knows the index once it knows the protocol ALPN picked).
+    pub record: Arc<Mutex<SocketRecord>>,
+}
+
+/// What a connection needs to know, borrowed from the transport.
+pub(crate) struct ConnectParams<'a> {
+    pub version: HttpVersion,
+    pub tcp: &'a TcpConfig,
+    pub http2: &'a Http2Config,
+    pub tls: &'a Arc<rustls::ClientConfig>,
+    pub connect_timeout: Duration,
+}
+
+/// hyper reads HTTP/1.1 bodies into a buffer that grows up to this size; larger reads mean fewer
+/// wake-ups per byte at high rates (hyper's default is about 400 KiB).
+const H1_MAX_READ_BUF: usize = 1 << 20;
+
+/// Connect to `origin` and complete the HTTP handshake.
+pub(crate) async fn connect(
+    p: &ConnectParams<'_>,
+    origin: &Origin,
+) -> Result<Connection, TransferError> {
+    let peer = origin.peer();
+    let deadline = Instant::now() + p.connect_timeout;
+    let timeout = |what: &str| TransferError::Timeout {
+        peer: peer.clone(),
+        what: what.to_string(),
+        after: p.connect_timeout,
+    };
+    let addrs: Vec<SocketAddr> = tokio::time::timeout_at(
+        deadline,
+        tokio::net::lookup_host((origin.host.as_str(), origin.port)),
+    )
+    .await
+    .map_err(|_| timeout("name resolution"))?
+    .map_err(|source| TransferError::Connect {
+        peer: peer.clone(),
+        source,
+    })?
+    .collect();
+    let mut last_err = None;
+    let mut connected = None;
+    for addr in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match tcp::connect(addr, p.tcp, left).await {
+            Ok(ok) => {
+                connected = Some(ok);
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(%peer, %addr, error = %chain(&e), "connect attempt failed");
+                let e = from_tcp(&peer, e);
+                if matches!(e, TransferError::Config(_)) {
+                    return Err(e);
+                }
+                last_err = Some(e);
+            }
+        }
+    }
+    let Some((stream, applied)) = connected else {
+        return Err(last_err.unwrap_or_else(|| timeout("connect")));
+    };
+    let metered = MeteredTcp::new(stream, peer.clone(), applied);
+    let record = metered.record();
+
+    let sender = match origin.security {
+        Security::Plain => {
+            let h2 = p.version == HttpVersion::Http2;
+            tokio::time::timeout_at(deadline, handshake(p, &peer, metered, h2))
+                .await
+                .map_err(|_| timeout("http handshake"))??
+        }
+        Security::Tls => {
+            let name = ServerName::try_from(origin.host.clone()).map_err(|e| {
+                TransferError::Config(format!("invalid tls server name {:?}: {e}", origin.host))
+            })?;
+            let tls = tokio_rustls::TlsConnector::from(p.tls.clone());
+            let stream = tokio::time::timeout_at(deadline, tls.connect(name, metered))
+                .await
+                .map_err(|_| timeout("tls handshake"))?
+                .map_err(|e| from_tls_handshake(&peer, e))?;
+            let h2 = match stream.get_ref().1.alpn_protocol() {
+                Some(b"h2") => true,
+                _ if p.version == HttpVersion::Http2 => {
+                    return Err(TransferError::Protocol {
+                        peer,
+                        message: "server did not agree to h2 by alpn".to_string(),
+                    })
+                }
+                _ => false,
+            };
+            tokio::time::timeout_at(deadline, handshake(p, &peer, stream, h2))
+                .await
+                .map_err(|_| timeout("http handshake"))??
+        }
+    };
+    tracing::debug!(%peer, h2 = matches!(sender, Sender::H2(_)), "connected");
+    Ok(Connection {
+        origin: origin.clone(),
+        sender,
+        record,
+    })
+}
+
+async fn handshake<I>(
+    p: &ConnectParams<'_>,
+    peer: &str,
+    io: I,
+    h2: bool,
+) -> Result<Sender, TransferError>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    if h2 {
+        let (sender, conn) = h2_builder(p.http2)
+            .handshake(io)
+            .await
+            .map_err(|e| from_hyper(peer, "h2 handshake", &e))?;
+        let peer = peer.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %chain(&e), "h2 connection ended");
+            }
+        });
+        Ok(Sender::H2(sender))
+    } else {
+        let (sender, conn) = http1::Builder::new()
+            .max_buf_size(H1_MAX_READ_BUF)
+            .handshake(io)
+            .await
+            .map_err(|e| from_hyper(peer, "http/1.1 handshake", &e))?;
+        let peer = peer.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %chain(&e), "http/1.1 connection ended");
+            }
+        });
+        Ok(Sender::H1(sender))
+    }
+}
+
+/// The hyper HTTP/2 client builder with every [`Http2Config`] knob applied, as the transport
+/// uses it (public for tests and tools that drive hyper directly).
+pub fn h2_builder(cfg: &Http2Config) -> http2::Builder<TokioExecutor> {
+    let mut b = http2::Builder::new(TokioExecutor::new());
+    b.timer(TokioTimer::new())
+        .max_frame_size(cfg.max_frame_size)
+        .max_concurrent_streams(cfg.max_concurrent_streams)
+        .max_send_buf_size(cfg.max_send_buffer)
+        // Streams we open before the server's SETTINGS arrive; our lanes never exceed K.
+        .initial_max_send_streams(cfg.streams_per_connection)
+        // Lanes that give up on a chunk reset their stream; allow a burst of those per lane.
+        .max_concurrent_reset_streams(cfg.streams_per_connection.saturating_mul(4).max(16));
+    if cfg.adaptive_window {
+        b.adaptive_window(true);
+    } else {
+        b.initial_stream_window_size(cfg.stream_window)
+            .initial_connection_window_size(cfg.connection_window);
+    }
+    b
+}

@@ -1,0 +1,423 @@
+//! Lanes: the request channels the engine drives, and the request plumbing they share with
+//! `stat` (connection choice, keep-alive retry, redirects).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Method, Request, Response, Version};
+use http_body_util::{BodyExt as _, Empty};
+use hyper::body::Incoming;
+use xfer_core::digest::{SHA256_KEY, WANT_CONTENT_DIGEST};
+use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest};
+use xfer_core::TransferError;
+
+use crate::client::body::HttpRangeBody;
+use crate::client::connect::{self, Connection, Sender};
+use crate::client::errors::from_hyper;
+use crate::client::response::{check_range_head, header_str, is_redirect, Ctx};
+use crate::client::target::Target;
+use crate::client::transport::{Inner, Mode, SharedPick};
+
+/// Redirect and error bodies smaller than this are read to their end so an HTTP/1.1 connection
+/// stays usable; larger ones are dropped with their connection.
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// One request channel: an HTTP/1.1 connection of its own, or a stream slot on a shared HTTP/2
+/// connection. Requests to another origin (after a cross-origin redirect) use a private
+/// connection.
+pub(crate) struct HttpLane {
+    inner: Arc<Inner>,
+    index: usize,
+    own: Option<Connection>,
+}
+
+/// A response head and where it came from.
+pub(crate) struct Answer {
+    pub response: Response<Incoming>,
+    pub target: Target,
+    pub peer: String,
+}
+
+impl HttpLane {
+    pub fn new(inner: Arc<Inner>, index: usize) -> Self {
+        Self {
+            inner,
+            index,
+            own: None,
+        }
+    }
+
+    /// Hand over the lane's own connection (the transport parks it for reuse).
+    pub fn take_connection(&mut self) -> Option<Connection> {
+        self.own.take()
+    }
+
+    pub fn adopt(&mut self, conn: Connection) {
+        self.own = Some(conn);
+    }
+
+    /// The connection index this lane's sockets are filed under.
+    pub fn connection_index(&self) -> usize {
+        self.inner.connection_index(self.index)
+    }
+
+    /// Send `method` to `target` (following redirects) and return the first non-redirect
+    /// answer.
+    pub async fn request(
+        &mut self,
+        method: Method,
+        mut target: Target,
+        headers: &[(HeaderName, HeaderValue)],
+        what_suffix: &str,
+    ) -> Result<Answer, TransferError> {
+        let max = self.inner.cfg.max_redirects;
+        let mut hops = 0;
+        loop {
+            let what = format!("{method} {target}{what_suffix}");
+            let (response, peer) = self.send_once(&method, &target, headers, &what).await?;
+            let status = response.status();
+            if !is_redirect(status) {
+                return Ok(Answer {
+                    response,
+                    target,
+                    peer,
+                });
+            }
+            let location = header_str(response.headers(), header::LOCATION)
+                .ok_or_else(|| TransferError::Unexpected {
+                    peer: peer.clone(),
+                    message: format!("{what}: {status} without location"),
+                })?
+                .to_string();
+            if hops >= max {
+                return Err(TransferError::Status {
+                    peer,
+                    status: status.as_u16(),
+                    what: format!("{what} (gave up after {max} redirects)"),
+                });
+            }
+            let next = target
+                .join(&location)
+                .map_err(|message| TransferError::Unexpected {
+                    peer: peer.clone(),
+                    message: format!("{what}: {message}"),
+                })?;
+            tracing::debug!(from = %target, to = %next, %status, "following redirect");
+            drain(response.into_body(), &self.inner).await;
+            target = next;
+            hops += 1;
+        }
+    }
+
+    /// One request on a suitable connection. A request that fails before any answer on a
+    /// connection that had served earlier requests is retried once on a fresh connection: the
+    /// server may have closed an idle keep-alive connection just as we used it.
+    async fn send_once(
+        &mut self,
+        method: &Method,
+        target: &Target,
+        headers: &[(HeaderName, HeaderValue)],
+        what: &str,
+    ) -> Result<(Response<Incoming>, String), TransferError> {
+        let peer = target.origin.peer();
+        let inner = self.inner.clone();
+        let mut fresh_only = false;
+        loop {
+            let (mut sender, fresh) = self.sender_for(target, fresh_only).await?;
+            let result = send_on(&mut sender, method, target, headers, &inner, &peer, what).await;
+            match result {
+                Ok(resp) => return Ok((resp, peer)),
+                Err(SendError::BeforeAnswer(e)) if !fresh && !fresh_only => {
+                    tracing::debug!(%peer, error = %e, "reused connection failed; reconnecting");
+                    self.drop_connection(target);
+                    fresh_only = true;
+                }
+                Err(SendError::BeforeAnswer(e)) | Err(SendError::Other(e)) => {
+                    self.drop_connection(target);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Forget the lane's own connection to `target` after a failure. A shared HTTP/2
+    /// connection is replaced by whoever next finds it closed.
+    fn drop_connection(&mut self, target: &Target) {
+        if self.own.as_ref().is_some_and(|c| c.origin == target.origin) {
+            self.own = None;
+        }
+    }
+
+    /// Pick the connection for `target`: the shared HTTP/2 slot for the transport's origin, else
+    /// the lane's own connection, connecting when there is none (or `fresh_only`).
+    async fn sender_for(
+        &mut self,
+        target: &Target,
+        fresh_only: bool,
+    ) -> Result<(SenderRef<'_>, bool), TransferError> {
+        let conn_index = self.connection_index();
+        let shared_origin =
+            self.inner.mode() != Some(Mode::H1) && target.origin == self.inner.target().origin;
+        if shared_origin {
+            match self.inner.shared_sender(conn_index).await? {
+                SharedPick::H2(s, fresh) => return Ok((SenderRef::Shared(s), fresh)),
+                SharedPick::H1(conn) => {
+                    // Auto over TLS and the server picked HTTP/1.1: the lane keeps it.
+                    self.own = Some(conn);
+                    return Ok((SenderRef::Own(self.own_sender()?), true));
+                }
+            }
+        }
+        let usable = self
+            .own
+            .as_ref()
+            .is_some_and(|c| c.origin == target.origin && !c.sender.is_closed());
+        let fresh = !usable || fresh_only;
+        if fresh {
+            self.own = None;
+            let conn = connect::connect(&self.inner.params(), &target.origin).await?;
+            self.inner.learn_mode(&conn);
+            self.inner.register(self.connection_index(), &conn);
+            self.own = Some(conn);
+        }
+        Ok((SenderRef::Own(self.own_sender()?), fresh))
+    }
+
+    fn own_sender(&mut self) -> Result<&mut Sender, TransferError> {
+        self.own
+            .as_mut()
+            .map(|c| &mut c.sender)
+            .ok_or_else(|| TransferError::Config("lane has no connection".into()))
+    }
+
+    async fn fetch_range(&mut self, req: &RangeRequest) -> Result<HttpRangeBody, TransferError> {
+        let target = self.inner.target();
+        let url = target.to_string();
+        if req.range.is_empty() || req.range.end > req.expected_size {
+            return Err(TransferError::Config(format!(
+                "invalid range {}..{} of {} bytes for {url}",
+                req.range.start, req.range.end, req.expected_size
+            )));
+        }
+        let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(4);
+        let suffix = if req.whole {
+            " (whole)".to_string()
+        } else {
+            let spec = format!("bytes={}-{}", req.range.start, req.range.end - 1);
+            headers.push((header::RANGE, header_value(&spec)?));
+            if let Some(v) = &req.validator {
+                headers.push((header::IF_RANGE, header_value(v)?));
+            }
+            format!(" {spec}")
+        };
+        if req.want_digest {
+            headers.push((
+                HeaderName::from_static(WANT_CONTENT_DIGEST),
+                HeaderValue::from_static(SHA256_KEY),
+            ));
+            headers.push((header::TE, HeaderValue::from_static("trailers")));
+        }
+        let answer = self.request(Method::GET, target, &headers, &suffix).await?;
+        let url = answer.target.to_string();
+        let what = format!("GET {url}{suffix}");
+        let ctx = Ctx {
+            peer: &answer.peer,
+            url: &url,
+            what: &what,
+        };
+        let status = answer.response.status();
+        let len = match check_range_head(status, answer.response.headers(), req, &ctx) {
+            Ok(len) => len,
+            Err(e) => {
+                if !status.is_success() {
+                    drain(answer.response.into_body(), &self.inner).await;
+                }
+                return Err(e);
+            }
+        };
+        Ok(HttpRangeBody::new(
+            answer.response.into_body(),
+            answer.peer,
+            what,
+            len,
+            self.inner.cfg.idle_timeout,
+        ))
+    }
+}
+
+impl Lane for HttpLane {
+    fn fetch<'a>(
+        &'a mut self,
+        req: &'a RangeRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RangeBody + 'a>, TransferError>> {
+        Box::pin(async move {
+            let body = self.fetch_range(req).await?;
+            Ok(Box::new(body) as Box<dyn RangeBody + 'a>)
+        })
+    }
+
+    fn label(&self) -> String {
+        match self.inner.mode() {
+            Some(Mode::H2) => {
+                let k = self.inner.cfg.http2.streams_per_connection;
+                format!("conn {} / stream slot {}", self.index / k, self.index % k)
+            }
+            _ => format!("conn {}", self.index),
+        }
+    }
+
+    fn connection(&self) -> usize {
+        self.connection_index()
+    }
+}
+
+/// The sender a request goes out on: a clone of the shared HTTP/2 handle, or the lane's own.
+enum SenderRef<'a> {
+    Shared(hyper::client::conn::http2::SendRequest<Empty<Bytes>>),
+    Own(&'a mut Sender),
+}
+
+enum SendError {
+    /// Failed before any response byte: safe to send again elsewhere.
+    BeforeAnswer(TransferError),
+    Other(TransferError),
+}
+
+async fn send_on(
+    sender: &mut SenderRef<'_>,
+    method: &Method,
+    target: &Target,
+    headers: &[(HeaderName, HeaderValue)],
+    inner: &Inner,
+    peer: &str,
+    what: &str,
+) -> Result<Response<Incoming>, SendError> {
+    let idle = inner.cfg.idle_timeout;
+    let timeout = || {
+        SendError::Other(TransferError::Timeout {
+            peer: peer.to_string(),
+            what: format!("{what}: waiting for the response head"),
+            after: idle,
+        })
+    };
+    let before = |e: hyper::Error| SendError::BeforeAnswer(from_hyper(peer, what, &e));
+    let user_agent = inner.user_agent.clone();
+    let fut = async {
+        match sender {
+            SenderRef::Shared(s) => {
+                s.ready().await.map_err(before)?;
+                let req = build(method, target, headers, user_agent, true)?;
+                s.send_request(req).await.map_err(classify(peer, what))
+            }
+            SenderRef::Own(Sender::H2(s)) => {
+                s.ready().await.map_err(before)?;
+                let req = build(method, target, headers, user_agent, true)?;
+                s.send_request(req).await.map_err(classify(peer, what))
+            }
+            SenderRef::Own(Sender::H1(s)) => {
+                s.ready().await.map_err(before)?;
+                let req = build(method, target, headers, user_agent, false)?;
+                s.send_request(req).await.map_err(classify(peer, what))
+            }
+        }
+    };
+    tokio::time::timeout(idle, fut)
+        .await
+        .map_err(|_| timeout())?
+}
+
+/// hyper reports requests that never reached the peer (connection already closed, or closed
+/// before a response) as canceled/closed/incomplete; those are safe to resend.
+fn classify<'a>(peer: &'a str, what: &'a str) -> impl Fn(hyper::Error) -> SendError + 'a {
+    move |e| {
+        let err = from_hyper(peer, what, &e);
+        if e.is_canceled() || e.is_closed() || e.is_incomplete_message() {
+            SendError::BeforeAnswer(err)
+        } else {
+            SendError::Other(err)
+        }
+    }
+}
+
+fn build(
+    method: &Method,
+    target: &Target,
+    headers: &[(HeaderName, HeaderValue)],
+    user_agent: HeaderValue,
+    h2: bool,
+) -> Result<Request<Empty<Bytes>>, SendError> {
+    let mut b = Request::builder().method(method.clone());
+    if h2 {
+        let uri = target.absolute_uri().map_err(|e| {
+            SendError::Other(TransferError::Config(format!(
+                "cannot request {target}: {e}"
+            )))
+        })?;
+        b = b.uri(uri).version(Version::HTTP_2);
+    } else {
+        b = b
+            .uri(target.origin_form_uri())
+            .version(Version::HTTP_11)
+            .header(header::HOST, target.origin.authority());
+    }
+    b = b
+        .header(header::USER_AGENT, user_agent)
+        // Ranges address the stored bytes; a compressed answer would address something else.
+        .header(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    for (k, v) in headers {
+        b = b.header(k, v);
+    }
+    b.body(Empty::new()).map_err(|e| {
+        SendError::Other(TransferError::Config(format!(
+            "cannot build request for {target}: {e}"
+        )))
+    })
+}
+
+fn header_value(s: &str) -> Result<HeaderValue, TransferError> {
+    HeaderValue::from_str(s)
+        .map_err(|_| TransferError::Config(format!("value {s:?} cannot be sent in a header")))
+}
+
+/// Read a small body to its end so its connection can carry the next request.
+pub(crate) async fn drain(mut body: Incoming, inner: &Inner) {
+    let mut seen = 0usize;
+    let deadline = tokio::time::Instant::now()
+        + inner
+            .cfg
+            .idle_timeout
+            .min(std::time::Duration::from_secs(2));
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, body.frame()).await {
+        if let Some(d) = frame.data_ref() {
+            seen += d.len();
+            if seen > DRAIN_LIMIT {
+                return;
+            }
+        }
+    }
+}
+
+/// Read a whole small body (a one-byte probe).
+pub(crate) async fn read_small(
+    body: Incoming,
+    inner: &Inner,
+    peer: &str,
+    what: &str,
+) -> Result<Bytes, TransferError> {
+    let limited = http_body_util::Limited::new(body, DRAIN_LIMIT);
+    match tokio::time::timeout(inner.cfg.idle_timeout, limited.collect()).await {
+        Err(_) => Err(TransferError::Timeout {
+            peer: peer.to_string(),
+            what: what.to_string(),
+            after: inner.cfg.idle_timeout,
+        }),
+        Ok(Err(e)) => Err(TransferError::Protocol {
+            peer: peer.to_string(),
+            message: format!("{what}: {e}"),
+        }),
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+    }
+}

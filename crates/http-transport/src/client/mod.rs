@@ -1,0 +1,38 @@
+//! The HTTP/1.1 and HTTP/2 client transport: [`HttpTransport`] implements
+//! [`xfer_core::transport::Transport`] on hyper's low-level connection API over our own tuned
+//! TCP sockets (and rustls), so the number of connections and streams is exactly what the
+//! configuration says.
+//!
+//! ```text
+//!  HttpTransport ─stat()──► HEAD (+ Want-Repr-Digest) ─► size, ETag, Repr-Digest, ranges?
+//!       │                   └─ 405/501/no length ─► GET Range: bytes=0-0
+//!       └─open_lane(i)─► HttpLane ─fetch()─► GET Range / If-Range / Want-Content-Digest
+//!             HTTP/1.1: connection i (keep-alive, reconnect on failure)
+//!             HTTP/2:   stream slot on shared connection (i / K) mod M
+//!                                  └─► HttpRangeBody: Bytes as hyper yields them,
+//!                                      exact length, Content-Digest trailer
+//! ```
+//!
+//! Redirects (301/302/303/307/308, relative `Location` too) are followed by `stat` and by range
+//! requests, up to [`HttpClientConfig::max_redirects`]. `http://` with [`HttpVersion::Http2`]
+//! is h2c with prior knowledge; `https://` negotiates by ALPN.
+//!
+//! Not here: proxies, cookies, authentication, content codings (`Accept-Encoding: identity` is
+//! sent so ranges address stored bytes), HTTP/3.
+//!
+//! [`HttpVersion::Http2`]: crate::config::HttpVersion::Http2
+
+mod body;
+mod config;
+mod connect;
+mod errors;
+mod lane;
+mod response;
+mod stats;
+mod target;
+mod transport;
+
+pub use config::HttpClientConfig;
+pub use connect::h2_builder as h2_client_builder;
+pub use transport::HttpTransport;
+pub use xfer_common::tls::ClientTlsOptions;

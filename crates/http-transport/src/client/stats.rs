@@ -1,0 +1,179 @@
+//! Per-connection TCP statistics for the final report.
+//!
+//! Each socket is wrapped in a [`MeteredTcp`] that registers its descriptor in a shared
+//! [`SocketRecord`]. While the socket lives, `TCP_INFO` is read from it on demand; when it is
+//! dropped, a last reading is taken first and kept. A connection index (as lanes report it) may
+//! see several sockets over a transfer (reconnects, redirects): counters add up across them,
+//! gauges (RTT, cwnd) come from the newest.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use xfer_core::transport::ConnectionStats;
+
+use crate::tcp::{tcp_info, AppliedTcp, TcpInfoSnapshot};
+
+/// One socket's identity and its latest reading.
+#[derive(Debug)]
+pub(crate) struct SocketRecord {
+    peer: String,
+    applied: AppliedTcp,
+    /// The descriptor while the socket is open. Only read under the record's lock, and the
+    /// owner clears it under the same lock before closing, so it never names a reused fd.
+    live_fd: Option<RawFd>,
+    last: Option<TcpInfoSnapshot>,
+}
+
+impl SocketRecord {
+    fn snapshot(&mut self) -> Option<TcpInfoSnapshot> {
+        if let Some(fd) = self.live_fd {
+            // SAFETY: `live_fd` is only set while the owning `MeteredTcp` holds the socket open,
+            // and it is cleared under this same lock before the socket is closed.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            if let Some(s) = tcp_info(&fd) {
+                self.last = Some(s);
+            }
+        }
+        self.last.clone()
+    }
+}
+
+/// A TCP stream whose statistics stay readable from outside while hyper owns it.
+#[derive(Debug)]
+pub(crate) struct MeteredTcp {
+    stream: TcpStream,
+    record: Arc<Mutex<SocketRecord>>,
+}
+
+impl MeteredTcp {
+    pub fn new(stream: TcpStream, peer: String, applied: AppliedTcp) -> Self {
+        let record = Arc::new(Mutex::new(SocketRecord {
+            peer,
+            applied,
+            live_fd: Some(stream.as_raw_fd()),
+            last: None,
+        }));
+        Self { stream, record }
+    }
+
+    pub fn record(&self) -> Arc<Mutex<SocketRecord>> {
+        self.record.clone()
+    }
+}
+
+impl Drop for MeteredTcp {
+    fn drop(&mut self) {
+        let mut rec = lock(&self.record);
+        rec.snapshot();
+        rec.live_fd = None;
+    }
+}
+
+impl AsyncRead for MeteredTcp {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for MeteredTcp {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// All sockets the transport opened, grouped by connection index.
+#[derive(Debug, Default)]
+pub(crate) struct StatsRegistry {
+    by_index: Mutex<Vec<Vec<Arc<Mutex<SocketRecord>>>>>,
+}
+
+impl StatsRegistry {
+    pub fn register(&self, index: usize, record: Arc<Mutex<SocketRecord>>) {
+        let mut all = lock(&self.by_index);
+        if all.len() <= index {
+            all.resize_with(index + 1, Vec::new);
+        }
+        all[index].push(record);
+    }
+
+    pub fn collect(&self) -> Vec<ConnectionStats> {
+        let all = lock(&self.by_index);
+        let mut out = Vec::new();
+        for (index, records) in all.iter().enumerate() {
+            let Some(newest) = records.last() else {
+                continue;
+            };
+            let mut stats = ConnectionStats {
+                index,
+                ..ConnectionStats::default()
+            };
+            let mut retransmits = 0;
+            let mut received = 0;
+            let mut any_received = false;
+            for rec in records {
+                if let Some(s) = lock(rec).snapshot() {
+                    retransmits += s.retransmits;
+                    if let Some(b) = s.bytes_received {
+                        received += b;
+                        any_received = true;
+                    }
+                }
+            }
+            let mut newest = lock(newest);
+            stats.peer = newest.peer.clone();
+            if let Some(s) = newest.snapshot() {
+                stats.congestion = Some(s.congestion.clone()).filter(|c| !c.is_empty());
+                stats.rtt_us = Some(s.rtt_us);
+                stats.cwnd_bytes = Some(s.cwnd_bytes);
+                stats.retransmits = Some(retransmits);
+                stats.bytes_received = any_received.then_some(received);
+                stats.send_buffer = Some(s.send_buffer);
+                stats.recv_buffer = Some(s.recv_buffer);
+            } else {
+                stats.congestion = newest.applied.congestion.clone();
+                stats.send_buffer = newest.applied.send_buffer;
+                stats.recv_buffer = newest.applied.recv_buffer;
+            }
+            out.push(stats);
+        }
+        out
+    }
+}
+
+/// Statistics are best effort: a panic elsewhere must not hide them, so poisoning is ignored.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,403 @@
+//! [`HttpTransport`]: the [`Transport`] over HTTP/1.1 and HTTP/2, and the state its lanes share
+//! (current URL, negotiated protocol, HTTP/2 connection slots, statistics).
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use http_body_util::Empty;
+use hyper::client::conn::http2;
+use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
+use xfer_core::transport::{BoxFuture, ConnectionStats, Lane, RemoteInfo, Transport};
+use xfer_core::TransferError;
+
+use crate::client::config::HttpClientConfig;
+use crate::client::connect::{self, ConnectParams, Connection, Sender};
+use crate::client::lane::{drain, read_small, Answer, HttpLane};
+use crate::client::response::{content_length, header_str, repr_digest};
+use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
+
+use crate::client::stats::StatsRegistry;
+use crate::client::target::{Origin, Security, Target};
+use crate::config::HttpVersion;
+use crate::tcp;
+
+/// The protocol spoken with the transport's origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    H1,
+    H2,
+}
+
+/// A shared HTTP/2 connection to the transport's origin.
+struct SharedSlot {
+    origin: Origin,
+    sender: http2::SendRequest<Empty<Bytes>>,
+}
+
+/// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (and whether it was just made),
+/// or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
+pub(crate) enum SharedPick {
+    H2(http2::SendRequest<Empty<Bytes>>, bool),
+    H1(Connection),
+}
+
+pub(crate) struct Inner {
+    pub cfg: HttpClientConfig,
+    pub user_agent: HeaderValue,
+    tls: Arc<rustls::ClientConfig>,
+    target: RwLock<Target>,
+    mode: OnceLock<Mode>,
+    slots: Vec<tokio::sync::Mutex<Option<SharedSlot>>>,
+    /// The HTTP/1.1 connection `stat` used, kept for lane 0.
+    spare: Mutex<Option<Connection>>,
+    stats: StatsRegistry,
+}
+
+impl Inner {
+    pub fn target(&self) -> Target {
+        self.target
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_target(&self, t: Target) {
+        *self.target.write().unwrap_or_else(|p| p.into_inner()) = t;
+    }
+
+    pub fn mode(&self) -> Option<Mode> {
+        self.mode.get().copied()
+    }
+
+    /// Under `Auto` over TLS the first connection to the origin tells which protocol it speaks.
+    pub fn learn_mode(&self, conn: &Connection) {
+        if conn.origin == self.target().origin {
+            let _ = self.mode.set(match conn.sender {
+                Sender::H1(_) => Mode::H1,
+                Sender::H2(_) => Mode::H2,
+            });
+        }
+    }
+
+    pub fn params(&self) -> ConnectParams<'_> {
+        ConnectParams {
+            version: self.cfg.version,
+            tcp: &self.cfg.tcp,
+            http2: &self.cfg.http2,
+            tls: &self.tls,
+            connect_timeout: self.cfg.connect_timeout,
+        }
+    }
+
+    pub fn register(&self, index: usize, conn: &Connection) {
+        self.stats.register(index, conn.record.clone());
+    }
+
+    /// The connection lane `lane` rides on: its own for HTTP/1.1, `lane / K` (wrapping at M)
+    /// for HTTP/2.
+    pub fn connection_index(&self, lane: usize) -> usize {
+        match self.mode() {
+            Some(Mode::H2) => {
+                (lane / self.cfg.http2.streams_per_connection) % self.cfg.http2.connections
+            }
+            _ => lane,
+        }
+    }
+
+    /// The shared HTTP/2 connection number `index`, connecting (again) when it is missing,
+    /// closed, or to an origin the transport no longer targets.
+    pub async fn shared_sender(&self, index: usize) -> Result<SharedPick, TransferError> {
+        let origin = self.target().origin;
+        let slot_index = index % self.slots.len();
+        let mut slot = self.slots[slot_index].lock().await;
+        if let Some(s) = slot.as_ref() {
+            if s.origin == origin && !s.sender.is_closed() {
+                return Ok(SharedPick::H2(s.sender.clone(), false));
+            }
+        }
+        *slot = None;
+        let conn = connect::connect(&self.params(), &origin).await?;
+        self.learn_mode(&conn);
+        match conn.sender {
+            Sender::H2(ref s) => {
+                let index = self.connection_index(index);
+                self.register(index, &conn);
+                let sender = s.clone();
+                *slot = Some(SharedSlot {
+                    origin,
+                    sender: sender.clone(),
+                });
+                Ok(SharedPick::H2(sender, true))
+            }
+            Sender::H1(_) => {
+                self.register(index, &conn);
+                Ok(SharedPick::H1(conn))
+            }
+        }
+    }
+
+    fn spare(&self) -> MutexGuard<'_, Option<Connection>> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A client for one `http://` or `https://` resource, over HTTP/1.1 (one connection per lane)
+/// or HTTP/2 (M connections × K streams).
+#[derive(Clone)]
+pub struct HttpTransport {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("url", &self.inner.target().to_string())
+            .field("mode", &self.inner.mode())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpTransport {
+    /// A transport for `url` (`http://` or `https://`). Checks the configuration and builds the
+    /// TLS settings; connects only when asked to `stat` or fetch.
+    pub fn new(url: &str, cfg: HttpClientConfig) -> Result<Self, TransferError> {
+        cfg.validate()
+            .map_err(|e| TransferError::Config(e.to_string()))?;
+        tcp::check_congestion(&cfg.tcp).map_err(|e| TransferError::Config(e.to_string()))?;
+        let target = Target::parse(url).map_err(TransferError::Config)?;
+        let alpn: &[&[u8]] = match cfg.version {
+            HttpVersion::Http1 => &[b"http/1.1"],
+            HttpVersion::Http2 => &[b"h2"],
+            HttpVersion::Auto => &[b"h2", b"http/1.1"],
+        };
+        let tls = xfer_common::tls::client_config(&cfg.tls, alpn)
+            .map_err(|e| TransferError::Config(e.to_string()))?;
+        let mode = OnceLock::new();
+        match (cfg.version, target.origin.security) {
+            (HttpVersion::Http1, _) | (HttpVersion::Auto, Security::Plain) => {
+                let _ = mode.set(Mode::H1);
+            }
+            (HttpVersion::Http2, _) => {
+                let _ = mode.set(Mode::H2);
+            }
+            (HttpVersion::Auto, Security::Tls) => {}
+        }
+        let user_agent = HeaderValue::from_str(&cfg.user_agent)
+            .map_err(|_| TransferError::Config("invalid user_agent".into()))?;
+        let slots = (0..cfg.http2.connections)
+            .map(|_| tokio::sync::Mutex::new(None))
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                cfg,
+                user_agent,
+                tls: Arc::new(tls),
+                target: RwLock::new(target),
+                mode,
+                slots,
+                spare: Mutex::new(None),
+                stats: StatsRegistry::default(),
+            }),
+        })
+    }
+
+    /// The URL requests go to now (after `stat` followed redirects).
+    pub fn url(&self) -> String {
+        self.inner.target().to_string()
+    }
+
+    async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
+        let inner = &self.inner;
+        let mut lane = HttpLane::new(inner.clone(), 0);
+        let want_repr = [(
+            HeaderName::from_static(WANT_REPR_DIGEST),
+            HeaderValue::from_static(SHA256_KEY),
+        )];
+        let head = lane
+            .request(Method::HEAD, inner.target(), &want_repr, "")
+            .await?;
+        let status = head.response.status();
+        let head_len = content_length(head.response.headers());
+        let info = match (status, head_len) {
+            (s, Some(size)) if s.is_success() => {
+                let h = head.response.headers();
+                let accepts = header_str(h, header::ACCEPT_RANGES).map(|v| {
+                    v.split(',')
+                        .any(|unit| unit.trim().eq_ignore_ascii_case("bytes"))
+                });
+                let mut info = RemoteInfo {
+                    url: head.target.to_string(),
+                    size,
+                    etag: header_str(h, header::ETAG).map(str::to_string),
+                    last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
+                    accepts_ranges: accepts.unwrap_or(false),
+                    sha256: repr_digest(h, &head.peer)?,
+                };
+                let target = head.target.clone();
+                drain(head.response.into_body(), inner).await;
+                if accepts.is_none() && size > 0 {
+                    // No Accept-Ranges: ask for one byte to learn whether ranges work.
+                    let probe = self.probe(&mut lane, target).await?;
+                    info.accepts_ranges = probe.accepts_ranges && probe.size == size;
+                }
+                info
+            }
+            (s, _)
+                if s.is_success()
+                    || s == StatusCode::METHOD_NOT_ALLOWED
+                    || s == StatusCode::NOT_IMPLEMENTED =>
+            {
+                tracing::debug!(url = %head.target, %status, "head gave no length; probing with a ranged get");
+                let target = head.target.clone();
+                drain(head.response.into_body(), inner).await;
+                self.probe(&mut lane, target).await?
+            }
+            (s, _) => {
+                let err = TransferError::Status {
+                    peer: head.peer.clone(),
+                    status: s.as_u16(),
+                    what: format!("HEAD {}", head.target),
+                };
+                drain(head.response.into_body(), inner).await;
+                return Err(err);
+            }
+        };
+        if let Ok(t) = Target::parse(&info.url) {
+            inner.set_target(t);
+        }
+        if let Some(conn) = lane.take_connection() {
+            if conn.origin == inner.target().origin && !conn.sender.is_closed() {
+                *inner.spare() = Some(conn);
+            }
+        }
+        Ok(info)
+    }
+
+    /// `GET` with `Range: bytes=0-0`: size from `Content-Range` (206) or `Content-Length` (200,
+    /// no range support).
+    async fn probe(
+        &self,
+        lane: &mut HttpLane,
+        target: Target,
+    ) -> Result<RemoteInfo, TransferError> {
+        let headers = [
+            (header::RANGE, HeaderValue::from_static("bytes=0-0")),
+            (
+                HeaderName::from_static(WANT_REPR_DIGEST),
+                HeaderValue::from_static(SHA256_KEY),
+            ),
+        ];
+        let Answer {
+            response,
+            target,
+            peer,
+        } = lane
+            .request(Method::GET, target, &headers, " bytes=0-0")
+            .await?;
+        let url = target.to_string();
+        let what = format!("GET {url} bytes=0-0");
+        let h = response.headers();
+        let unexpected = |message: String| TransferError::Unexpected {
+            peer: peer.clone(),
+            message: format!("{what}: {message}"),
+        };
+        let mut info = RemoteInfo {
+            url: url.clone(),
+            size: 0,
+            etag: header_str(h, header::ETAG).map(str::to_string),
+            last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
+            accepts_ranges: true,
+            sha256: repr_digest(h, &peer)?,
+        };
+        match response.status() {
+            StatusCode::PARTIAL_CONTENT => {
+                let cr = header_str(h, header::CONTENT_RANGE)
+                    .ok_or_else(|| unexpected("206 without content-range".into()))?;
+                let (_, total) = parse_content_range(cr)
+                    .ok_or_else(|| unexpected(format!("unreadable content-range {cr:?}")))?;
+                info.size =
+                    total.ok_or_else(|| unexpected("server does not tell the size".into()))?;
+                read_small(response.into_body(), &self.inner, &peer, &what).await?;
+            }
+            StatusCode::OK => {
+                // Ranges are ignored; the body is the whole resource, which we do not want here.
+                // Dropping it closes an HTTP/1.1 connection, which the lane replaces.
+                info.size = content_length(h)
+                    .ok_or_else(|| unexpected("200 without content-length".into()))?;
+                info.accepts_ranges = false;
+            }
+            StatusCode::RANGE_NOT_SATISFIABLE => {
+                // Only an empty resource cannot satisfy bytes=0-0.
+                let cr = header_str(h, header::CONTENT_RANGE);
+                info.size = cr
+                    .and_then(parse_unsatisfied_content_range)
+                    .filter(|s| *s == 0)
+                    .ok_or_else(|| unexpected(format!("416 with content-range {cr:?}")))?;
+                drain(response.into_body(), &self.inner).await;
+            }
+            s => {
+                drain(response.into_body(), &self.inner).await;
+                return Err(TransferError::Status {
+                    peer,
+                    status: s.as_u16(),
+                    what,
+                });
+            }
+        }
+        Ok(info)
+    }
+
+    async fn open(&self, index: usize) -> Result<Box<dyn Lane>, TransferError> {
+        let inner = &self.inner;
+        let mut lane = HttpLane::new(inner.clone(), index);
+        if inner.mode().is_none() {
+            // Auto over TLS before any connection: connect now so the lane knows whether it
+            // shares an HTTP/2 connection or owns an HTTP/1.1 one.
+            let slot = index / inner.cfg.http2.streams_per_connection;
+            match inner.shared_sender(slot).await? {
+                SharedPick::H2(..) => {}
+                SharedPick::H1(conn) => lane.adopt(conn),
+            }
+        } else if index == 0 {
+            if let Some(conn) = inner.spare().take() {
+                if conn.origin == inner.target().origin && !conn.sender.is_closed() {
+                    lane.adopt(conn);
+                }
+            }
+        }
+        Ok(Box::new(lane))
+    }
+}
+
+impl Transport for HttpTransport {
+    fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
+        Box::pin(self.stat_inner())
+    }
+
+    fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
+        Box::pin(self.open(index))
+    }
+
+    fn connection_stats(&self) -> Vec<ConnectionStats> {
+        self.inner.stats.collect()
+    }
+
+    fn protocol(&self) -> String {
+        match (self.inner.mode(), self.inner.target().origin.security) {
+            (Some(Mode::H1), _) => "http/1.1".into(),
+            (Some(Mode::H2), Security::Tls) => "h2".into(),
+            (Some(Mode::H2), Security::Plain) => "h2c".into(),
+            (None, _) => "https (h2 or http/1.1, not yet negotiated)".into(),
+        }
+    }
+
+    fn default_lanes(&self) -> usize {
+        match self.inner.mode() {
+            Some(Mode::H2) => {
+                self.inner.cfg.http2.connections * self.inner.cfg.http2.streams_per_connection
+            }
+            _ => self.inner.cfg.connections,
+        }
+    }
+}
