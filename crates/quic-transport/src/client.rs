@@ -222,9 +222,13 @@ impl Inner {
         let connecting = endpoint
             .connect_with(self.quinn_config.clone(), addr, &self.target.host)
             .map_err(|e| TransferError::Config(format!("cannot connect to {}: {e}", self.peer)))?;
-        let connection = connecting
-            .await
-            .map_err(|e| connection_error(&self.peer, e, "handshake"))?;
+        let connection = connecting.await.map_err(|e| {
+            // A handshake that failed for reasons other than TLS never connected.
+            match connection_error(&self.peer, e, "handshake") {
+                TransferError::Io { peer, source } => TransferError::Connect { peer, source },
+                other => other,
+            }
+        })?;
         Ok(Live {
             _endpoint: endpoint,
             connection,

@@ -1,6 +1,29 @@
 //! # xfer-quic: xfer over QUIC
 //!
-//! (crate documentation is being written)
+//! A client transport and a server for `xfer/1`, a small binary request/response protocol
+//! over QUIC bidirectional streams (quinn 0.11, rustls with ring, ALPN `xfer/1`). One request
+//! per stream: GET (metadata, a byte range, an optional SHA-256 trailer of the bytes sent) or
+//! STAT (metadata only). docs/quic-protocol.md specifies the wire format, statuses and error
+//! codes; [`wire`] implements it.
+//!
+//! It mirrors the HTTP transport: [`QuicTransport`] implements
+//! `xfer_core::transport::Transport` for `quic://host:port/path` URLs, [`QuicServer`] serves
+//! the same resources as the HTTP server (`xfer_common::resource`).
+//!
+//! ```text
+//!  engine ─► QuicTransport ─ lane i ─► connection i % M ─► one bidi stream per request
+//!                                         (own UDP socket + quinn endpoint each)
+//!                                             │  request ─► ◄─ head, body, trailer
+//!  QuicServer ◄───────────────────────────────┘
+//!    └─ per stream: Resource::open (blocking pool) ─► BlockStream (read-ahead) ─► write_chunk
+//! ```
+//!
+//! Key types: [`QuicTransport`]/[`QuicClientConfig`], [`QuicServer`]/[`QuicServerConfig`],
+//! [`QuicTuning`] (windows, congestion control, MTU, GSO, UDP buffers; defaults sized for
+//! 1 Gbit/s × 100 ms).
+//!
+//! What it does not do: HTTP/3, 0-RTT, connection migration on purpose, client certificates,
+//! retries (the engine retries, guided by `TransferError::is_retryable`).
 pub mod client;
 pub mod server;
 pub mod socket;
@@ -11,3 +34,5 @@ pub mod wire;
 pub use client::{QuicClientConfig, QuicTransport};
 pub use server::{QuicServer, QuicServerConfig, ServerError};
 pub use tuning::{ConfigError, CongestionControl, QuicTuning};
+pub use url::QuicUrl;
+pub use wire::{ErrorCode, ALPN, DEFAULT_PORT};

@@ -752,6 +752,23 @@ mod tests {
     }
 
     #[test]
+    fn documented_example_encodes_as_shown() {
+        // docs/quic-protocol.md, section "Example".
+        let req = Request {
+            method: Method::Get,
+            path: "/data/a.bin".to_string(),
+            range: Some(1_048_576..2_097_152),
+            want_digest: true,
+            validator: Some("\"1f-400000-17a\"".to_string()),
+        };
+        let mut want = vec![0x01, 0x01, 0x07, 0x0b];
+        want.extend_from_slice(b"/data/a.bin");
+        want.extend_from_slice(&[0x80, 0x10, 0x00, 0x00, 0x80, 0x20, 0x00, 0x00, 0x0f]);
+        want.extend_from_slice(b"\"1f-400000-17a\"");
+        assert_eq!(req.encode(), Ok(want));
+    }
+
+    #[test]
     fn trailing_bytes_are_an_error() {
         let mut req = sample_request().encode().expect("encodes");
         req.push(0);
