@@ -43,7 +43,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const READ_AHEAD: usize = 2;
 
 /// Server settings.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct QuicServerConfig {
     /// Directory whose regular files are served; nothing outside it is reachable.
     pub root: PathBuf,
