@@ -110,12 +110,15 @@ impl HttpRangeBody {
         tracing::debug!(peer = %self.peer, what = %self.what, got = self.got, error = %chain(e),
             "body ended with an error");
         // A body cut short by a closed connection, an HTTP/2 reset or a length mismatch is a
-        // truncation; the cause went to the debug log above. Socket errors stay `Io`.
+        // truncation; the cause went to the debug log above. Socket errors (reset, broken pipe)
+        // stay `Io`.
         let is_io = {
             let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
             let mut found = false;
             while let Some(c) = cur {
-                found |= c.is::<std::io::Error>();
+                found |= c
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() != std::io::ErrorKind::UnexpectedEof);
                 cur = c.source();
             }
             found

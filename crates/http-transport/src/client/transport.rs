@@ -121,8 +121,7 @@ impl Inner {
         self.learn_mode(&conn);
         match conn.sender {
             Sender::H2(ref s) => {
-                let index = self.connection_index(index);
-                self.register(index, &conn);
+                self.register(slot_index, &conn);
                 let sender = s.clone();
                 *slot = Some(SharedSlot {
                     origin,
