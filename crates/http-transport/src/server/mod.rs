@@ -134,10 +134,7 @@ impl HttpServer {
                 if r.is_dir() {
                     Ok(r)
                 } else {
-                    Err(std::io::Error::new(
-                        std::io::ErrorKind::NotADirectory,
-                        "not a directory",
-                    ))
+                    Err(std::io::Error::other("not a directory"))
                 }
             })
             .map_err(|source| ServerError::Root {
