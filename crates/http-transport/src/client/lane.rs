@@ -159,7 +159,7 @@ impl HttpLane {
         let shared_origin =
             self.inner.mode() != Some(Mode::H1) && target.origin == self.inner.target().origin;
         if shared_origin {
-            match self.inner.shared_sender(conn_index).await? {
+            match self.inner.shared_sender(conn_index, self.index).await? {
                 SharedPick::H2(s, fresh) => return Ok((SenderRef::Shared(s), fresh)),
                 SharedPick::H1(conn) => {
                     // Auto over TLS and the server picked HTTP/1.1: the lane keeps it.

@@ -106,8 +106,13 @@ impl Inner {
     }
 
     /// The shared HTTP/2 connection number `index`, connecting (again) when it is missing,
-    /// closed, or to an origin the transport no longer targets.
-    pub async fn shared_sender(&self, index: usize) -> Result<SharedPick, TransferError> {
+    /// closed, or to an origin the transport no longer targets. When ALPN picks HTTP/1.1 the
+    /// new connection belongs to lane `lane` and is filed under its number.
+    pub async fn shared_sender(
+        &self,
+        index: usize,
+        lane: usize,
+    ) -> Result<SharedPick, TransferError> {
         let origin = self.target().origin;
         let slot_index = index % self.slots.len();
         let mut slot = self.slots[slot_index].lock().await;
@@ -130,7 +135,7 @@ impl Inner {
                 Ok(SharedPick::H2(sender, true))
             }
             Sender::H1(_) => {
-                self.register(index, &conn);
+                self.register(lane, &conn);
                 Ok(SharedPick::H1(conn))
             }
         }
@@ -354,7 +359,7 @@ impl HttpTransport {
             // Auto over TLS before any connection: connect now so the lane knows whether it
             // shares an HTTP/2 connection or owns an HTTP/1.1 one.
             let slot = index / inner.cfg.http2.streams_per_connection;
-            match inner.shared_sender(slot).await? {
+            match inner.shared_sender(slot, index).await? {
                 SharedPick::H2(..) => {}
                 SharedPick::H1(conn) => lane.adopt(conn),
             }

@@ -89,6 +89,19 @@ async fn alpn_decides_under_auto() -> TestResult {
     assert!(x?.0 == data[..50_000] && y?.0 == data[50_000..]);
     assert_eq!(srv.script.connections.load(Ordering::SeqCst), 2);
 
+    // A lane opened before any stat learns the protocol by connecting, and its socket is
+    // reported under its own number.
+    let mut cfg = client_cfg(HttpVersion::Auto);
+    cfg.tls.ca_certs = ca.clone();
+    let fresh = HttpTransport::new(&srv.url("/file"), cfg)?;
+    let mut lane = fresh.open_lane(1).await?;
+    assert_eq!(fresh.protocol(), "http/1.1");
+    let (bytes, _) = fetch(lane.as_mut(), &range_req(&info, 0..10)).await?;
+    assert!(bytes == data[..10]);
+    assert_eq!(lane.connection(), 1);
+    let indexes: Vec<usize> = fresh.connection_stats().iter().map(|s| s.index).collect();
+    assert_eq!(indexes, vec![1]);
+
     let mut cfg = client_cfg(HttpVersion::Http2);
     cfg.tls.ca_certs = ca;
     let t = HttpTransport::new(&srv.url("/file"), cfg)?;
