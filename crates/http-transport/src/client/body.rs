@@ -1,6 +1,7 @@
 //! The body of one range response, pulled frame by frame from hyper with exact byte accounting,
 //! an idle deadline per read, and the `Content-Digest` trailer picked up at the end.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,6 +12,7 @@ use xfer_core::transport::{BoxFuture, RangeBody};
 use xfer_core::{Sha256Digest, TransferError};
 
 use crate::client::errors::chain;
+use crate::client::transport::{Inner, ShareTicket};
 
 /// A response body that must deliver exactly `expected` bytes.
 pub(crate) struct HttpRangeBody {
@@ -22,10 +24,19 @@ pub(crate) struct HttpRangeBody {
     idle: Duration,
     digest: Option<Sha256Digest>,
     done: bool,
+    /// The shared HTTP/2 connection carrying this body, retired if the body stalls.
+    stall: Option<(Arc<Inner>, ShareTicket)>,
 }
 
 impl HttpRangeBody {
-    pub fn new(body: Incoming, peer: String, what: String, expected: u64, idle: Duration) -> Self {
+    pub fn new(
+        body: Incoming,
+        peer: String,
+        what: String,
+        expected: u64,
+        idle: Duration,
+        stall: Option<(Arc<Inner>, ShareTicket)>,
+    ) -> Self {
         Self {
             body,
             peer,
@@ -35,6 +46,7 @@ impl HttpRangeBody {
             idle,
             digest: None,
             done: false,
+            stall,
         }
     }
 
@@ -45,11 +57,14 @@ impl HttpRangeBody {
         loop {
             let frame = match tokio::time::timeout(self.idle, self.body.frame()).await {
                 Err(_) => {
+                    if let Some((inner, ticket)) = &self.stall {
+                        inner.retire_shared(*ticket).await;
+                    }
                     return Err(TransferError::Timeout {
                         peer: self.peer.clone(),
                         what: format!("{} after {} bytes", self.what, self.got),
                         after: self.idle,
-                    })
+                    });
                 }
                 Ok(None) => return self.finish(),
                 Ok(Some(Err(e))) => return Err(self.body_error(&e)),

@@ -16,7 +16,7 @@ use crate::client::connect::{self, Connection, Sender};
 use crate::client::errors::from_hyper;
 use crate::client::response::{check_range_head, header_str, is_redirect, Ctx};
 use crate::client::target::Target;
-use crate::client::transport::{Inner, Mode, SharedPick};
+use crate::client::transport::{Inner, Mode, ShareTicket, SharedPick};
 
 /// Redirect and error bodies smaller than this are read to their end so an HTTP/1.1 connection
 /// stays usable; larger ones are dropped with their connection.
@@ -36,6 +36,8 @@ pub(crate) struct Answer {
     pub response: Response<Incoming>,
     pub target: Target,
     pub peer: String,
+    /// The shared HTTP/2 connection it arrived on, if any.
+    pub ticket: Option<ShareTicket>,
 }
 
 impl HttpLane {
@@ -74,13 +76,14 @@ impl HttpLane {
         let mut hops = 0;
         loop {
             let what = format!("{method} {target}{what_suffix}");
-            let (response, peer) = self.send_once(&method, &target, headers, &what).await?;
+            let (response, peer, ticket) = self.send_once(&method, &target, headers, &what).await?;
             let status = response.status();
             if !is_redirect(status) {
                 return Ok(Answer {
                     response,
                     target,
                     peer,
+                    ticket,
                 });
             }
             let location = header_str(response.headers(), header::LOCATION)
@@ -118,15 +121,24 @@ impl HttpLane {
         target: &Target,
         headers: &[(HeaderName, HeaderValue)],
         what: &str,
-    ) -> Result<(Response<Incoming>, String), TransferError> {
+    ) -> Result<(Response<Incoming>, String, Option<ShareTicket>), TransferError> {
         let peer = target.origin.peer();
         let inner = self.inner.clone();
         let mut fresh_only = false;
         loop {
             let (mut sender, fresh) = self.sender_for(target, fresh_only).await?;
+            let ticket = match &sender {
+                SenderRef::Shared(_, t) => Some(*t),
+                SenderRef::Own(_) => None,
+            };
             let result = send_on(&mut sender, method, target, headers, &inner, &peer, what).await;
+            if let (Some(t), Err(SendError::Other(TransferError::Timeout { .. }))) =
+                (ticket, &result)
+            {
+                inner.retire_shared(t).await;
+            }
             match result {
-                Ok(resp) => return Ok((resp, peer)),
+                Ok(resp) => return Ok((resp, peer, ticket)),
                 Err(SendError::BeforeAnswer(e)) if !fresh && !fresh_only => {
                     tracing::debug!(%peer, error = %e, "reused connection failed; reconnecting");
                     self.drop_connection(target);
@@ -160,7 +172,9 @@ impl HttpLane {
             self.inner.mode() != Some(Mode::H1) && target.origin == self.inner.target().origin;
         if shared_origin {
             match self.inner.shared_sender(conn_index, self.index).await? {
-                SharedPick::H2(s, fresh) => return Ok((SenderRef::Shared(s), fresh)),
+                SharedPick::H2(s, fresh, ticket) => {
+                    return Ok((SenderRef::Shared(s, ticket), fresh))
+                }
                 SharedPick::H1(conn) => {
                     // Auto over TLS and the server picked HTTP/1.1: the lane keeps it.
                     self.own = Some(conn);
@@ -235,12 +249,14 @@ impl HttpLane {
                 return Err(e);
             }
         };
+        let stall = answer.ticket.map(|t| (self.inner.clone(), t));
         Ok(HttpRangeBody::new(
             answer.response.into_body(),
             answer.peer,
             what,
             len,
             self.inner.cfg.idle_timeout,
+            stall,
         ))
     }
 }
@@ -273,7 +289,10 @@ impl Lane for HttpLane {
 
 /// The sender a request goes out on: a clone of the shared HTTP/2 handle, or the lane's own.
 enum SenderRef<'a> {
-    Shared(hyper::client::conn::http2::SendRequest<Empty<Bytes>>),
+    Shared(
+        hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+        ShareTicket,
+    ),
     Own(&'a mut Sender),
 }
 
@@ -304,7 +323,7 @@ async fn send_on(
     let user_agent = inner.user_agent.clone();
     let fut = async {
         match sender {
-            SenderRef::Shared(s) => {
+            SenderRef::Shared(s, _) => {
                 s.ready().await.map_err(before)?;
                 let req = build(method, target, headers, user_agent, true)?;
                 s.send_request(req).await.map_err(classify(peer, what))

@@ -1,6 +1,7 @@
 //! [`HttpTransport`]: the [`Transport`] over HTTP/1.1 and HTTP/2, and the state its lanes share
 //! (current URL, negotiated protocol, HTTP/2 connection slots, statistics).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
@@ -33,12 +34,21 @@ pub(crate) enum Mode {
 struct SharedSlot {
     origin: Origin,
     sender: http2::SendRequest<Empty<Bytes>>,
+    generation: u64,
 }
 
-/// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (and whether it was just made),
-/// or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
+/// Names one shared connection, so a lane that saw it stall can retire exactly that one and
+/// not a replacement another lane already made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShareTicket {
+    slot: usize,
+    generation: u64,
+}
+
+/// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
+/// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Empty<Bytes>>, bool),
+    H2(http2::SendRequest<Empty<Bytes>>, bool, ShareTicket),
     H1(Connection),
 }
 
@@ -49,6 +59,7 @@ pub(crate) struct Inner {
     target: RwLock<Target>,
     mode: OnceLock<Mode>,
     slots: Vec<tokio::sync::Mutex<Option<SharedSlot>>>,
+    generations: AtomicU64,
     /// The HTTP/1.1 connection `stat` used, kept for lane 0.
     spare: Mutex<Option<Connection>>,
     stats: StatsRegistry,
@@ -118,7 +129,11 @@ impl Inner {
         let mut slot = self.slots[slot_index].lock().await;
         if let Some(s) = slot.as_ref() {
             if s.origin == origin && !s.sender.is_closed() {
-                return Ok(SharedPick::H2(s.sender.clone(), false));
+                let ticket = ShareTicket {
+                    slot: slot_index,
+                    generation: s.generation,
+                };
+                return Ok(SharedPick::H2(s.sender.clone(), false, ticket));
             }
         }
         *slot = None;
@@ -128,16 +143,36 @@ impl Inner {
             Sender::H2(ref s) => {
                 self.register(slot_index, &conn);
                 let sender = s.clone();
+                let generation = self.generations.fetch_add(1, Ordering::Relaxed);
                 *slot = Some(SharedSlot {
                     origin,
                     sender: sender.clone(),
+                    generation,
                 });
-                Ok(SharedPick::H2(sender, true))
+                let ticket = ShareTicket {
+                    slot: slot_index,
+                    generation,
+                };
+                Ok(SharedPick::H2(sender, true, ticket))
             }
             Sender::H1(_) => {
                 self.register(lane, &conn);
                 Ok(SharedPick::H1(conn))
             }
+        }
+    }
+
+    /// Stop handing out a shared connection that went silent: the next lane to ask connects
+    /// afresh. Streams still on the old one finish or time out on their own; the connection
+    /// closes when the last of them lets go.
+    pub async fn retire_shared(&self, ticket: ShareTicket) {
+        let mut slot = self.slots[ticket.slot].lock().await;
+        if slot
+            .as_ref()
+            .is_some_and(|s| s.generation == ticket.generation)
+        {
+            tracing::debug!(slot = ticket.slot, "retiring a stalled shared connection");
+            *slot = None;
         }
     }
 
@@ -200,6 +235,7 @@ impl HttpTransport {
                 target: RwLock::new(target),
                 mode,
                 slots,
+                generations: AtomicU64::new(0),
                 spare: Mutex::new(None),
                 stats: StatsRegistry::default(),
             }),
@@ -296,6 +332,7 @@ impl HttpTransport {
             response,
             target,
             peer,
+            ..
         } = lane
             .request(Method::GET, target, &headers, " bytes=0-0")
             .await?;

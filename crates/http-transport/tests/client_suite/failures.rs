@@ -225,3 +225,36 @@ async fn bad_configuration_is_refused_up_front() {
         Err(TransferError::Config(_))
     ));
 }
+
+/// A shared HTTP/2 connection that goes silent mid-body: the lane times out, the connection is
+/// retired, and the next request on any lane of that slot gets a fresh connection.
+#[tokio::test]
+async fn stalled_h2_connection_is_replaced() -> TestResult {
+    let data = pattern(SIZE);
+    let mut script = Script::new(data.clone());
+    script.stall_bodies_on_connection = Some(1);
+    let srv = TestServer::start(Wire::H2c, script).await?;
+    let t = HttpTransport::new(
+        &srv.url("/file"),
+        HttpClientConfig {
+            idle_timeout: Duration::from_millis(300),
+            ..client_cfg(HttpVersion::Http2)
+        },
+    )?;
+    let info = t.stat().await?;
+    let mut lane = t.open_lane(0).await?;
+    match fetch(lane.as_mut(), &range_req(&info, 0..1000)).await {
+        Err(e @ TransferError::Timeout { .. }) => assert!(e.is_retryable()),
+        other => return Err(format!("expected Timeout, got {other:?}").into()),
+    }
+    let mut other_lane = t.open_lane(1).await?;
+    let (bytes, _) = fetch(other_lane.as_mut(), &range_req(&info, 0..1000)).await?;
+    assert!(bytes == data[..1000]);
+    assert_eq!(
+        srv.script
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
+    Ok(())
+}

@@ -67,6 +67,8 @@ pub struct Script {
     /// Path → Location for a 302.
     pub redirects: HashMap<String, String>,
     pub tls_h1_only: bool,
+    /// On this connection (1-based, in accept order) GET bodies send nothing after the head.
+    pub stall_bodies_on_connection: Option<usize>,
     pub log: Mutex<Vec<Logged>>,
     pub connections: AtomicUsize,
 }
@@ -85,6 +87,7 @@ impl Script {
             statuses: HashMap::new(),
             redirects: HashMap::new(),
             tls_h1_only: false,
+            stall_bodies_on_connection: None,
             log: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
         }
@@ -157,18 +160,18 @@ impl TestServer {
         let s = script.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                s.connections.fetch_add(1, Ordering::SeqCst);
+                let conn_no = s.connections.fetch_add(1, Ordering::SeqCst) + 1;
                 let s = s.clone();
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     match acceptor {
-                        None => serve(TokioIo::new(stream), wire == Wire::H2c, s).await,
+                        None => serve(TokioIo::new(stream), wire == Wire::H2c, s, conn_no).await,
                         Some(acc) => {
                             let Ok(tls) = acc.accept(stream).await else {
                                 return;
                             };
                             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                            serve(TokioIo::new(tls), h2, s).await;
+                            serve(TokioIo::new(tls), h2, s, conn_no).await;
                         }
                     }
                 });
@@ -184,13 +187,13 @@ impl TestServer {
     }
 }
 
-async fn serve<I>(io: I, h2: bool, script: Arc<Script>)
+async fn serve<I>(io: I, h2: bool, script: Arc<Script>, conn_no: usize)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| {
         let script = script.clone();
-        async move { Ok::<_, Infallible>(handle(&script, req)) }
+        async move { Ok::<_, Infallible>(handle(&script, req, conn_no)) }
     });
     if h2 {
         let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
@@ -212,7 +215,7 @@ fn text(status: u16, msg: &'static str) -> Response<Body> {
     r
 }
 
-fn handle(script: &Script, req: Request<Incoming>) -> Response<Body> {
+fn handle(script: &Script, req: Request<Incoming>, conn_no: usize) -> Response<Body> {
     let path = req.uri().path().to_string();
     if let Ok(mut log) = script.log.lock() {
         log.push(Logged {
@@ -303,6 +306,11 @@ fn handle(script: &Script, req: Request<Incoming>) -> Response<Body> {
     }
     let body: Body = if head {
         Empty::new().boxed()
+    } else if script.stall_bodies_on_connection == Some(conn_no) {
+        StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, Infallible>,
+        >())
+        .boxed()
     } else {
         // Pause before the end so hyper flushes what it has: a truncated body then reaches the
         // client as a head and some bytes before the connection dies, as from a crashing server.
