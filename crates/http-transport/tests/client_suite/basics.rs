@@ -296,3 +296,27 @@ async fn redirects_are_followed_by_stat_and_by_range_requests() -> TestResult {
     }
     Ok(())
 }
+
+/// The TCP knobs reach the client's sockets: the report shows the granted receive buffer and
+/// the requested congestion control, read back from the kernel.
+#[tokio::test]
+async fn tcp_settings_reach_the_socket() -> TestResult {
+    let Some(available) = xfer_http::tcp::available_congestion() else {
+        eprintln!("skipping: no congestion control list in procfs");
+        return Ok(());
+    };
+    let Some(algo) = available.iter().find(|a| a.as_str() != "bbr").cloned() else {
+        return Ok(());
+    };
+    let srv = TestServer::start(Wire::Http1, Script::new(pattern(10_000))).await?;
+    let mut cfg = client_cfg(HttpVersion::Http1);
+    cfg.tcp.recv_buffer = Some(1 << 20);
+    cfg.tcp.congestion = Some(algo.clone());
+    let t = HttpTransport::new(&srv.url("/file"), cfg)?;
+    t.stat().await?;
+    let stats = t.connection_stats();
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].recv_buffer, Some(1 << 20));
+    assert_eq!(stats[0].congestion.as_deref(), Some(algo.as_str()));
+    Ok(())
+}
