@@ -1,6 +1,7 @@
 //! The response body: a short message, nothing, or a byte range of a resource streamed in
 //! blocks, optionally hashed on the way out and closed with a `Content-Digest` trailer.
 
+use std::future::Future as _;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -9,12 +10,13 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
+use tokio::task::JoinHandle;
 use xfer_common::fault::corrupt_block;
 use xfer_common::{BlockStream, DigestCache, Resource};
 use xfer_core::digest::{Sha256Hasher, CONTENT_DIGEST};
 
 /// Body of every response the server sends.
-pub struct ServeBody {
+pub(crate) struct ServeBody {
     kind: Kind,
 }
 
@@ -38,9 +40,18 @@ pub(crate) struct StreamPlan {
 
 struct Streaming {
     blocks: BlockStream,
-    hasher: Option<Sha256Hasher>,
+    hashing: Hashing,
     plan: StreamPlan,
     done: bool,
+}
+
+/// Where the running SHA-256 of the sent bytes is.
+enum Hashing {
+    /// Not asked for (or already finished).
+    Off,
+    Idle(Sha256Hasher),
+    /// Updating with the previous block on the blocking pool.
+    Busy(JoinHandle<Sha256Hasher>),
 }
 
 impl ServeBody {
@@ -58,7 +69,11 @@ impl ServeBody {
         Self {
             kind: Kind::Stream(Box::new(Streaming {
                 blocks,
-                hasher: plan.hash.then(Sha256Hasher::new),
+                hashing: if plan.hash {
+                    Hashing::Idle(Sha256Hasher::new())
+                } else {
+                    Hashing::Off
+                },
                 plan,
                 done: false,
             })),
@@ -95,13 +110,62 @@ impl Body for ServeBody {
             Kind::Message(m) => SizeHint::with_exact(m.as_ref().map_or(0, |b| b.len() as u64)),
             // An exact hint would make HTTP/1.1 send Content-Length instead of chunked
             // encoding, and trailers need chunked encoding.
-            Kind::Stream(s) if s.hasher.is_some() => SizeHint::default(),
+            Kind::Stream(s) if s.plan.hash => SizeHint::default(),
             Kind::Stream(s) => SizeHint::with_exact(s.blocks.remaining()),
         }
     }
 }
 
+/// Blocks smaller than this are hashed in place; larger ones on the blocking pool, so that
+/// hashing block N overlaps with sending it and reading block N+1.
+const HASH_OFFLOAD_MIN: usize = 64 * 1024;
+
 impl Streaming {
+    /// Get the hasher back from the blocking pool if it is busy with the previous block.
+    fn poll_hasher_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Hashing::Busy(handle) = &mut self.hashing {
+            match Pin::new(handle).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(h)) => self.hashing = Hashing::Idle(h),
+                Poll::Ready(Err(e)) => {
+                    self.hashing = Hashing::Off;
+                    return Poll::Ready(Err(io::Error::other(format!("hashing failed: {e}"))));
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn hash(&mut self, block: &Bytes) {
+        if let Hashing::Idle(_) = self.hashing {
+            let Hashing::Idle(mut h) = std::mem::replace(&mut self.hashing, Hashing::Off) else {
+                return;
+            };
+            if block.len() < HASH_OFFLOAD_MIN {
+                h.update(block);
+                self.hashing = Hashing::Idle(h);
+            } else {
+                let block = block.clone();
+                self.hashing = Hashing::Busy(tokio::task::spawn_blocking(move || {
+                    h.update(&block);
+                    h
+                }));
+            }
+        }
+    }
+
+    fn fail(&mut self, offset: u64, e: io::Error) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.done = true;
+        tracing::warn!(
+            peer = %self.plan.peer,
+            path = %self.plan.path,
+            offset,
+            error = %e,
+            "response aborted"
+        );
+        Poll::Ready(Some(Err(e)))
+    }
+
     fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
@@ -110,37 +174,32 @@ impl Streaming {
             return Poll::Ready(None);
         }
         let offset = self.blocks.position();
+        match self.poll_hasher_idle(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => return self.fail(offset, e),
+            Poll::Ready(Ok(())) => {}
+        }
         let next = match self.blocks.poll_next_block(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(next) => next,
         };
         match next {
             Some(Ok(block)) => {
-                if let Some(h) = &mut self.hasher {
-                    h.update(&block);
-                }
+                self.hash(&block);
                 let block = match self.plan.corrupt_at {
                     Some(target) => corrupt_block(block, offset, target),
                     None => block,
                 };
                 Poll::Ready(Some(Ok(Frame::data(block))))
             }
-            Some(Err(e)) => {
-                self.done = true;
-                tracing::warn!(
-                    peer = %self.plan.peer,
-                    path = %self.plan.path,
-                    offset,
-                    error = %e,
-                    "response aborted: reading the resource failed"
-                );
-                Poll::Ready(Some(Err(e)))
-            }
+            Some(Err(e)) => self.fail(offset, e),
             None => {
-                self.done = true;
-                let Some(hasher) = self.hasher.take() else {
+                let Hashing::Idle(hasher) = std::mem::replace(&mut self.hashing, Hashing::Off)
+                else {
+                    self.done = true;
                     return Poll::Ready(None);
                 };
+                self.done = true;
                 let digest = hasher.finish();
                 if let Some((cache, resource)) = self.plan.remember_in.take() {
                     // Only if the file is still the one the bytes came from.

@@ -59,6 +59,13 @@ pub struct ServerConfig {
     pub dangerous_fault: Option<Arc<FaultInjection>>,
 }
 
+impl Default for ServerConfig {
+    /// Serves the current directory (`.`); set `root` to serve anything else.
+    fn default() -> Self {
+        Self::new(".")
+    }
+}
+
 impl ServerConfig {
     /// Defaults for everything but `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {

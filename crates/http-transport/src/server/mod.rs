@@ -47,11 +47,11 @@ use tokio_rustls::TlsAcceptor;
 use xfer_common::resource::StreamOptions;
 use xfer_common::{DigestCache, FaultInjection};
 
-pub use body::ServeBody;
 pub use config::ServerConfig;
 
 use crate::config::ConfigError;
 use crate::tcp::TcpError;
+use body::ServeBody;
 use handler::ConnCtx;
 use io::ServerIo;
 
