@@ -753,6 +753,26 @@ async fn slow_and_surplus_clients_are_cut_off() {
     srv.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_are_closed() {
+    let fx = fixture();
+    let mut cfg = config(&fx.root);
+    cfg.idle_timeout = Duration::from_millis(300);
+    let srv = start(cfg).await;
+    let tcp = TcpStream::connect(srv.addr).await.expect("connect");
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    let (parts, _, _) = h2_get(&mut send, &format!("http://{}/data.bin", srv.addr), &[]).await;
+    assert_eq!(parts.status, 200);
+    // Then silence: the server hangs up and the client's connection task ends.
+    let ended = tokio::time::timeout(PATIENCE, conn).await;
+    assert!(ended.is_ok(), "idle connection was never closed");
+    srv.stop().await;
+}
+
 // --- hand-built HTTP/2 frames -----------------------------------------------------------
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

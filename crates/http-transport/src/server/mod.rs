@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::service::service_fn;
@@ -189,6 +189,8 @@ impl HttpServer {
         let (stop_tx, stop_rx) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(shared.cfg.max_connections));
         let mut tasks = JoinSet::new();
+        let mut refused = 0u64;
+        let mut last_warning = None;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -196,7 +198,12 @@ impl HttpServer {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let Ok(permit) = permits.clone().try_acquire_owned() else {
-                            tracing::warn!(%peer, max = shared.cfg.max_connections, "connection limit reached; closing new connection");
+                            refused += 1;
+                            // At most one warning per second: a flood must not become a log flood.
+                            if last_warning.map_or(true, |t: Instant| t.elapsed() >= Duration::from_secs(1)) {
+                                tracing::warn!(%peer, max = shared.cfg.max_connections, refused, "connection limit reached; closing new connections");
+                                last_warning = Some(Instant::now());
+                            }
                             drop(stream);
                             continue;
                         };
