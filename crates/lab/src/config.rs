@@ -187,6 +187,12 @@ pub struct LabConfig {
     /// gives a plain one-packet-per-read relay, which is simpler but needs far more CPU above a
     /// few hundred Mbit/s.
     pub offload: bool,
+    /// Run the relay thread with a low real-time priority (SCHED_FIFO 10), so its timer
+    /// wake-ups are not delayed behind other work on a busy machine. Default true. The relay
+    /// sleeps between packets and the kernel throttles real-time threads that never sleep, so
+    /// the rest of the machine keeps running; false keeps normal scheduling (timing then
+    /// degrades with load).
+    pub realtime: bool,
     /// Remove the namespaces when the process gets SIGINT or SIGTERM (the previous handler, if
     /// any, still runs afterwards; with none the process then dies as it would have). Default
     /// true. Turn off in programs that handle these signals and keep running.
@@ -201,6 +207,7 @@ impl Default for LabConfig {
             client_to_server: None,
             profile: HostProfile::stock(),
             offload: true,
+            realtime: true,
             cleanup_on_signal: true,
         }
     }
@@ -268,10 +275,16 @@ mod tests {
     fn bad_values_name_the_field() {
         let mut c = LabConfig::default();
         c.link.loss = 1.5;
-        let e = c.validate().err().map(|e| e.to_string()).unwrap_or_default();
+        let e = c
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(e.contains("loss = 1.5"), "{e}");
-        let mut c = LabConfig::default();
-        c.prefix = "a b".into();
+        let c = LabConfig {
+            prefix: "a b".into(),
+            ..LabConfig::default()
+        };
         assert!(matches!(
             c.validate(),
             Err(LabError::InvalidConfig {
@@ -280,9 +293,7 @@ mod tests {
             })
         ));
         let mut c = LabConfig::default();
-        c.profile
-            .sysctls
-            .push(("kernel.panic".into(), "1".into()));
+        c.profile.sysctls.push(("kernel.panic".into(), "1".into()));
         assert!(matches!(
             c.validate(),
             Err(LabError::InvalidConfig {

@@ -36,6 +36,10 @@ const RECORDED_SYSCTLS: &[&str] = &[
 pub struct SettingsInForce {
     pub server: Vec<(String, String)>,
     pub client: Vec<(String, String)>,
+    /// Profile keys that could not be applied inside the namespaces, with the reason (for
+    /// example `net.core.rmem_max`, which recent kernels keep read-only outside the initial
+    /// namespace). The lab never changes host-wide settings.
+    pub skipped: Vec<(String, String)>,
 }
 
 impl SettingsInForce {
@@ -173,11 +177,15 @@ impl Lab {
         let server = OwnedNamespace::create(&srv_name, &config.prefix, on_signal)?;
         let client = OwnedNamespace::create(&cli_name, &config.prefix, on_signal)?;
 
-        let server_tun = setup_side(&srv_name, SERVER_ADDR, &config)?;
-        let client_tun = setup_side(&cli_name, CLIENT_ADDR, &config)?;
+        let (server_tun, skipped) = setup_side(&srv_name, SERVER_ADDR, &config)?;
+        let (client_tun, _) = setup_side(&cli_name, CLIENT_ADDR, &config)?;
+        for (key, why) in &skipped {
+            tracing::warn!(%key, %why, "profile setting not applied");
+        }
         let settings = SettingsInForce {
             server: read_settings(&srv_name)?,
             client: read_settings(&cli_name)?,
+            skipped,
         };
         tracing::info!(
             server = %srv_name,
@@ -193,6 +201,7 @@ impl Lab {
             &config.link,
             &config.client_to_server_link(),
             config.offload,
+            config.realtime,
         )?;
         Ok(Lab {
             config,
@@ -308,12 +317,13 @@ fn exec_in(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
     cmd
 }
 
-/// Creates and configures the TUN device of one side; returns its descriptor.
+/// Creates and configures the TUN device of one side; returns its descriptor and the profile
+/// settings that had to be skipped.
 fn setup_side(
     ns: &str,
     addr: Ipv4Addr,
     config: &LabConfig,
-) -> Result<std::os::fd::OwnedFd, LabError> {
+) -> Result<(std::os::fd::OwnedFd, Vec<(String, String)>), LabError> {
     let offload = config.offload;
     let fd = netns::run_in(ns, move || tun::open(DEVICE, offload))?.map_err(|(op, source)| {
         LabError::Tun {
@@ -330,14 +340,26 @@ fn setup_side(
         "ip",
         &["-n", ns, "link", "set", "dev", DEVICE, "mtu", "1500", "up"],
     )?;
-    netns::write_sysctls(ns, &config.profile.sysctls)?;
+    let mut skipped = netns::write_sysctls(ns, &config.profile.sysctls)?;
     if let Some(qdisc) = &config.profile.qdisc {
-        netns::run(
+        let result = netns::run(
             "tc",
             &["-n", ns, "qdisc", "replace", "dev", DEVICE, "root", qdisc],
-        )?;
+        );
+        match result {
+            // Kernels built without the qdisc: TCP still paces internally (BBR always does).
+            Err(LabError::CommandFailed { stderr, .. }) if stderr.contains("unknown") => {
+                skipped.push((
+                    format!("qdisc {qdisc}"),
+                    format!("not available in this kernel ({stderr})"),
+                ));
+            }
+            other => {
+                other?;
+            }
+        }
     }
-    Ok(fd)
+    Ok((fd, skipped))
 }
 
 fn read_settings(ns: &str) -> Result<Vec<(String, String)>, LabError> {

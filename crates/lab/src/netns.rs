@@ -50,7 +50,10 @@ pub(crate) fn delete(name: &str) -> Result<(), LabError> {
         return Ok(());
     }
     if let Ok(pids) = run("ip", &["netns", "pids", name]) {
-        for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+        for pid in pids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
             // SAFETY: plain syscall; a pid that has exited meanwhile just yields ESRCH.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
@@ -117,16 +120,38 @@ fn sysctl_path(key: &str) -> PathBuf {
     PathBuf::from("/proc/sys").join(key.replace('.', "/"))
 }
 
-/// Writes namespaced sysctls inside `ns`.
-pub(crate) fn write_sysctls(ns: &str, kv: &[(String, String)]) -> Result<(), LabError> {
+/// Writes namespaced sysctls inside `ns`. Keys the namespace shows read-only (on recent kernels
+/// `net.core.rmem_max` and `wmem_max` mirror the host's value in every other namespace) are
+/// skipped and returned with the reason, rather than changed on the host.
+pub(crate) fn write_sysctls(
+    ns: &str,
+    kv: &[(String, String)],
+) -> Result<Vec<(String, String)>, LabError> {
+    use std::os::unix::fs::PermissionsExt;
     let owned = kv.to_vec();
     let result = run_in(ns, move || {
+        let mut skipped = Vec::new();
         for (key, value) in owned {
-            if let Err(source) = std::fs::write(sysctl_path(&key), &value) {
+            let path = sysctl_path(&key);
+            let read_only = std::fs::metadata(&path)
+                .map(|m| m.permissions().mode() & 0o222 == 0)
+                .unwrap_or(false);
+            if read_only {
+                let current = std::fs::read_to_string(&path).unwrap_or_default();
+                skipped.push((
+                    key,
+                    format!(
+                        "read-only inside a network namespace; the host's {} stays in force",
+                        current.trim()
+                    ),
+                ));
+                continue;
+            }
+            if let Err(source) = std::fs::write(&path, &value) {
                 return Err((key, value, source));
             }
         }
-        Ok(())
+        Ok(skipped)
     })?;
     result.map_err(|(key, value, source)| LabError::Sysctl {
         key,

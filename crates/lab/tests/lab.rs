@@ -145,9 +145,15 @@ mod rtt {
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|e| panic!("echo server: {e}"));
         samples.sort_by(f64::total_cmp);
-        assert!(samples[0] >= 39.0, "reply faster than the path: {samples:?}");
+        assert!(
+            samples[0] >= 39.0,
+            "reply faster than the path: {samples:?}"
+        );
         let median = (samples[4] + samples[5]) / 2.0;
-        assert!((median - 40.0).abs() <= 1.0, "median {median} ms: {samples:?}");
+        assert!(
+            (median - 40.0).abs() <= 1.0,
+            "median {median} ms: {samples:?}"
+        );
     }
 }
 
@@ -355,7 +361,10 @@ mod teardown {
         if !prerequisites(&[]) {
             return;
         }
-        let lab = start("xlt-drop", LinkConfig::new(10_000_000, Duration::from_millis(2)));
+        let lab = start(
+            "xlt-drop",
+            LinkConfig::new(10_000_000, Duration::from_millis(2)),
+        );
         let (srv, cli) = (
             lab.server_namespace().to_string(),
             lab.client_namespace().to_string(),
@@ -412,7 +421,10 @@ mod teardown {
             return;
         }
         let result = std::thread::spawn(|| {
-            let _lab = start("xlt-panic", LinkConfig::new(10_000_000, Duration::from_millis(2)));
+            let _lab = start(
+                "xlt-panic",
+                LinkConfig::new(10_000_000, Duration::from_millis(2)),
+            );
             panic!("deliberate");
         })
         .join();
@@ -427,7 +439,10 @@ mod teardown {
         let Ok(prefix) = std::env::var("XFERLAB_SIGNAL_PREFIX") else {
             return;
         };
-        let _lab = start(&prefix, LinkConfig::new(10_000_000, Duration::from_millis(2)));
+        let _lab = start(
+            &prefix,
+            LinkConfig::new(10_000_000, Duration::from_millis(2)),
+        );
         println!("LAB-READY");
         std::thread::sleep(Duration::from_secs(30));
     }

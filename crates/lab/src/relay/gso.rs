@@ -115,7 +115,13 @@ impl TcpSuper {
 
     /// Writes wire packets `first .. first + count` of the super-packet `ip` as one (super-)packet
     /// with its vnet header into `out`; returns the bytes written.
-    pub(crate) fn write_piece(&self, ip: &[u8], first: usize, count: usize, out: &mut [u8]) -> usize {
+    pub(crate) fn write_piece(
+        &self,
+        ip: &[u8],
+        first: usize,
+        count: usize,
+        out: &mut [u8],
+    ) -> usize {
         let payload = self.piece_payload(first, count);
         let total = self.hdr_len + payload;
         let last = first + count == self.segments();
@@ -127,7 +133,11 @@ impl TcpSuper {
                 GSO_NONE
             },
             hdr_len: self.hdr_len as u16,
-            gso_size: if payload > self.mss { self.mss as u16 } else { 0 },
+            gso_size: if payload > self.mss {
+                self.mss as u16
+            } else {
+                0
+            },
             csum_start: self.ip_hdr_len as u16,
             csum_offset: 16,
         };
@@ -239,7 +249,10 @@ mod tests {
             let p = &out[VNET_HDR_LEN..];
             assert_eq!(usize::from(u16::from_be_bytes([p[2], p[3]])), p.len());
             assert_eq!(fold(sum16(&p[..20])), 0xffff, "ip checksum");
-            assert_eq!(u16::from_be_bytes([p[4], p[5]]), 0xfff0u16.wrapping_add(first as u16));
+            assert_eq!(
+                u16::from_be_bytes([p[4], p[5]]),
+                0xfff0u16.wrapping_add(first as u16)
+            );
             let seq = u32::from_be_bytes([p[24], p[25], p[26], p[27]]);
             assert_eq!(seq, 0xffff_ff00u32.wrapping_add((first * 1448) as u32));
             let flags = p[33];

@@ -200,7 +200,9 @@ mod tests {
         cfg.jitter = Duration::from_millis(1);
         let run = || {
             let mut m = LinkModel::new(&cfg);
-            (0..1000u64).map(|i| m.offer(i * MS, 500)).collect::<Vec<_>>()
+            (0..1000u64)
+                .map(|i| m.offer(i * MS, 500))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(), run());
     }

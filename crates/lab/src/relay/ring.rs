@@ -110,7 +110,10 @@ mod tests {
                 }
             }
             if let Some((span, fill)) = live.pop_front() {
-                assert!(ring.slice(span).iter().all(|&b| b == fill), "corrupted at {i}");
+                assert!(
+                    ring.slice(span).iter().all(|&b| b == fill),
+                    "corrupted at {i}"
+                );
                 ring.release(span);
             }
         }

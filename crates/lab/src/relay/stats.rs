@@ -32,9 +32,6 @@ pub struct DirectionStats {
     pub reads: u64,
     /// `write` calls (one per delivered packet or piece of a super-packet).
     pub writes: u64,
-    /// CPU time (user + system) of this direction's thread, including the kernel's receive
-    /// processing that each write into a TUN device runs.
-    pub cpu_time: Duration,
 }
 
 /// Both directions of the relay.
@@ -42,16 +39,14 @@ pub struct DirectionStats {
 pub struct RelayStats {
     pub server_to_client: DirectionStats,
     pub client_to_server: DirectionStats,
+    /// CPU time (user + system) of the relay thread, including the kernel's receive processing
+    /// that each write into a TUN device runs on behalf of the receiving namespace.
+    pub cpu_time: Duration,
     /// Wall time since the relay started.
     pub elapsed: Duration,
 }
 
 impl RelayStats {
-    /// CPU time of both relay threads together.
-    pub fn cpu_time(&self) -> Duration {
-        self.server_to_client.cpu_time + self.client_to_server.cpu_time
-    }
-
     /// Relay CPU time used between `earlier` and `self` as a fraction of one core over the
     /// wall time between them (0.25 = a quarter of a core).
     pub fn cpu_fraction_since(&self, earlier: &RelayStats) -> f64 {
@@ -59,7 +54,7 @@ impl RelayStats {
         if wall <= 0.0 {
             return 0.0;
         }
-        self.cpu_time().saturating_sub(earlier.cpu_time()).as_secs_f64() / wall
+        self.cpu_time.saturating_sub(earlier.cpu_time).as_secs_f64() / wall
     }
 }
 
@@ -76,8 +71,6 @@ pub(crate) struct Counters {
     pub(crate) packets_dropped_relay: AtomicU64,
     pub(crate) reads: AtomicU64,
     pub(crate) writes: AtomicU64,
-    /// Thread CPU time at exit, in ns; 0 while it runs.
-    pub(crate) final_cpu_ns: AtomicU64,
 }
 
 /// Adds to a counter that only its own thread writes (so no read-modify-write is needed).
@@ -86,7 +79,7 @@ pub(crate) fn bump(c: &AtomicU64, by: u64) {
 }
 
 impl Counters {
-    pub(crate) fn snapshot(&self, cpu_time: Duration) -> DirectionStats {
+    pub(crate) fn snapshot(&self) -> DirectionStats {
         DirectionStats {
             packets_in: self.packets_in.load(Relaxed),
             bytes_in: self.bytes_in.load(Relaxed),
@@ -99,7 +92,6 @@ impl Counters {
             packets_dropped_relay: self.packets_dropped_relay.load(Relaxed),
             reads: self.reads.load(Relaxed),
             writes: self.writes.load(Relaxed),
-            cpu_time,
         }
     }
 }
