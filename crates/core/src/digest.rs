@@ -115,7 +115,7 @@ pub fn wants_sha256(value: &str) -> bool {
         let key = parts.next().unwrap_or("").trim();
         let pref = parts.next().map(str::trim);
         key.eq_ignore_ascii_case(SHA256_KEY)
-            && pref.map_or(true, |p| p.parse::<u8>().map_or(false, |n| n > 0))
+            && pref.is_none_or(|p| p.parse::<u8>().is_ok_and(|n| n > 0))
     })
 }
 

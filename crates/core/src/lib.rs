@@ -20,10 +20,18 @@
 //! ```
 pub mod digest;
 pub mod error;
+pub mod get;
+pub mod journal;
+pub mod mem_transport;
 pub mod plan;
+pub mod progress;
 pub mod schedule;
+pub mod sink;
 pub mod size;
 pub mod transport;
+pub mod whole_hash;
 
 pub use digest::Sha256Digest;
 pub use error::TransferError;
+pub use get::{Download, GetConfig, GetError};
+pub use progress::{Progress, ProgressSnapshot, Report};

@@ -79,10 +79,10 @@ pub struct Assignment {
 /// How an attempt ended, as the driver saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptOutcome {
-    /// All bytes arrived; their SHA-256 is `digest`. `server_digest` is what the peer sent for
-    /// them, if anything.
+    /// All bytes arrived; their SHA-256 is `digest` (`None` when running without digests).
+    /// `server_digest` is what the peer sent for them, if anything.
     Received {
-        digest: Sha256Digest,
+        digest: Option<Sha256Digest>,
         server_digest: Option<Sha256Digest>,
     },
     /// The transport failed. `retryable` per [`crate::TransferError::is_retryable`].
@@ -99,7 +99,7 @@ pub enum ScheduleEvent {
         chunk: ChunkIndex,
         attempt: AttemptId,
         lane: LaneIndex,
-        digest: Sha256Digest,
+        digest: Option<Sha256Digest>,
         /// Whether the server's own digest confirmed it.
         server_checked: bool,
         /// Whether the winning attempt was a buffered duplicate.
@@ -254,7 +254,7 @@ impl Scheduler {
 
     /// Work for an idle `lane`, or `None` (wait for an event or [`Scheduler::poll_timeout`]).
     pub fn next_assignment(&mut self, lane: LaneIndex, now: Instant) -> Option<Assignment> {
-        if self.is_finished() || self.lanes.get(lane).map_or(true, |l| l.dead) {
+        if self.is_finished() || self.lanes.get(lane).is_none_or(|l| l.dead) {
             return None;
         }
         self.release_backoffs(now);
@@ -279,10 +279,15 @@ impl Scheduler {
         }
     }
 
-    /// `attempt` ended.
-    pub fn handle_outcome(&mut self, attempt: AttemptId, outcome: AttemptOutcome, now: Instant) {
+    /// `attempt` ended. Returns `true` when its bytes became the chunk's (it verified first).
+    pub fn handle_outcome(
+        &mut self,
+        attempt: AttemptId,
+        outcome: AttemptOutcome,
+        now: Instant,
+    ) -> bool {
         let Some(a) = self.attempts.remove(&attempt) else {
-            return;
+            return false;
         };
         if let Some(l) = self.lanes.get_mut(a.lane) {
             l.bytes += a.received;
@@ -290,14 +295,14 @@ impl Scheduler {
         }
         let chunk = a.chunk;
         if self.state[chunk as usize] == ChunkState::Done || self.failed.is_some() {
-            return;
+            return false;
         }
         match outcome {
             AttemptOutcome::Received {
                 digest,
                 server_digest,
-            } => match server_digest {
-                Some(expected) if expected != digest => {
+            } => match (server_digest, digest) {
+                (Some(expected), Some(digest)) if expected != digest => {
                     self.events.push_back(ScheduleEvent::DigestMismatch {
                         chunk,
                         lane: a.lane,
@@ -326,13 +331,14 @@ impl Scheduler {
                         attempt,
                         lane: a.lane,
                         digest,
-                        server_checked: server_digest.is_some(),
+                        server_checked: server_digest.is_some() && digest.is_some(),
                         direct: a.direct,
                         losers,
                     });
                     if self.remaining == 0 {
                         self.events.push_back(ScheduleEvent::Complete);
                     }
+                    return true;
                 }
             },
             AttemptOutcome::Failed { retryable, reason } => {
@@ -345,12 +351,12 @@ impl Scheduler {
             AttemptOutcome::Cancelled => {
                 // Cancelled for a reason other than a sibling winning (lane shut down): put the
                 // chunk back unless another attempt still carries it.
-                if a.cancelled {
-                    return;
+                if !a.cancelled {
+                    self.requeue_if_orphaned(chunk, now, None);
                 }
-                self.requeue_if_orphaned(chunk, now, None);
             }
         }
+        false
     }
 
     /// A lane can no longer be used (its connection cannot be re-established). Its work was
@@ -555,7 +561,7 @@ impl Scheduler {
             } else {
                 eta.is_infinite() && elapsed > 1.0
             };
-            if worth && best.map_or(true, |(e, _)| eta > e) {
+            if worth && best.is_none_or(|(e, _)| eta > e) {
                 best = Some((eta, a.chunk));
             }
         }

@@ -103,11 +103,11 @@ impl Sim {
                         .unwrap_or(Fault::None);
                     let outcome = match fault {
                         Fault::None => AttemptOutcome::Received {
-                            digest: digest_of(a.chunk),
+                            digest: Some(digest_of(a.chunk)),
                             server_digest: Some(digest_of(a.chunk)),
                         },
                         Fault::Corrupt => AttemptOutcome::Received {
-                            digest: Sha256Digest::of(b"garbage"),
+                            digest: Some(Sha256Digest::of(b"garbage")),
                             server_digest: Some(digest_of(a.chunk)),
                         },
                         Fault::Transient => AttemptOutcome::Failed {

@@ -1,0 +1,280 @@
+//! An in-memory [`Transport`]: a resource held in memory, served in pieces, with faults that
+//! can be injected per request. For tests and engine benchmarks; no sockets.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::digest::Sha256Digest;
+use crate::error::TransferError;
+use crate::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RemoteInfo, Transport};
+
+/// Something to do to a response whose range starts at `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemFault {
+    /// Flip one byte of the body; the trailer digest stays that of the true bytes.
+    Corrupt,
+    /// Fail the request before the body with this error (retryable or not).
+    Fail { retryable: bool },
+    /// End the body half-way.
+    Truncate,
+}
+
+/// A resource in memory. Lanes share its state.
+pub struct MemTransport(Arc<State>);
+
+struct State {
+    data: Bytes,
+    etag: Mutex<Option<String>>,
+    accepts_ranges: bool,
+    send_digests: bool,
+    lanes: usize,
+    piece: usize,
+    /// (range start, fault, times left)
+    faults: Mutex<Vec<(u64, MemFault, u32)>>,
+    /// Per-lane delay between pieces, to make slow lanes.
+    delays: Mutex<Vec<(usize, Duration)>>,
+    requests: Arc<Mutex<Vec<std::ops::Range<u64>>>>,
+}
+
+impl MemTransport {
+    pub fn new(data: impl Into<Bytes>, lanes: usize) -> Self {
+        Self(Arc::new(State {
+            data: data.into(),
+            etag: Mutex::new(Some("\"mem-1\"".into())),
+            accepts_ranges: true,
+            send_digests: true,
+            lanes,
+            piece: 64 << 10,
+            faults: Mutex::new(Vec::new()),
+            delays: Mutex::new(Vec::new()),
+            requests: Arc::new(Mutex::new(Vec::new())),
+        }))
+    }
+
+    fn state_mut(&mut self) -> &mut State {
+        Arc::get_mut(&mut self.0).expect("configured before any lane is opened")
+    }
+
+    /// Behave like a server without range support.
+    pub fn without_ranges(mut self) -> Self {
+        self.state_mut().accepts_ranges = false;
+        self
+    }
+
+    /// Send no `Content-Digest`.
+    pub fn without_digests(mut self) -> Self {
+        self.state_mut().send_digests = false;
+        self
+    }
+
+    /// Apply `fault` to the next `times` responses whose range starts at `offset`.
+    pub fn inject(&self, offset: u64, fault: MemFault, times: u32) {
+        if let Ok(mut f) = self.0.faults.lock() {
+            f.push((offset, fault, times));
+        }
+    }
+
+    /// Sleep `delay` between pieces on `lane`.
+    pub fn slow_lane(&self, lane: usize, delay: Duration) {
+        if let Ok(mut d) = self.0.delays.lock() {
+            d.push((lane, delay));
+        }
+    }
+
+    /// Change the validator, as if the file were replaced.
+    pub fn set_etag(&self, etag: &str) {
+        if let Ok(mut e) = self.0.etag.lock() {
+            *e = Some(etag.to_string());
+        }
+    }
+
+    /// Every range requested so far.
+    pub fn requests(&self) -> Vec<std::ops::Range<u64>> {
+        self.0
+            .requests
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl State {
+    fn take_fault(&self, offset: u64) -> Option<MemFault> {
+        let mut faults = self.faults.lock().ok()?;
+        let i = faults.iter().position(|(o, _, n)| *o == offset && *n > 0)?;
+        faults[i].2 -= 1;
+        Some(faults[i].1.clone())
+    }
+}
+
+impl Transport for MemTransport {
+    fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
+        Box::pin(async move {
+            let s = &self.0;
+            Ok(RemoteInfo {
+                url: "mem://resource".into(),
+                size: s.data.len() as u64,
+                etag: s.etag.lock().ok().and_then(|e| e.clone()),
+                last_modified: None,
+                accepts_ranges: s.accepts_ranges,
+                sha256: s.send_digests.then(|| Sha256Digest::of(&s.data)),
+            })
+        })
+    }
+
+    fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
+        let t = Arc::clone(&self.0);
+        Box::pin(async move { Ok(Box::new(MemLane { t, index }) as Box<dyn Lane>) })
+    }
+
+    fn protocol(&self) -> String {
+        "mem".into()
+    }
+
+    fn default_lanes(&self) -> usize {
+        self.0.lanes
+    }
+}
+
+struct MemLane {
+    t: Arc<State>,
+    index: usize,
+}
+
+impl Lane for MemLane {
+    fn fetch<'a>(
+        &'a mut self,
+        req: &'a RangeRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RangeBody + 'a>, TransferError>> {
+        Box::pin(async move {
+            let t = &self.t;
+            if let Ok(mut r) = t.requests.lock() {
+                r.push(req.range.clone());
+            }
+            let peer = format!("mem lane {}", self.index);
+            if req.expected_size != t.data.len() as u64 {
+                return Err(TransferError::RemoteChanged {
+                    url: "mem://resource".into(),
+                    what: "size".into(),
+                });
+            }
+            if let (Some(v), Some(now)) =
+                (&req.validator, t.etag.lock().ok().and_then(|e| e.clone()))
+            {
+                if *v != now {
+                    return Err(TransferError::RemoteChanged {
+                        url: "mem://resource".into(),
+                        what: "ETag".into(),
+                    });
+                }
+            }
+            let range = req.range.clone();
+            let (start, end) = (
+                usize::try_from(range.start).unwrap_or(usize::MAX),
+                usize::try_from(range.end).unwrap_or(usize::MAX),
+            );
+            let Some(slice) = t.data.get(start..end) else {
+                return Err(TransferError::Status {
+                    peer,
+                    status: 416,
+                    what: format!("{range:?}"),
+                });
+            };
+            let true_digest = Sha256Digest::of(slice);
+            let mut body = t.data.slice(start..end);
+            let mut cut = None;
+            match t.take_fault(range.start) {
+                Some(MemFault::Fail { retryable }) => {
+                    return Err(if retryable {
+                        TransferError::Status {
+                            peer,
+                            status: 503,
+                            what: "injected".into(),
+                        }
+                    } else {
+                        TransferError::Status {
+                            peer,
+                            status: 404,
+                            what: "injected".into(),
+                        }
+                    });
+                }
+                Some(MemFault::Corrupt) => {
+                    let mut v = body.to_vec();
+                    let mid = v.len() / 2;
+                    if let Some(b) = v.get_mut(mid) {
+                        *b ^= 0xff;
+                    }
+                    body = Bytes::from(v);
+                }
+                Some(MemFault::Truncate) => cut = Some(body.len() / 2),
+                None => {}
+            }
+            let delay = t
+                .delays
+                .lock()
+                .ok()
+                .and_then(|d| d.iter().find(|(l, _)| *l == self.index).map(|(_, d)| *d));
+            Ok(Box::new(MemBody {
+                body,
+                pos: 0,
+                cut,
+                piece: t.piece,
+                delay,
+                digest: t.send_digests.then_some(true_digest),
+                peer,
+            }) as Box<dyn RangeBody>)
+        })
+    }
+
+    fn label(&self) -> String {
+        format!("mem lane {}", self.index)
+    }
+
+    fn connection(&self) -> usize {
+        self.index
+    }
+}
+
+struct MemBody {
+    body: Bytes,
+    pos: usize,
+    cut: Option<usize>,
+    piece: usize,
+    delay: Option<Duration>,
+    digest: Option<Sha256Digest>,
+    peer: String,
+}
+
+impl RangeBody for MemBody {
+    fn next_data(&mut self) -> BoxFuture<'_, Result<Option<Bytes>, TransferError>> {
+        Box::pin(async move {
+            match self.delay {
+                Some(d) => tokio::time::sleep(d).await,
+                // A socket is not always ready; yielding lets the other lanes run as they would.
+                None => tokio::task::yield_now().await,
+            }
+            let end = self.cut.unwrap_or(self.body.len());
+            if self.pos >= end {
+                if self.cut.is_some() {
+                    return Err(TransferError::Truncated {
+                        peer: self.peer.clone(),
+                        expected: self.body.len() as u64,
+                        got: self.pos as u64,
+                    });
+                }
+                return Ok(None);
+            }
+            let n = self.piece.min(end - self.pos);
+            let b = self.body.slice(self.pos..self.pos + n);
+            self.pos += n;
+            Ok(Some(b))
+        })
+    }
+
+    fn trailer_digest(&self) -> Option<Sha256Digest> {
+        self.digest
+    }
+}

@@ -1,0 +1,238 @@
+//! The writer: one thread that owns the part file and the journal.
+//!
+//! Lanes send batches of received bytes with their offset; the writer puts them in place with
+//! positional writes (`pwrite`), so lanes never wait on each other's file position and the
+//! bounded channel in front of it is the only back-pressure. Sealing a chunk (after it is
+//! verified) happens on the same thread, after every write that preceded it, which is what
+//! makes the journal record trustworthy: a record is appended only once its chunk's bytes are
+//! in the file.
+//!
+//! End-game duplicates that win arrive as a buffered chunk in the seal message, together with
+//! the attempts that lost; the losers' later writes are dropped, and their earlier ones are
+//! overwritten by the buffer.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::digest::Sha256Digest;
+use crate::journal::{ChunkRecord, JournalWriter};
+use crate::plan::ChunkIndex;
+use crate::schedule::AttemptId;
+
+/// How often written data and journal records are flushed to stable storage. A crash of the
+/// process loses nothing the writer has written (the page cache keeps it); this bounds what a
+/// power loss can take, and on resume every journalled chunk is re-checked anyway.
+const SYNC_INTERVAL: Duration = Duration::from_secs(2);
+
+/// A message to the writer thread.
+#[derive(Debug)]
+pub enum WriteOp {
+    /// Bytes of `attempt` starting at `offset`, in order.
+    Data {
+        attempt: AttemptId,
+        offset: u64,
+        data: Vec<Bytes>,
+    },
+    /// `chunk` is verified: write `buffered` (a winning duplicate's bytes) if any, after
+    /// dropping the `losers`' writes, then journal it and hand it to the whole-file hasher.
+    Seal {
+        record: ChunkRecord,
+        losers: Vec<AttemptId>,
+        buffered: Option<Vec<Bytes>>,
+    },
+    /// Flush everything to stable storage, report, and stop.
+    Finish(oneshot::Sender<Result<(), SinkError>>),
+}
+
+/// A write or sync that failed; the transfer stops with it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{what} {path}: {message}")]
+pub struct SinkError {
+    pub what: &'static str,
+    pub path: PathBuf,
+    pub message: String,
+}
+
+/// Handle to the running writer.
+pub struct Writer {
+    pub tx: mpsc::Sender<WriteOp>,
+    error: Arc<Mutex<Option<SinkError>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    /// Start the writer thread. `queue` bounds the messages in flight (each about one batch);
+    /// `sealed` receives each chunk after it is journalled.
+    pub fn start(
+        part: File,
+        part_path: PathBuf,
+        journal: JournalWriter,
+        queue: usize,
+        sealed: std_mpsc::Sender<ChunkIndex>,
+    ) -> Result<Self, SinkError> {
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        let error = Arc::new(Mutex::new(None));
+        let err2 = Arc::clone(&error);
+        let thread = std::thread::Builder::new()
+            .name("xfer-writer".into())
+            .spawn(move || {
+                let mut w = WriterThread {
+                    part,
+                    part_path,
+                    journal,
+                    revoked: HashSet::new(),
+                    sealed,
+                    dirty: false,
+                    last_sync: Instant::now(),
+                };
+                if let Err(e) = w.run(rx) {
+                    tracing::error!(error = %e, "writer stopped");
+                    if let Ok(mut slot) = err2.lock() {
+                        *slot = Some(e);
+                    }
+                }
+            })
+            .map_err(|e| SinkError {
+                what: "starting the writer thread for",
+                path: PathBuf::new(),
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            tx,
+            error,
+            thread: Some(thread),
+        })
+    }
+
+    /// The error that stopped the writer, if it stopped.
+    pub fn error(&self) -> Option<SinkError> {
+        self.error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Flush to stable storage, then stop the thread.
+    pub async fn finish(mut self) -> Result<(), SinkError> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.tx.send(WriteOp::Finish(tx)).await.is_ok();
+        let synced = if sent { rx.await.ok() } else { None };
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        match synced {
+            Some(r) => r,
+            None => Err(self.error().unwrap_or_else(|| SinkError {
+                what: "writer thread ended before syncing",
+                path: PathBuf::new(),
+                message: "unknown".into(),
+            })),
+        }
+    }
+}
+
+struct WriterThread {
+    part: File,
+    part_path: PathBuf,
+    journal: JournalWriter,
+    revoked: HashSet<AttemptId>,
+    sealed: std_mpsc::Sender<ChunkIndex>,
+    dirty: bool,
+    last_sync: Instant,
+}
+
+impl WriterThread {
+    fn run(&mut self, mut rx: mpsc::Receiver<WriteOp>) -> Result<(), SinkError> {
+        while let Some(op) = rx.blocking_recv() {
+            match op {
+                WriteOp::Data {
+                    attempt,
+                    offset,
+                    data,
+                } => {
+                    if !self.revoked.contains(&attempt) {
+                        self.write(offset, &data)?;
+                    }
+                }
+                WriteOp::Seal {
+                    record,
+                    losers,
+                    buffered,
+                } => {
+                    self.revoked.extend(losers);
+                    if let Some(data) = buffered {
+                        self.write(record.offset, &data)?;
+                    }
+                    self.journal
+                        .record(&record)
+                        .map_err(|e| self.err("journalling chunk for", e))?;
+                    // The hasher may have stopped (verification off or finished); not an error.
+                    let _ = self.sealed.send(record.chunk);
+                    if self.last_sync.elapsed() >= SYNC_INTERVAL {
+                        self.sync()?;
+                    }
+                }
+                WriteOp::Finish(reply) => {
+                    let r = self.sync();
+                    let _ = reply.send(r.clone());
+                    return r;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, mut offset: u64, data: &[Bytes]) -> Result<(), SinkError> {
+        for b in data {
+            self.part.write_all_at(b, offset).map_err(|e| SinkError {
+                what: "writing",
+                path: self.part_path.clone(),
+                message: format!("at offset {offset}: {e}"),
+            })?;
+            offset += b.len() as u64;
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), SinkError> {
+        if self.dirty {
+            self.part.sync_data().map_err(|e| SinkError {
+                what: "syncing",
+                path: self.part_path.clone(),
+                message: e.to_string(),
+            })?;
+            self.dirty = false;
+        }
+        self.journal.sync().map_err(|e| self.err("syncing", e))?;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    fn err(&self, what: &'static str, e: impl std::fmt::Display) -> SinkError {
+        SinkError {
+            what,
+            path: self.journal.path().to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A digest for a journal record, when verification is on.
+pub fn record(
+    chunk: ChunkIndex,
+    range: std::ops::Range<u64>,
+    sha256: Option<Sha256Digest>,
+) -> ChunkRecord {
+    ChunkRecord {
+        chunk,
+        offset: range.start,
+        len: range.end - range.start,
+        sha256,
+    }
+}

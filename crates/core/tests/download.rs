@@ -1,0 +1,298 @@
+//! The download driver end to end over the in-memory transport: real files, journal, writer
+//! and hasher threads; no sockets.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use xfer_core::get::{Download, GetConfig, GetError};
+use xfer_core::journal;
+use xfer_core::mem_transport::{MemFault, MemTransport};
+use xfer_core::plan::MIN_CHUNK_SIZE;
+use xfer_core::Sha256Digest;
+
+const CHUNK: u64 = MIN_CHUNK_SIZE * 4; // 256 KiB
+
+fn data(len: usize, seed: u8) -> Vec<u8> {
+    let mut x = u64::from(seed) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Exact request counts need the end game off: on a shared machine, any lane can look slow.
+fn exact() -> GetConfig {
+    let mut c = config();
+    c.schedule.endgame = false;
+    c
+}
+
+fn config() -> GetConfig {
+    GetConfig {
+        chunk_size: CHUNK,
+        write_batch: 100_000,
+        schedule: xfer_core::schedule::ScheduleConfig {
+            backoff_initial: Duration::from_millis(5),
+            ..Default::default()
+        },
+        ..GetConfig::default()
+    }
+}
+
+async fn get(
+    t: &Arc<MemTransport>,
+    dest: &Path,
+    cfg: GetConfig,
+) -> Result<xfer_core::Report, GetError> {
+    Download::new(t.clone(), "mem://resource", dest, cfg)
+        .run()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetches_identical_bytes_and_reports() {
+    let d = data(20 * CHUNK as usize + 777, 1);
+    let t = Arc::new(MemTransport::new(d.clone(), 4));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("out.bin");
+    let cfg = GetConfig {
+        write_sha256_file: true,
+        ..exact()
+    };
+    let r = get(&t, &dest, cfg).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    let want = Sha256Digest::of(&d).to_hex();
+    assert_eq!(r.sha256.as_deref(), Some(want.as_str()));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.bin.sha256")).unwrap(),
+        format!("{want}  out.bin\n")
+    );
+    assert!(r.verified_against.iter().any(|s| s.contains("Repr-Digest")));
+    assert_eq!(r.lanes.len(), 4);
+    assert_eq!(r.lanes.iter().map(|l| l.chunks).sum::<u64>(), 21);
+    assert_eq!(r.received_bytes, d.len() as u64);
+    assert!(!journal::journal_path(&dest).exists());
+    assert!(!journal::part_path(&dest).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_chunk_is_refetched_alone() {
+    let d = data(8 * CHUNK as usize, 2);
+    let t = Arc::new(MemTransport::new(d.clone(), 3));
+    t.inject(3 * CHUNK, MemFault::Corrupt, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.digest_mismatches, 1);
+    let reqs = t.requests();
+    assert_eq!(reqs.iter().filter(|r| r.start == 3 * CHUNK).count(), 2);
+    assert_eq!(
+        reqs.len(),
+        9,
+        "only the corrupt chunk is fetched twice: {reqs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_errors_and_truncation_are_retried() {
+    let d = data(6 * CHUNK as usize, 3);
+    let t = Arc::new(MemTransport::new(d.clone(), 2));
+    t.inject(CHUNK, MemFault::Fail { retryable: true }, 2);
+    t.inject(4 * CHUNK, MemFault::Truncate, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = get(&t, &dest, config()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.retries, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_error_fails_fast_keeping_progress_then_resume_fetches_only_the_rest() {
+    let d = data(12 * CHUNK as usize, 4);
+    let t = Arc::new(MemTransport::new(d.clone(), 1));
+    t.inject(7 * CHUNK, MemFault::Fail { retryable: false }, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let err = get(&t, &dest, config()).await.unwrap_err();
+    assert!(matches!(err, GetError::Chunk { chunk: 7, .. }), "{err}");
+    assert!(err.to_string().contains("chunk 7"), "{err}");
+    assert!(!dest.exists());
+    assert!(journal::journal_path(&dest).exists());
+    let before = t.requests().len();
+    let r = get(&t, &dest, config()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    // One lane, in order: chunks 0..7 were verified before the failure.
+    assert_eq!(r.resumed_bytes, 7 * CHUNK);
+    assert_eq!(r.received_bytes, 5 * CHUNK);
+    assert_eq!(t.requests().len() - before, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_remote_starts_over() {
+    let d = data(6 * CHUNK as usize, 5);
+    let t = Arc::new(MemTransport::new(d.clone(), 1));
+    t.inject(3 * CHUNK, MemFault::Fail { retryable: false }, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    get(&t, &dest, config()).await.unwrap_err();
+    t.set_etag("\"mem-2\"");
+    let r = get(&t, &dest, config()).await.unwrap();
+    assert_eq!(r.resumed_bytes, 0);
+    assert_eq!(r.received_bytes, d.len() as u64);
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_part_file_is_caught_on_resume() {
+    let d = data(6 * CHUNK as usize, 6);
+    let t = Arc::new(MemTransport::new(d.clone(), 1));
+    t.inject(4 * CHUNK, MemFault::Fail { retryable: false }, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    get(&t, &dest, config()).await.unwrap_err();
+    // Simulate a torn write in a chunk the journal claims.
+    let part = journal::part_path(&dest);
+    let mut bytes = std::fs::read(&part).unwrap();
+    bytes[(CHUNK + 10) as usize] ^= 1;
+    std::fs::write(&part, bytes).unwrap();
+    let r = get(&t, &dest, config()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.resumed_bytes, 3 * CHUNK);
+    assert_eq!(r.received_bytes, 3 * CHUNK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_journal_is_refused_and_existing_destination_kept() {
+    let d = data(2 * CHUNK as usize, 7);
+    let t = Arc::new(MemTransport::new(d, 1));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    std::fs::write(journal::journal_path(&dest), b"something else\n").unwrap();
+    let err = get(&t, &dest, config()).await.unwrap_err();
+    assert!(matches!(err, GetError::Journal(_)), "{err}");
+    std::fs::write(&dest, b"precious").unwrap();
+    let err = get(&t, &dest, config()).await.unwrap_err();
+    assert!(matches!(err, GetError::DestinationExists { .. }));
+    assert_eq!(std::fs::read(&dest).unwrap(), b"precious");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_expected_digest_never_produces_the_file() {
+    let d = data(3 * CHUNK as usize, 8);
+    let t = Arc::new(MemTransport::new(d, 2));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let cfg = GetConfig {
+        expect_sha256: Some(Sha256Digest::of(b"other")),
+        ..config()
+    };
+    let err = get(&t, &dest, cfg).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GetError::WholeDigestMismatch {
+                source_of_expected: "--expect-sha256",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!dest.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_without_ranges_or_digests_still_works() {
+    let d = data(5 * CHUNK as usize + 3, 9);
+    let t = Arc::new(
+        MemTransport::new(d.clone(), 8)
+            .without_ranges()
+            .without_digests(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = get(&t, &dest, config()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.lanes.len(), 1);
+    assert_eq!(t.requests(), vec![0..d.len() as u64]);
+    assert_eq!(r.sha256, Some(Sha256Digest::of(&d).to_hex()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verification_off_skips_hashing() {
+    let d = data(4 * CHUNK as usize, 10);
+    let t = Arc::new(MemTransport::new(d.clone(), 2));
+    t.inject(0, MemFault::Corrupt, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = get(
+        &t,
+        &dest,
+        GetConfig {
+            verify: false,
+            ..config()
+        },
+    )
+    .await
+    .unwrap();
+    // Nothing checks, so the corruption goes through: this is what "off" means.
+    assert_ne!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.sha256, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_lane_is_overtaken_at_the_end() {
+    let d = data(16 * CHUNK as usize, 11);
+    let t = Arc::new(MemTransport::new(d.clone(), 4));
+    // Lane 3 delivers 64 KiB per 200 ms: its first chunk alone would take 0.8 s.
+    t.slow_lane(3, Duration::from_millis(200));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = get(&t, &dest, config()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert!(r.duplicates >= 1, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interruption_keeps_the_journal_for_resume() {
+    let d = data(32 * CHUNK as usize, 12);
+    let t = Arc::new(MemTransport::new(d.clone(), 2));
+    t.slow_lane(0, Duration::from_millis(2));
+    t.slow_lane(1, Duration::from_millis(2));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let dl = Download::new(t.clone(), "mem://resource", &dest, config());
+    let progress = dl.progress();
+    // Interrupt once a few chunks are verified, as Ctrl-C would.
+    let ctrl_c = async move {
+        while progress.snapshot().verified < 4 * CHUNK {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    let err = dl.run_until(ctrl_c).await.unwrap_err();
+    assert!(matches!(err, GetError::Interrupted));
+    let loaded = journal::load(&journal::journal_path(&dest))
+        .unwrap()
+        .unwrap();
+    assert!(
+        !loaded.chunks.is_empty(),
+        "{}",
+        std::fs::read_to_string(journal::journal_path(&dest)).unwrap()
+    );
+    let r = get(&t, &dest, config()).await.unwrap();
+    assert_eq!(r.resumed_bytes, loaded.chunks.len() as u64 * CHUNK);
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+}
+
+#[test]
+fn download_future_is_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let t = Arc::new(MemTransport::new(vec![0u8; 10], 1));
+    let f = Download::new(t, "x", "/nonexistent/x", GetConfig::default()).run();
+    assert_send(&f);
+}
