@@ -1,1 +1,90 @@
-fn main() {}
+//! `xfer`: parallel, verified, resumable bulk transfer over HTTP/1.1, HTTP/2 and QUIC.
+//!
+//! This binary only turns arguments into configuration and reports results; the work is done
+//! by the `xfer` library.
+
+mod bench;
+mod client_args;
+mod demo_cmd;
+mod exit;
+mod get_cmd;
+mod lab_cmd;
+mod progress_bar;
+mod serve_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xfer",
+    version,
+    about = "Move big files fast over long fat networks: parallel, verified, resumable."
+)]
+struct Cli {
+    /// More logging (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve a directory read-only over HTTP/1.1, HTTP/2 and QUIC.
+    Serve(serve_cmd::ServeArgs),
+    /// Fetch a URL in parallel chunks, verify it, resume if interrupted.
+    Get(get_cmd::GetArgs),
+    /// Serve a generated file on loopback and fetch it: a self-contained tour.
+    Demo(demo_cmd::DemoArgs),
+    /// Load-test servers: many concurrent memory-to-memory downloads for a fixed duration.
+    Bench(bench::BenchArgs),
+    /// Emulate a long-RTT link in network namespaces and compare protocols across it.
+    Lab(lab_cmd::LabArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("xfer: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(a) => serve_cmd::run(a).await,
+            Command::Get(a) => get_cmd::run(a).await,
+            Command::Demo(a) => demo_cmd::run(a).await,
+            Command::Bench(a) => bench::run(a).await,
+            Command::Lab(a) => lab_cmd::run(a).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xfer: {}", exit::describe(&e));
+            ExitCode::from(exit::code_for(&e))
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,245 @@
+//! Client-side options shared by `xfer get` and `xfer bench`: protocol, parallelism, TLS trust,
+//! and every transport knob. Raw flags become an [`xfer::ClientConfig`] here, in one place.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, ValueEnum};
+use xfer::{
+    ClientConfig, ClientTlsOptions, CongestionControl, Http2Config, HttpVersion, QuicTuning,
+};
+
+/// A byte count with an optional unit suffix (`64MiB`, `1G`, `1.5GB`).
+pub fn size_arg(s: &str) -> Result<u64, String> {
+    xfer::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// The same, for knobs held in `u32`.
+fn size_u32(s: &str) -> Result<u32, String> {
+    let v = size_arg(s)?;
+    u32::try_from(v).map_err(|_| format!("{s} is more than {} bytes", u32::MAX))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Protocol {
+    /// HTTP/1.1, one lane per connection.
+    Http1,
+    /// HTTP/2: ALPN h2 over TLS, h2c with prior knowledge over plain TCP.
+    Http2,
+    /// What ALPN negotiates (h2 preferred); HTTP/1.1 over plain TCP.
+    Auto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuicCongestion {
+    Cubic,
+    Newreno,
+    /// Experimental in quinn.
+    Bbr,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// HTTP version for http(s):// URLs. quic:// URLs always use QUIC.
+    #[arg(long, value_enum, default_value_t = Protocol::Auto)]
+    pub protocol: Protocol,
+    /// Connections: HTTP/1.1 lanes (default 8), HTTP/2 connections M (default 1), QUIC
+    /// connections (default 2).
+    #[arg(short = 'c', long)]
+    pub connections: Option<usize>,
+    /// Streams in flight per connection, K, for HTTP/2 (default 8) and QUIC (default 4).
+    #[arg(long)]
+    pub streams: Option<usize>,
+
+    /// Trust this CA (or self-signed server certificate) PEM instead of the built-in roots.
+    #[arg(long, value_name = "PEM")]
+    pub ca_cert: Vec<PathBuf>,
+    /// Accept any server certificate. Dangerous: anyone on the path can read and alter data.
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// TCP send buffer (SO_SNDBUF); default: kernel autotuning.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub tcp_send_buffer: Option<u64>,
+    /// TCP receive buffer (SO_RCVBUF); default: kernel autotuning.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub tcp_recv_buffer: Option<u64>,
+    /// TCP congestion control (bbr, cubic, reno...). Default bbr when the kernel has it.
+    #[arg(long, value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// Leave Nagle's algorithm on (TCP_NODELAY off).
+    #[arg(long)]
+    pub no_nodelay: bool,
+
+    /// Start from hyper's/the spec's HTTP/2 defaults (16 KiB frames, 64 KiB windows), for
+    /// comparison; other --h2-* flags still apply on top.
+    #[arg(long)]
+    pub h2_spec_defaults: bool,
+    /// HTTP/2 SETTINGS_MAX_FRAME_SIZE we accept (16KiB to 16MiB-1). Default 1MiB.
+    #[arg(long, value_parser = size_u32, value_name = "SIZE")]
+    pub h2_frame_size: Option<u32>,
+    /// HTTP/2 per-stream receive window. Default 16MiB.
+    #[arg(long, value_parser = size_u32, value_name = "SIZE")]
+    pub h2_stream_window: Option<u32>,
+    /// HTTP/2 connection receive window. Default 64MiB.
+    #[arg(long, value_parser = size_u32, value_name = "SIZE")]
+    pub h2_connection_window: Option<u32>,
+    /// Let hyper size HTTP/2 windows from its BDP estimate instead of the fixed ones.
+    #[arg(long)]
+    pub h2_adaptive_window: bool,
+    /// HTTP/2 send buffer per stream. Default 4MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub h2_send_buffer: Option<u64>,
+
+    /// Start from quinn's defaults (sized for 100 Mbit/s at 100 ms), for comparison.
+    #[arg(long)]
+    pub quic_stock_defaults: bool,
+    /// QUIC per-stream receive window. Default 16MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub quic_stream_window: Option<u64>,
+    /// QUIC connection receive window. Default 64MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub quic_connection_window: Option<u64>,
+    /// QUIC send window. Default 64MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub quic_send_window: Option<u64>,
+    /// QUIC congestion controller.
+    #[arg(long, value_enum)]
+    pub quic_congestion: Option<QuicCongestion>,
+    /// QUIC initial RTT estimate, milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub quic_initial_rtt: Option<u64>,
+    /// QUIC initial MTU, bytes.
+    #[arg(long)]
+    pub quic_initial_mtu: Option<u16>,
+    /// Turn QUIC path MTU discovery off.
+    #[arg(long)]
+    pub quic_no_mtu_discovery: bool,
+    /// Turn UDP segmentation offload (GSO) off.
+    #[arg(long)]
+    pub quic_no_gso: bool,
+    /// UDP socket send and receive buffers. Default 32MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub udp_buffer: Option<u64>,
+
+    /// Give up connecting after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub connect_timeout: f64,
+    /// Fail a request that receives nothing for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub idle_timeout: f64,
+}
+
+impl ClientArgs {
+    /// Turn the flags into a validated configuration.
+    pub fn to_config(&self) -> anyhow::Result<ClientConfig> {
+        let mut c = ClientConfig::default().with_tls(ClientTlsOptions {
+            ca_certs: self.ca_cert.clone(),
+            dangerous_insecure: self.insecure,
+        });
+        let secs = |name: &str, v: f64| -> anyhow::Result<Duration> {
+            Duration::try_from_secs_f64(v)
+                .with_context(|| format!("--{name} {v} is not a duration in seconds"))
+        };
+        let (connect, idle) = (
+            secs("connect-timeout", self.connect_timeout)?,
+            secs("idle-timeout", self.idle_timeout)?,
+        );
+
+        let h = &mut c.http;
+        h.version = match self.protocol {
+            Protocol::Http1 => HttpVersion::Http1,
+            Protocol::Http2 => HttpVersion::Http2,
+            Protocol::Auto => HttpVersion::Auto,
+        };
+        h.connect_timeout = connect;
+        h.idle_timeout = idle;
+        if self.h2_spec_defaults {
+            h.http2 = Http2Config::hyper_defaults();
+        }
+        if let Some(n) = self.connections {
+            h.connections = n;
+            h.http2.connections = n;
+        }
+        if let Some(k) = self.streams {
+            h.http2.streams_per_connection = k;
+        }
+        if let Some(v) = self.h2_frame_size {
+            h.http2.max_frame_size = v;
+        }
+        if let Some(v) = self.h2_stream_window {
+            h.http2.stream_window = v;
+        }
+        if let Some(v) = self.h2_connection_window {
+            h.http2.connection_window = v;
+        }
+        if self.h2_adaptive_window {
+            h.http2.adaptive_window = true;
+        }
+        if let Some(v) = self.h2_send_buffer {
+            h.http2.max_send_buffer = usize::try_from(v).context("--h2-send-buffer too large")?;
+        }
+        h.tcp.send_buffer = self.tcp_send_buffer.or(h.tcp.send_buffer);
+        h.tcp.recv_buffer = self.tcp_recv_buffer.or(h.tcp.recv_buffer);
+        if let Some(cc) = &self.congestion {
+            h.tcp.congestion = Some(cc.clone());
+        }
+        if self.no_nodelay {
+            h.tcp.nodelay = false;
+        }
+        h.validate().context("invalid HTTP client setting")?;
+
+        let q = &mut c.quic;
+        if self.quic_stock_defaults {
+            q.tuning = QuicTuning::quinn_defaults();
+        }
+        q.connect_timeout = connect;
+        q.idle_timeout = idle.max(Duration::from_secs(1));
+        if let Some(n) = self.connections {
+            q.connections = n;
+        }
+        if let Some(k) = self.streams {
+            q.streams_per_connection = k;
+        }
+        let t = &mut q.tuning;
+        if let Some(v) = self.quic_stream_window {
+            t.stream_receive_window = v;
+        }
+        if let Some(v) = self.quic_connection_window {
+            t.connection_receive_window = v;
+        }
+        if let Some(v) = self.quic_send_window {
+            t.send_window = v;
+        }
+        if let Some(cc) = self.quic_congestion {
+            t.congestion = match cc {
+                QuicCongestion::Cubic => CongestionControl::Cubic,
+                QuicCongestion::Newreno => CongestionControl::NewReno,
+                QuicCongestion::Bbr => CongestionControl::Bbr,
+            };
+        }
+        if let Some(ms) = self.quic_initial_rtt {
+            t.initial_rtt = Duration::from_millis(ms);
+        }
+        if let Some(mtu) = self.quic_initial_mtu {
+            t.initial_mtu = mtu;
+        }
+        if self.quic_no_mtu_discovery {
+            t.mtu_discovery = false;
+        }
+        if self.quic_no_gso {
+            t.gso = false;
+        }
+        if let Some(v) = self.udp_buffer {
+            let v = usize::try_from(v).context("--udp-buffer too large")?;
+            t.udp_send_buffer = v;
+            t.udp_recv_buffer = v;
+        }
+        q.validate().context("invalid QUIC client setting")?;
+        if self.insecure && !self.ca_cert.is_empty() {
+            bail!("--insecure and --ca-cert contradict each other: pick one");
+        }
+        Ok(c)
+    }
+}

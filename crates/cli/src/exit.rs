@@ -1,0 +1,82 @@
+//! Exit codes, documented in `docs/cli.md`:
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | any other failure |
+//! | 2 | bad command line or configuration (clap uses 2 as well) |
+//! | 3 | the remote failed: network, TLS, HTTP status, protocol (retries exhausted or permanent) |
+//! | 4 | verification failed: the whole-file SHA-256 differs from what was expected |
+//! | 5 | local file problem: destination exists, disk full, unreadable journal |
+//! | 130 | interrupted (Ctrl-C); run the same command again to resume |
+
+use xfer::{Error, GetError};
+
+pub const FAILURE: u8 = 1;
+pub const USAGE: u8 = 2;
+pub const REMOTE: u8 = 3;
+pub const VERIFY: u8 = 4;
+pub const LOCAL: u8 = 5;
+pub const INTERRUPTED: u8 = 130;
+
+/// The exit code for an error that reached the top.
+pub fn code_for(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(g) = cause.downcast_ref::<GetError>() {
+            return get_code(g);
+        }
+        if let Some(Error::Get(g)) = cause.downcast_ref::<Error>() {
+            return get_code(g);
+        }
+        if let Some(Error::Transport(t)) = cause.downcast_ref::<Error>() {
+            return if matches!(t, xfer::TransferError::Config(_)) {
+                USAGE
+            } else {
+                REMOTE
+            };
+        }
+        if cause.downcast_ref::<UsageError>().is_some() {
+            return USAGE;
+        }
+    }
+    FAILURE
+}
+
+fn get_code(g: &GetError) -> u8 {
+    match g {
+        GetError::Stat { .. } | GetError::Chunk { .. } | GetError::Schedule { .. } => REMOTE,
+        GetError::WholeDigestMismatch { .. } => VERIFY,
+        GetError::DestinationExists { .. }
+        | GetError::Journal(_)
+        | GetError::Io { .. }
+        | GetError::Write(_) => LOCAL,
+        GetError::Plan(_) | GetError::Config(_) => USAGE,
+        GetError::Interrupted => INTERRUPTED,
+    }
+}
+
+/// A configuration mistake, reported with exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// The error and its causes on one line: `fetching X: chunk 3: connection reset`.
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        // Skip causes whose text the previous one already includes.
+        if parts.last().is_some_and(|p| p.contains(&s)) {
+            continue;
+        }
+        parts.push(s);
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,127 @@
+//! `xfer get`: fetch one URL to a file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use xfer::{Download, GetConfig, Sha256Digest};
+
+use crate::client_args::{size_arg, ClientArgs};
+use crate::exit::UsageError;
+use crate::progress_bar::Display;
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// What to fetch: http://, https:// or quic:// URL.
+    pub url: String,
+    /// Where to write it. Default: the last path segment of the URL, in the current directory.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Chunk size: the unit of scheduling, verification and resume.
+    #[arg(long, value_parser = size_arg, default_value = "16MiB")]
+    pub chunk_size: u64,
+    /// Lanes to run, overriding what --connections/--streams imply.
+    #[arg(long)]
+    pub lanes: Option<usize>,
+    /// The whole file's SHA-256 must be this (64 hex digits).
+    #[arg(long, value_name = "HEX")]
+    pub expect_sha256: Option<String>,
+    /// Also write <output>.sha256 in sha256sum format.
+    #[arg(long)]
+    pub sha256_file: bool,
+    /// Skip every digest: no hashing, nothing checked. Only to measure raw transport speed.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Replace the output file if it exists.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Attempts per chunk before giving up.
+    #[arg(long, default_value_t = 8)]
+    pub retries: u32,
+    /// Print the final report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar, no summary line.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
+    let client = args
+        .client
+        .to_config()
+        .map_err(|e| UsageError(format!("{e:#}")))?;
+    let expect_sha256 = args
+        .expect_sha256
+        .as_deref()
+        .map(Sha256Digest::from_hex)
+        .transpose()
+        .map_err(|e| UsageError(format!("--expect-sha256: {e}")))?;
+    let dest = match &args.output {
+        Some(p) => p.clone(),
+        None => default_output(&args.url)
+            .ok_or_else(|| UsageError(format!("cannot name a file after {}; pass -o", args.url)))?,
+    };
+    let mut config = GetConfig {
+        chunk_size: args.chunk_size,
+        lanes: args.lanes,
+        verify: !args.no_verify,
+        expect_sha256,
+        write_sha256_file: args.sha256_file,
+        overwrite: args.overwrite,
+        ..GetConfig::default()
+    };
+    config.schedule.max_attempts = args.retries.max(1);
+    let transport = xfer::transport_for(&args.url, &client).map_err(xfer::Error::from)?;
+    let download = Download::new(transport, &args.url, &dest, config);
+    let display = Display::start(download.progress(), args.quiet || args.json);
+    let ctrl_c = async {
+        // If the handler cannot be installed, Ctrl-C falls back to killing the process, which the
+        // journal survives too.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let result = download.run_until(ctrl_c).await;
+    display.finish();
+    let report = result
+        .map_err(xfer::Error::from)
+        .with_context(|| format!("xfer get {}", args.url))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("serializing the report")?
+        );
+    } else if !args.quiet {
+        eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The URL's last path segment, without query, if it makes a plain file name.
+fn default_output(url: &str) -> Option<PathBuf> {
+    let path = url.split_once("://")?.1;
+    let path = path.split(['?', '#']).next()?;
+    let name = path.rsplit('/').next()?;
+    (!name.is_empty() && name != "." && name != ".." && path.contains('/'))
+        .then(|| PathBuf::from(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_names() {
+        assert_eq!(
+            default_output("https://h/a/b.bin?x=1"),
+            Some(PathBuf::from("b.bin"))
+        );
+        assert_eq!(default_output("https://h/"), None);
+        assert_eq!(default_output("https://h"), None);
+        assert_eq!(default_output("https://h/a/.."), None);
+    }
+}

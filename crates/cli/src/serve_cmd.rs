@@ -1,0 +1,132 @@
+//! `xfer serve`: serve a directory read-only.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use xfer::serve::{ServeConfig, ServerTls, Servers};
+use xfer::{Http2Config, QuicTuning};
+
+use crate::client_args::size_arg;
+use crate::exit::UsageError;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory to serve (read-only). Also serves /.xfer/synthetic?size=SIZE&seed=N.
+    pub dir: PathBuf,
+    /// TCP address for HTTP; QUIC listens on the same address over UDP.
+    #[arg(short, long, default_value = "[::]:8443")]
+    pub listen: SocketAddr,
+    /// TLS certificate chain (PEM).
+    #[arg(long, requires = "tls_key", value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert", value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// Generate a self-signed certificate; clients trust it with --ca-cert <cert-dir>/cert.pem.
+    #[arg(long, conflicts_with_all = ["tls_cert", "plain"])]
+    pub self_signed: bool,
+    /// Where --self-signed writes cert.pem and key.pem.
+    #[arg(long, default_value = "xfer-cert")]
+    pub cert_dir: PathBuf,
+    /// Names for the self-signed certificate (DNS names or IPs).
+    #[arg(long, default_values = ["localhost", "127.0.0.1", "::1"])]
+    pub cert_name: Vec<String>,
+    /// Serve plain HTTP (no TLS, no QUIC). Anyone on the path can read and alter the data.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub plain: bool,
+    /// Do not serve QUIC.
+    #[arg(long)]
+    pub no_quic: bool,
+    /// A different UDP address for QUIC.
+    #[arg(long)]
+    pub quic_listen: Option<SocketAddr>,
+    /// TCP send buffer per connection (SO_SNDBUF, forced past net.core.wmem_max when root).
+    #[arg(long, value_parser = size_arg, default_value = "32MiB", value_name = "SIZE")]
+    pub tcp_send_buffer: u64,
+    /// TCP congestion control for served connections.
+    #[arg(long, value_name = "NAME")]
+    pub congestion: Option<String>,
+    /// HTTP/2 max frame size we accept (affects what clients send: requests only).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub h2_frame_size: Option<u64>,
+    /// HTTP/2 cap on concurrent streams per connection.
+    #[arg(long, default_value_t = Http2Config::default().max_concurrent_streams)]
+    pub h2_max_streams: u32,
+    /// HTTP/2 send buffer per stream.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub h2_send_buffer: Option<u64>,
+    /// Most simultaneous connections.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Do not compute whole-file digests in the background (no Repr-Digest).
+    #[arg(long)]
+    pub no_repr_digest: bool,
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let tls = if args.plain {
+        ServerTls::Plain
+    } else if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        ServerTls::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        }
+    } else if args.self_signed {
+        ServerTls::SelfSigned {
+            dir: args.cert_dir.clone(),
+            names: args.cert_name.clone(),
+        }
+    } else {
+        return Err(UsageError(
+            "choose TLS: --tls-cert/--tls-key, --self-signed, or --plain for unencrypted HTTP"
+                .into(),
+        )
+        .into());
+    };
+    let mut cfg = ServeConfig::new(&args.dir, tls);
+    cfg.http.listen = args.listen;
+    cfg.http.tcp.send_buffer = Some(args.tcp_send_buffer);
+    if let Some(cc) = &args.congestion {
+        cfg.http.tcp.congestion = Some(cc.clone());
+    }
+    if let Some(v) = args.h2_frame_size {
+        cfg.http.http2.max_frame_size =
+            u32::try_from(v).map_err(|_| UsageError(format!("--h2-frame-size {v} too large")))?;
+    }
+    cfg.http.http2.max_concurrent_streams = args.h2_max_streams;
+    if let Some(v) = args.h2_send_buffer {
+        cfg.http.http2.max_send_buffer = usize::try_from(v)
+            .map_err(|_| UsageError(format!("--h2-send-buffer {v} too large")))?;
+    }
+    cfg.http.max_connections = args.max_connections;
+    cfg.http.repr_digest = !args.no_repr_digest;
+    cfg.quic = !args.no_quic;
+    cfg.quic_listen = args.quic_listen;
+    cfg.quic_tuning = QuicTuning::default();
+    if let Err(e) = cfg.http.validate() {
+        return Err(UsageError(e.to_string()).into());
+    }
+    let servers = Servers::start(cfg)
+        .await
+        .with_context(|| format!("serving {}", args.dir.display()))?;
+    if let Some(s) = &servers.self_signed {
+        eprintln!(
+            "self-signed certificate: {} (SHA-256 {})",
+            s.cert_path.display(),
+            s.sha256_fingerprint
+        );
+    }
+    eprintln!("serving {} at {}", args.dir.display(), servers.http_base());
+    match servers.quic_base() {
+        Some(q) => eprintln!("                 and {q}"),
+        None if args.plain => eprintln!("QUIC is off: it needs TLS"),
+        None => {}
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    eprintln!("shutting down; letting transfers in flight finish");
+    servers.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}

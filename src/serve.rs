@@ -1,0 +1,165 @@
+//! Run xfer's servers: HTTP/1.1 + HTTP/2 on TCP and, with TLS, xfer/1 over QUIC on the same
+//! port number over UDP, all serving one directory read-only.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use xfer_common::tls::{self, SelfSigned, TlsError};
+use xfer_common::FaultInjection;
+use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
+use xfer_quic::{QuicServer, QuicServerConfig, QuicTuning};
+
+pub use xfer_http::server::ServerConfig as HttpConfig;
+
+/// Where the server's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerTls {
+    /// Plain TCP: HTTP/1.1 and h2c. QUIC always needs TLS, so it is off.
+    Plain,
+    /// PEM files.
+    Files { cert: PathBuf, key: PathBuf },
+    /// Generate a certificate for `names` and write it (and its key) into `dir`, for clients to
+    /// trust with `--ca-cert <dir>/cert.pem`.
+    SelfSigned { dir: PathBuf, names: Vec<String> },
+}
+
+/// Everything `xfer serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// HTTP server settings; its `root` and `listen` are the served directory and TCP address.
+    pub http: HttpServerConfig,
+    pub tls: ServerTls,
+    /// Serve QUIC on UDP at the same address as TCP (needs TLS). Default on.
+    pub quic: bool,
+    /// A different UDP address for QUIC.
+    pub quic_listen: Option<SocketAddr>,
+    pub quic_tuning: QuicTuning,
+    /// Test hook: corrupt bytes at an offset in the first responses that cover it.
+    pub dangerous_fault: Option<Arc<FaultInjection>>,
+}
+
+impl ServeConfig {
+    /// Serve `root` with the defaults: `[::]:8443`, QUIC beside TCP, TLS as given.
+    pub fn new(root: impl Into<PathBuf>, tls: ServerTls) -> Self {
+        Self {
+            http: HttpServerConfig::new(root),
+            tls,
+            quic: true,
+            quic_listen: None,
+            quic_tuning: QuicTuning::default(),
+            dangerous_fault: None,
+        }
+    }
+}
+
+/// Why the servers could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    Http(#[from] xfer_http::server::ServerError),
+    #[error(transparent)]
+    Quic(#[from] xfer_quic::ServerError),
+}
+
+/// Running servers. Dropping this does not stop them; call [`Servers::shutdown`].
+pub struct Servers {
+    /// The TCP address bound (HTTP).
+    pub http_addr: SocketAddr,
+    /// The UDP address bound (QUIC), when QUIC runs.
+    pub quic_addr: Option<SocketAddr>,
+    /// Whether HTTP runs over TLS.
+    pub tls: bool,
+    /// The generated certificate, when one was made.
+    pub self_signed: Option<SelfSigned>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Servers {
+    /// Bind and start serving in the background.
+    pub async fn start(cfg: ServeConfig) -> Result<Self, ServeError> {
+        let mut self_signed = None;
+        let server_tls = match &cfg.tls {
+            ServerTls::Plain => None,
+            ServerTls::Files { cert, key } => Some(Arc::new(tls::server_config(cert, key, &[])?)),
+            ServerTls::SelfSigned { dir, names } => {
+                let made = tls::self_signed(names, dir)?;
+                let config = tls::server_config(&made.cert_path, &made.key_path, &[])?;
+                self_signed = Some(made);
+                Some(Arc::new(config))
+            }
+        };
+        let mut http_cfg = cfg.http.clone();
+        http_cfg.tls = server_tls.clone();
+        if cfg.dangerous_fault.is_some() {
+            http_cfg.dangerous_fault = cfg.dangerous_fault.clone();
+        }
+        let http = HttpServer::bind(http_cfg).await?;
+        let http_addr = http.local_addr();
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let mut quic_addr = None;
+        if let (true, Some(tls)) = (cfg.quic, server_tls.clone()) {
+            let listen = cfg.quic_listen.unwrap_or(http_addr);
+            let mut qc = QuicServerConfig::new(cfg.http.root.clone(), listen, tls);
+            qc.tuning = cfg.quic_tuning.clone();
+            qc.dangerous_fault = cfg.dangerous_fault.clone();
+            let quic = QuicServer::bind(qc).await?;
+            quic_addr = Some(quic.local_addr());
+            let rx = stop_rx.clone();
+            tasks.push(tokio::spawn(async move { quic.serve(stopped(rx)).await }));
+        }
+        let rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move { http.serve(stopped(rx)).await }));
+        Ok(Self {
+            http_addr,
+            quic_addr,
+            tls: server_tls.is_some(),
+            self_signed,
+            stop,
+            tasks,
+        })
+    }
+
+    /// `https://addr` or `http://addr`, for building URLs.
+    pub fn http_base(&self) -> String {
+        format!(
+            "{}://{}",
+            if self.tls { "https" } else { "http" },
+            self.http_addr
+        )
+    }
+
+    /// `quic://addr`, when QUIC runs.
+    pub fn quic_base(&self) -> Option<String> {
+        self.quic_addr.map(|a| format!("quic://{a}"))
+    }
+
+    /// Stop accepting, let responses in flight finish (up to the HTTP server's grace period).
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+
+    /// Serve until the servers stop by themselves (they do not, unless they fail).
+    pub async fn wait(mut self) {
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
