@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the tests need (Debian packages for interop and link-emulation tests), then runs
+# every check CI runs: formatting, lints, and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 ping:iputils-ping ip:iproute2; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing: ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo apt-get update -qq
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    echo "warning: cannot install ${need[*]} (not root); the tests that need them will say so" >&2
+  fi
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# The resume and CLI tests drive the real binary.
+cargo build --locked -p xfer-cli
+cargo test --workspace --locked
