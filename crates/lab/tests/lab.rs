@@ -405,7 +405,10 @@ mod integrity {
             .unwrap_or_else(|_| panic!("receiver panicked"))
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|e| panic!("receiver: {e}"));
-        assert_eq!(mismatch, None, "stream differs (length or first bad offset)");
+        assert_eq!(
+            mismatch, None,
+            "stream differs (length or first bad offset)"
+        );
         let s2c = lab.relay_stats().server_to_client;
         eprintln!("{s2c:?}");
         assert!(s2c.packets_dropped_loss > 0);

@@ -53,13 +53,14 @@ const MAX_COALESCE_NS: u64 = 200_000;
 /// Costs up to this much CPU per timed wake-up; loaded links coalesce instead and do not spin.
 const SPIN_NS: u64 = 150_000;
 
-/// The wake-up coalescing interval `G` for links with these round-trip times: 1/200 of the
-/// shorter RTT, so the worst-case error under load (±G/2 at each of four stages) stays within
-/// 1% of the RTT, clamped to 50 µs ..= 500 µs. At 1 Gbit/s and 100 ms this bounds wake-ups to
-/// 2,000 a second.
+/// The wake-up coalescing interval `G` for links with these round-trip times: 1/100 of the
+/// shorter RTT, clamped to 50 µs ..= 1 ms. Under load each of the four stages a round trip
+/// crosses (two arrivals, two deliveries) is then off by at most ±G/2 and zero on average, so
+/// the worst case stays within 2% of the RTT. At 1 Gbit/s and 100 ms this bounds wake-ups to
+/// 1,000 a second.
 pub(crate) fn coalesce_interval(a: &LinkConfig, b: &LinkConfig) -> u64 {
     let rtt = a.rtt.min(b.rtt).as_nanos() as u64;
-    (rtt / 200).clamp(50_000, 500_000)
+    (rtt / 100).clamp(50_000, 1_000_000)
 }
 
 /// The running relay; [`Relay::stop`] (or drop) ends its thread.
