@@ -102,7 +102,7 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ),
     (
         "quic",
-        "xfer/1 over QUIC with TLS 1.3 (ALPN xfer/1); default port 4433",
+        "xfer/1 over QUIC with TLS 1.3 (ALPN xfer/1); default port 8443",
     ),
 ];
 

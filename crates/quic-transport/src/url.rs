@@ -1,6 +1,6 @@
 //! `quic://host[:port][/path][?query]` URLs.
 //!
-//! The port defaults to [`DEFAULT_PORT`] (4433). The host is a DNS name, an IPv4 address or a
+//! The port defaults to [`DEFAULT_PORT`] (8443, the port `xfer serve` listens on by default, TCP and UDP alike). The host is a DNS name, an IPv4 address or a
 //! bracketed IPv6 address; it is also the TLS server name. The path and query are sent verbatim
 //! (still percent-encoded) in the request; the server decodes them as the HTTP server does. A
 //! fragment is dropped. User info is refused.

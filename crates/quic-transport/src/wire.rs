@@ -15,7 +15,7 @@ pub const ALPN: &[u8] = b"xfer/1";
 /// The only protocol version this crate speaks; the first byte of every request and head.
 pub const VERSION: u8 = 1;
 /// Default UDP port of `quic://` URLs.
-pub const DEFAULT_PORT: u16 = 4433;
+pub const DEFAULT_PORT: u16 = 8443;
 
 /// Largest encoded request, in bytes. The server stops reading (and stops the stream with
 /// [`ErrorCode::RequestTooLarge`]) beyond it, so a client cannot make it buffer more.
