@@ -1,0 +1,16 @@
+//! The end-to-end suite: real servers and clients on loopback, real TLS, real files.
+//!
+//! One test binary (modules under `tests/e2e/`) keeps link time low. Most cases run once per
+//! transport (HTTP/1.1 over TLS, HTTP/2 over TLS, h2c, QUIC) through the `each_transport!`
+//! macro, with the servers in-process on port 0. Cases that check the command line run the
+//! `xfer` binary built by `cargo build -p xfer-cli`; interop cases run nginx and curl as child
+//! processes and skip when they are missing, except under `CI=true`.
+//!
+//! Kill-and-resume through the real binary lives in `crates/cli/tests/resume.rs`, where Cargo
+//! hands the test the binary's path.
+
+#[path = "e2e/support.rs"]
+mod support;
+
+#[path = "e2e/transfer.rs"]
+mod transfer;

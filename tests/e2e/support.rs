@@ -1,0 +1,336 @@
+//! Fixtures shared by the end-to-end cases: transports, in-process servers on loopback port 0,
+//! generated files, hashing, the `xfer` binary and external programs (nginx, curl).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use xfer::crates::common::FaultInjection;
+use xfer::crates::core::digest::Sha256Hasher;
+use xfer::serve::{ServeConfig, ServerTls, Servers};
+use xfer::{ClientConfig, ClientTlsOptions, HttpVersion};
+
+pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub const MIB: u64 = 1 << 20;
+
+/// The transports every end-to-end case runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// HTTP/1.1 over TLS, 8 connections.
+    Http1Tls,
+    /// HTTP/2 over TLS (ALPN h2), 1 connection × 8 streams.
+    Http2Tls,
+    /// HTTP/2 with prior knowledge over plain TCP, 1 connection × 8 streams.
+    H2c,
+    /// xfer/1 over QUIC, 2 connections × 4 streams.
+    Quic,
+}
+
+impl Proto {
+    /// Lanes the client configuration gives.
+    pub fn lanes(self) -> usize {
+        8
+    }
+
+    /// What the report's `protocol` field says for this transport.
+    pub fn report_name(self) -> &'static str {
+        match self {
+            Proto::Http1Tls => "http/1.1",
+            Proto::Http2Tls => "h2",
+            Proto::H2c => "h2c",
+            Proto::Quic => "quic",
+        }
+    }
+
+    fn tls(self) -> bool {
+        self != Proto::H2c
+    }
+}
+
+/// A server on loopback serving `root` (a fresh temporary directory), and a client set up to
+/// trust it over one transport.
+pub struct Fixture {
+    pub proto: Proto,
+    pub dir: tempfile::TempDir,
+    pub servers: Servers,
+    pub client: ClientConfig,
+}
+
+impl Fixture {
+    pub async fn start(proto: Proto) -> Result<Self, BoxError> {
+        Self::start_with_fault(proto, None).await
+    }
+
+    /// As [`Fixture::start`], with the servers' corruption hook armed.
+    pub async fn start_with_fault(
+        proto: Proto,
+        fault: Option<Arc<FaultInjection>>,
+    ) -> Result<Self, BoxError> {
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir(dir.path().join("root"))?;
+        std::fs::create_dir(dir.path().join("out"))?;
+        let tls = if proto.tls() {
+            ServerTls::SelfSigned {
+                dir: dir.path().join("cert"),
+                names: vec!["127.0.0.1".into(), "localhost".into()],
+            }
+        } else {
+            ServerTls::Plain
+        };
+        let mut cfg = ServeConfig::new(dir.path().join("root"), tls);
+        cfg.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        cfg.quic = proto == Proto::Quic;
+        // Its own UDP port 0, rather than the TCP port's number, which another process may hold.
+        cfg.quic_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+        cfg.dangerous_fault = fault;
+        let servers = Servers::start(cfg).await?;
+
+        let mut client = ClientConfig::default();
+        if let Some(ss) = &servers.self_signed {
+            client = client.with_tls(ClientTlsOptions {
+                ca_certs: vec![ss.cert_path.clone()],
+                dangerous_insecure: false,
+            });
+        }
+        match proto {
+            Proto::Http1Tls => {
+                client.http.version = HttpVersion::Http1;
+                client.http.connections = 8;
+            }
+            Proto::Http2Tls | Proto::H2c => {
+                client.http.version = HttpVersion::Http2;
+                client.http.http2.connections = 1;
+                client.http.http2.streams_per_connection = 8;
+            }
+            Proto::Quic => {
+                client.quic.connections = 2;
+                client.quic.streams_per_connection = 4;
+            }
+        }
+        Ok(Self {
+            proto,
+            dir,
+            servers,
+            client,
+        })
+    }
+
+    /// The served directory.
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    /// A directory for downloads, outside the served one.
+    pub fn out(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// The URL of `path` (starting with `/`, sent verbatim) over this fixture's transport.
+    pub fn url(&self, path: &str) -> String {
+        let base = match self.proto {
+            Proto::Quic => self.servers.quic_base().unwrap_or_default(),
+            _ => self.servers.http_base(),
+        };
+        format!("{base}{path}")
+    }
+
+    /// The CA file clients must trust, when the server runs TLS.
+    pub fn ca_cert(&self) -> Option<PathBuf> {
+        self.servers
+            .self_signed
+            .as_ref()
+            .map(|s| s.cert_path.clone())
+    }
+
+    pub async fn shutdown(self) {
+        self.servers.shutdown().await;
+    }
+}
+
+/// Write `size` pseudo-random bytes (a fixed function of `seed`) to `path`; returns their
+/// SHA-256 in hex.
+pub fn write_random_file(path: &Path, size: u64, seed: u64) -> Result<String, BoxError> {
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut hasher = Sha256Hasher::new();
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        for word in block[..n].chunks_mut(8) {
+            // splitmix64: fast, and different at every offset, so a misplaced chunk shows.
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            let bytes = z.to_le_bytes();
+            word.copy_from_slice(&bytes[..word.len()]);
+        }
+        hasher.update(&block[..n]);
+        file.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    file.flush()?;
+    Ok(hasher.finish().to_hex())
+}
+
+/// SHA-256 of a file's contents, hex.
+pub fn sha256_file(path: &Path) -> Result<String, BoxError> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finish().to_hex())
+}
+
+/// The `xfer` binary built next to this test (`cargo build -p xfer-cli` puts it there).
+pub fn xfer_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/e2e-<hash> -> target/<profile>/xfer
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("xfer"))
+        .unwrap_or_default();
+    assert!(
+        bin.is_file(),
+        "the xfer binary is missing at {}: run `cargo build -p xfer-cli` (same profile) before \
+         these tests",
+        bin.display()
+    );
+    bin
+}
+
+/// Run `xfer` with `args` to completion, off the async runtime.
+pub async fn run_xfer(args: Vec<String>) -> Result<Output, BoxError> {
+    let bin = xfer_bin();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin).args(&args).stdin(Stdio::null()).output()
+    })
+    .await??;
+    Ok(out)
+}
+
+/// The report `xfer get --json` printed.
+pub fn json_report(out: &Output) -> Result<serde_json::Value, BoxError> {
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "xfer get printed no JSON report ({e}); status {:?}, stderr:\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into()
+    })
+}
+
+pub fn u64_field(report: &serde_json::Value, name: &str) -> Result<u64, BoxError> {
+    report[name]
+        .as_u64()
+        .ok_or_else(|| format!("report has no integer {name}: {report}").into())
+}
+
+/// A child process killed when the test ends, however it ends.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback TCP port free at the time of asking.
+pub fn free_port() -> Result<u16, BoxError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Wait until something accepts TCP connections at `addr`, or the child exits, or `limit`.
+pub fn wait_listening(
+    addr: SocketAddr,
+    child: &mut Child,
+    limit: Duration,
+) -> Result<(), BoxError> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(format!("server process exited early with {status}").into());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("nothing listening at {addr} after {limit:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An external program the interop cases need, or `None` to skip. Under `CI=true` a missing
+/// program fails the test instead.
+pub fn require_program(name: &str, candidates: &[&str], package: &str) -> Option<PathBuf> {
+    let found = candidates
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join(name))
+                    .find(|p| p.is_file())
+            })
+        });
+    if found.is_none() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(
+            !ci,
+            "{name} is required under CI=true (apt-get install {package})"
+        );
+        eprintln!("skipping: {name} not found (apt-get install {package})");
+    }
+    found
+}
+
+/// Run one async case over every transport: `each_transport!(name => path::to::case);` makes
+/// `mod name` with one `#[tokio::test]` per transport calling `case(Proto::...)`.
+macro_rules! each_transport {
+    ($($name:ident => $case:path;)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::support::{Proto, TestResult};
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn http1_tls() -> TestResult {
+                $case(Proto::Http1Tls).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn http2_tls() -> TestResult {
+                $case(Proto::Http2Tls).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn h2c() -> TestResult {
+                $case(Proto::H2c).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn quic() -> TestResult {
+                $case(Proto::Quic).await
+            }
+        }
+    )*};
+}
+pub(crate) use each_transport;
