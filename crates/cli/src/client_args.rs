@@ -42,7 +42,7 @@ pub enum QuicCongestion {
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
     /// HTTP version for http(s):// URLs. quic:// URLs always use QUIC.
-    #[arg(long, value_enum, default_value_t = Protocol::Auto)]
+    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
     pub protocol: Protocol,
     /// Connections: HTTP/1.1 lanes (default 8), HTTP/2 connections M (default 1), QUIC
     /// connections (default 2).

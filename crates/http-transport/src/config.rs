@@ -21,12 +21,12 @@ pub const H2_MAX_WINDOW: u32 = (1 << 31) - 1;
 /// Which HTTP version the client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HttpVersion {
-    /// HTTP/1.1, one lane per connection.
+    /// HTTP/1.1, one lane per connection. The default.
+    #[default]
     Http1,
     /// HTTP/2: over TLS by ALPN `h2`, over plain TCP as h2c with prior knowledge.
     Http2,
     /// Offer `h2` and `http/1.1` by ALPN and use what the server picks; plain TCP means HTTP/1.1.
-    #[default]
     Auto,
 }
 

@@ -9,8 +9,10 @@ use crate::config::{ConfigError, Http2Config, HttpVersion, TcpConfig};
 /// How the HTTP client connects and how many lanes it offers.
 #[derive(Debug, Clone)]
 pub struct HttpClientConfig {
-    /// Protocol to speak. Default [`HttpVersion::Auto`]: ALPN decides over TLS, plain TCP is
-    /// HTTP/1.1.
+    /// Protocol to speak. Default [`HttpVersion::Http1`]: on long lossy paths several TCP
+    /// connections, each with its own congestion window, recover from loss faster than the
+    /// one connection HTTP/2 shares among its streams. [`HttpVersion::Auto`] lets ALPN decide
+    /// over TLS (plain TCP is then HTTP/1.1).
     pub version: HttpVersion,
     /// HTTP/1.1 lanes, one TCP connection each (1 to 1024). Default 8: on a lossy long path
     /// several independent congestion windows recover faster than one; more connections cost a
@@ -38,7 +40,7 @@ pub struct HttpClientConfig {
 impl Default for HttpClientConfig {
     fn default() -> Self {
         Self {
-            version: HttpVersion::Auto,
+            version: HttpVersion::Http1,
             connections: 8,
             http2: Http2Config::default(),
             tcp: TcpConfig::default(),
