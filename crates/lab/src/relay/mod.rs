@@ -42,6 +42,8 @@ use stats::{bump, Counters, RelayStats};
 
 /// Room for the largest packet a read can return: vnet header plus a 64 KiB super-packet.
 const SLOT: usize = VNET_HDR_LEN + 65_536 + 512;
+/// Upper bound on one direction's packet store (untouched pages cost no memory).
+const MAX_RING_BYTES: usize = 2 << 30;
 /// Packets read from one device in one go before the other gets its turn.
 const READ_BATCH: usize = 64;
 /// Wire packets of one super-packet travel together only while their delivery times lie this
@@ -382,8 +384,16 @@ impl Pump {
         // doubled for stored vnet headers, small packets and the ring's wrap-around slack.
         let in_flight =
             (cfg.rate_bps as u128 * (cfg.rtt / 2 + cfg.jitter).as_nanos() / 8_000_000_000) as usize;
-        let capacity =
+        let wanted =
             (2 * (cfg.effective_queue_bytes() as usize + in_flight) + 8 * SLOT).max(4 << 20);
+        let capacity = wanted.min(MAX_RING_BYTES);
+        if capacity < wanted {
+            tracing::warn!(
+                wanted,
+                capacity,
+                "relay packet store capped; packets beyond it count as relay drops"
+            );
+        }
         Self {
             input,
             output,
