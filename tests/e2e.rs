@@ -14,3 +14,9 @@ mod support;
 
 #[path = "e2e/transfer.rs"]
 mod transfer;
+
+#[path = "e2e/corruption.rs"]
+mod corruption;
+
+#[path = "e2e/rejection.rs"]
+mod rejection;
