@@ -966,13 +966,17 @@ async fn fetch_chunk(
     let mut batch_len = 0usize;
     let mut batch_offset = a.range.start;
     let mut buffer: Vec<Bytes> = Vec::new();
+    let mut unreported = 0u64;
     loop {
         // A body that is always ready (fast loopback, memory) must not keep its worker thread
         // from the other lanes.
         tokio::task::consume_budget().await;
         let next = tokio::select! {
             biased;
-            _ = token.cancelled() => return Fetched::cancelled(),
+            _ = token.cancelled() => {
+                report_received(shared, lane_index, unreported);
+                return Fetched::cancelled();
+            }
             r = body.next_data() => r,
         };
         match next {
@@ -991,26 +995,31 @@ async fn fetch_chunk(
                 if let Some(h) = hasher.as_mut() {
                     h.update(&data);
                 }
-                shared.progress.update(|p| {
-                    p.received += n;
-                    if let Some(l) = p.lanes.get_mut(lane_index) {
-                        l.bytes += n;
-                    }
-                });
+                // Counted in steps: a QUIC body arrives in packet-sized pieces, and a lock per
+                // piece would show up in the profile.
+                unreported += n;
+                if unreported >= PROGRESS_STEP {
+                    report_received(shared, lane_index, std::mem::take(&mut unreported));
+                }
                 batch_len += data.len();
                 batch.push(data);
                 if batch_len >= shared.write_batch {
                     batch_len = 0;
                     if !flush(shared, a, &mut batch, &mut batch_offset, &mut buffer, token).await {
+                        report_received(shared, lane_index, unreported);
                         return Fetched::cancelled();
                     }
                     shared.lock().handle_progress(a.attempt, received);
                 }
             }
             Ok(None) => break,
-            Err(e) => return failed(e),
+            Err(e) => {
+                report_received(shared, lane_index, unreported);
+                return failed(e);
+            }
         }
     }
+    report_received(shared, lane_index, unreported);
     if received != len {
         return failed(TransferError::Truncated {
             peer: peer.clone(),
@@ -1029,6 +1038,20 @@ async fn fetch_chunk(
         },
         reusable: true,
         buffer,
+    }
+}
+
+/// Bytes between progress updates of one lane.
+const PROGRESS_STEP: u64 = 256 << 10;
+
+fn report_received(shared: &Shared, lane: usize, n: u64) {
+    if n > 0 {
+        shared.progress.update(|p| {
+            p.received += n;
+            if let Some(l) = p.lanes.get_mut(lane) {
+                l.bytes += n;
+            }
+        });
     }
 }
 
