@@ -1041,6 +1041,9 @@ async fn fetch_chunk(
     }
 }
 
+/// A batch of more pieces than this is copied into one buffer before it is written.
+const COALESCE_PIECES: usize = 16;
+
 /// Bytes between progress updates of one lane.
 const PROGRESS_STEP: u64 = 256 << 10;
 
@@ -1067,8 +1070,17 @@ async fn flush(
     if batch.is_empty() {
         return true;
     }
-    let data = std::mem::take(batch);
+    let mut data = std::mem::take(batch);
     let n: u64 = data.iter().map(|b| b.len() as u64).sum();
+    // QUIC delivers packet-sized pieces: one copy into a single buffer is far cheaper than a
+    // write system call (or a buffered duplicate's bookkeeping) per piece.
+    if data.len() > COALESCE_PIECES {
+        let mut joined = bytes::BytesMut::with_capacity(usize::try_from(n).unwrap_or(0));
+        for b in &data {
+            joined.extend_from_slice(b);
+        }
+        data = vec![joined.freeze()];
+    }
     if a.direct {
         let op = WriteOp::Data {
             attempt: a.attempt,
