@@ -200,7 +200,7 @@ impl HttpServer {
                         let Ok(permit) = permits.clone().try_acquire_owned() else {
                             refused += 1;
                             // At most one warning per second: a flood must not become a log flood.
-                            if last_warning.map_or(true, |t: Instant| t.elapsed() >= Duration::from_secs(1)) {
+                            if last_warning.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)) {
                                 tracing::warn!(%peer, max = shared.cfg.max_connections, refused, "connection limit reached; closing new connections");
                                 last_warning = Some(Instant::now());
                             }
