@@ -1,0 +1,380 @@
+//! Kill `xfer get` mid-transfer (SIGKILL, and Ctrl-C as SIGINT), run the same command again,
+//! and check that it resumes: what the first run verified is kept, at most one chunk per lane
+//! is lost, and the file comes out byte-identical.
+//!
+//! To stop the first run at a known point without timing, the client reaches the server (in
+//! this process, plain HTTP on loopback) through a relay that forwards only a fixed budget of
+//! response bytes and then holds the connections open, sending nothing. The transfer stalls
+//! there; the test waits until everything that arrived complete is journalled, kills the
+//! process, lifts the budget and runs the command again.
+
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use xfer::crates::core::digest::Sha256Hasher;
+use xfer::serve::{ServeConfig, ServerTls, Servers};
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const MIB: u64 = 1 << 20;
+const SIZE: u64 = 128 * MIB + 12_345;
+const CHUNK: u64 = 4 * MIB;
+const LANES: u64 = 4;
+/// Response bytes the relay lets through before the first run stalls.
+const BUDGET: u64 = 42 * MIB;
+/// Response heads, chunked-encoding framing and digest trailers the relay also counts.
+const FRAMING_SLACK: u64 = 256 * 1024;
+
+/// Server → client bytes allowed through the relay so far, shared by all its connections.
+struct Gate {
+    sent: AtomicU64,
+    limit: watch::Sender<u64>,
+    /// Bytes sent on connections accepted after [`Gate::open_fully`]: the second run's, without
+    /// what the first run's dead connections still had buffered in the relay.
+    sent_fresh: AtomicU64,
+}
+
+impl Gate {
+    fn new(limit: u64) -> Arc<Self> {
+        Arc::new(Self {
+            sent: AtomicU64::new(0),
+            limit: watch::Sender::new(limit),
+            sent_fresh: AtomicU64::new(0),
+        })
+    }
+
+    /// Wait until up to `want` bytes may pass; returns how many.
+    async fn take(&self, want: u64) -> u64 {
+        let mut rx = self.limit.subscribe();
+        loop {
+            let limit = *rx.borrow_and_update();
+            let cur = self.sent.load(Ordering::Acquire);
+            if cur < limit {
+                let n = want.min(limit - cur);
+                if self
+                    .sent
+                    .compare_exchange(cur, cur + n, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return n;
+                }
+                continue;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Acquire)
+    }
+
+    fn is_open(&self) -> bool {
+        *self.limit.borrow() == u64::MAX
+    }
+
+    fn open_fully(&self) {
+        self.limit.send_replace(u64::MAX);
+    }
+}
+
+/// A TCP relay on loopback to `upstream` whose server → client direction passes through `gate`.
+async fn start_relay(upstream: SocketAddr, gate: Arc<Gate>) -> Result<SocketAddr, BoxError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let gate = Arc::clone(&gate);
+            let fresh = gate.is_open();
+            tokio::spawn(async move {
+                let Ok(server) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                    let _ = sw.shutdown().await;
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let mut off = 0;
+                    while off < n {
+                        let allowed = gate.take((n - off) as u64).await as usize;
+                        if cw.write_all(&buf[off..off + allowed]).await.is_err() {
+                            return;
+                        }
+                        off += allowed;
+                        if fresh {
+                            gate.sent_fresh.fetch_add(allowed as u64, Ordering::AcqRel);
+                        }
+                    }
+                }
+                let _ = cw.shutdown().await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Pseudo-random bytes, different at every offset; returns their SHA-256 (hex).
+fn write_random_file(path: &Path, size: u64) -> Result<String, BoxError> {
+    use std::io::Write as _;
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut hasher = Sha256Hasher::new();
+    let mut state = 0x1234_5678_u64;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        for word in block[..n].chunks_mut(8) {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            word.copy_from_slice(&z.to_le_bytes()[..word.len()]);
+        }
+        hasher.update(&block[..n]);
+        file.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    file.flush()?;
+    Ok(hasher.finish().to_hex())
+}
+
+fn sha256_file(path: &Path) -> Result<String, BoxError> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finish().to_hex());
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// Verified chunks recorded in a journal (`c ...` lines).
+fn journal_chunks(journal: &Path) -> usize {
+    std::fs::read_to_string(journal)
+        .map(|s| s.lines().filter(|l| l.starts_with("c ")).count())
+        .unwrap_or(0)
+}
+
+/// The child is killed when the test ends, however it ends.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    servers: Servers,
+    gate: Arc<Gate>,
+    url: String,
+    expected: String,
+}
+
+impl Setup {
+    async fn start() -> Result<Self, BoxError> {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root)?;
+        let expected = {
+            let path = root.join("big.bin");
+            tokio::task::spawn_blocking(move || write_random_file(&path, SIZE)).await??
+        };
+        let mut cfg = ServeConfig::new(&root, ServerTls::Plain);
+        cfg.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        cfg.quic = false;
+        let servers = Servers::start(cfg).await?;
+        let gate = Gate::new(BUDGET);
+        let relay = start_relay(servers.http_addr, Arc::clone(&gate)).await?;
+        Ok(Self {
+            url: format!("http://{relay}/big.bin"),
+            dir,
+            servers,
+            gate,
+            expected,
+        })
+    }
+
+    fn dest(&self) -> PathBuf {
+        self.dir.path().join("big.bin")
+    }
+
+    fn part(&self) -> PathBuf {
+        self.dir.path().join("big.bin.part")
+    }
+
+    fn journal(&self) -> PathBuf {
+        self.dir.path().join("big.bin.xfer-journal")
+    }
+
+    fn command(&self, json: bool) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer"));
+        cmd.args(["get", &self.url, "-o"])
+            .arg(self.dest())
+            .args(["--protocol", "http1", "-c", &LANES.to_string()])
+            .args(["--chunk-size", "4MiB", "--quiet"])
+            .stdin(Stdio::null());
+        if json {
+            cmd.arg("--json");
+        }
+        cmd
+    }
+
+    /// Start the first run and wait until it has stalled on the relay's budget with every
+    /// chunk that arrived complete journalled.
+    async fn run_until_stalled(&self) -> Result<ChildGuard, BoxError> {
+        let mut child = ChildGuard(
+            self.command(false)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?,
+        );
+        // Generous: a loaded machine can be slow, and a correct run always gets there.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.0.try_wait()? {
+                let mut err = String::new();
+                if let Some(mut e) = child.0.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                return Err(format!("xfer get ended before the stall: {status}\n{err}").into());
+            }
+            let journalled = journal_chunks(&self.journal()) as u64 * CHUNK;
+            // Once the budget is spent no more bytes arrive; chunks that were complete get
+            // journalled; at most one partial chunk per lane stays unjournalled.
+            if self.gate.sent() >= BUDGET && journalled + LANES * CHUNK + FRAMING_SLACK >= BUDGET {
+                return Ok(child);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "stalled with {} bytes through the relay but only {} chunks journalled",
+                    self.gate.sent(),
+                    journal_chunks(&self.journal())
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// After the first run is gone: the destination is not there, the part file and journal
+    /// are; returns the journalled byte count.
+    fn check_interrupted_state(&self) -> Result<u64, BoxError> {
+        assert!(!self.dest().exists(), "destination exists after the kill");
+        assert!(self.part().exists(), "part file missing after the kill");
+        assert!(self.journal().exists(), "journal missing after the kill");
+        let journalled = journal_chunks(&self.journal()) as u64 * CHUNK;
+        assert!(journalled > 0, "nothing was journalled before the kill");
+        assert!(journalled < SIZE, "everything was journalled: nothing to resume");
+        // Bytes the first run received but did not keep: the chunks in flight, at most one
+        // per lane. (The relay's count includes response heads and framing: the slack.)
+        let first_run = self.gate.sent();
+        assert!(
+            first_run <= journalled + LANES * CHUNK + FRAMING_SLACK,
+            "the first run received {first_run} bytes but journalled only {journalled}: \
+             more than lanes x chunk size ({LANES} x {CHUNK}) lost"
+        );
+        Ok(journalled)
+    }
+
+    /// Run the same command again with the relay open; check the resume and the file.
+    async fn resume_and_check(&self, journalled: u64) -> TestResult {
+        self.gate.open_fully();
+        let mut cmd = self.command(true);
+        let out: Output = tokio::task::spawn_blocking(move || cmd.output()).await??;
+        assert!(
+            out.status.success(),
+            "resumed run failed: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let field = |name: &str| {
+            report[name]
+                .as_u64()
+                .ok_or_else(|| format!("no {name} in {report}"))
+        };
+        let (resumed, received) = (field("resumed_bytes")?, field("received_bytes")?);
+        assert_eq!(
+            resumed, journalled,
+            "the resumed run must keep every journalled chunk"
+        );
+        let missing = SIZE - resumed;
+        assert!(received >= missing, "received {received} < missing {missing}");
+        // Only what was missing crosses the wire again (plus end-game duplicates, at most one
+        // chunk per other lane), not the whole file.
+        assert!(
+            received <= missing + (LANES - 1) * CHUNK,
+            "received {received} bytes for {missing} missing"
+        );
+        let through_relay = self.gate.sent_fresh.load(Ordering::Acquire);
+        assert!(
+            (received..=received + FRAMING_SLACK).contains(&through_relay),
+            "the relay carried {through_relay} bytes for {received} received"
+        );
+        assert_eq!(report["sha256"].as_str(), Some(self.expected.as_str()));
+        let dest = self.dest();
+        let actual = tokio::task::spawn_blocking(move || sha256_file(&dest)).await??;
+        assert_eq!(actual, self.expected, "resumed file differs from the source");
+        assert!(!self.part().exists() && !self.journal().exists());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_mid_transfer_then_resume() -> TestResult {
+    let setup = Setup::start().await?;
+    let mut child = setup.run_until_stalled().await?;
+    child.0.kill()?;
+    let status = child.0.wait()?;
+    assert!(!status.success());
+    let journalled = setup.check_interrupted_state()?;
+    setup.resume_and_check(journalled).await?;
+    setup.servers.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctrl_c_exits_130_then_resume() -> TestResult {
+    let setup = Setup::start().await?;
+    let mut child = setup.run_until_stalled().await?;
+    let pid = libc::pid_t::try_from(child.0.id())?;
+    // SAFETY: plain syscall on a child process this test spawned and has not reaped.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(rc, 0, "kill(SIGINT) failed");
+    let status = tokio::task::spawn_blocking(move || {
+        let status = child.0.wait();
+        (child, status)
+    })
+    .await?
+    .1?;
+    assert_eq!(status.code(), Some(130), "Ctrl-C must exit with 130");
+    let journalled = setup.check_interrupted_state()?;
+    setup.resume_and_check(journalled).await?;
+    setup.servers.shutdown().await;
+    Ok(())
+}
