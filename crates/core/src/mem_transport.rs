@@ -1,6 +1,7 @@
 //! An in-memory [`Transport`]: a resource held in memory, served in pieces, with faults that
 //! can be injected per request. For tests and engine benchmarks; no sockets.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,8 +28,8 @@ pub struct MemTransport(Arc<State>);
 struct State {
     data: Bytes,
     etag: Mutex<Option<String>>,
-    accepts_ranges: bool,
-    send_digests: bool,
+    accepts_ranges: AtomicBool,
+    send_digests: AtomicBool,
     lanes: usize,
     piece: usize,
     /// (range start, fault, times left)
@@ -43,8 +44,8 @@ impl MemTransport {
         Self(Arc::new(State {
             data: data.into(),
             etag: Mutex::new(Some("\"mem-1\"".into())),
-            accepts_ranges: true,
-            send_digests: true,
+            accepts_ranges: AtomicBool::new(true),
+            send_digests: AtomicBool::new(true),
             lanes,
             piece: 64 << 10,
             faults: Mutex::new(Vec::new()),
@@ -53,19 +54,15 @@ impl MemTransport {
         }))
     }
 
-    fn state_mut(&mut self) -> &mut State {
-        Arc::get_mut(&mut self.0).expect("configured before any lane is opened")
-    }
-
     /// Behave like a server without range support.
-    pub fn without_ranges(mut self) -> Self {
-        self.state_mut().accepts_ranges = false;
+    pub fn without_ranges(self) -> Self {
+        self.0.accepts_ranges.store(false, Ordering::Relaxed);
         self
     }
 
     /// Send no `Content-Digest`.
-    pub fn without_digests(mut self) -> Self {
-        self.state_mut().send_digests = false;
+    pub fn without_digests(self) -> Self {
+        self.0.send_digests.store(false, Ordering::Relaxed);
         self
     }
 
@@ -118,8 +115,11 @@ impl Transport for MemTransport {
                 size: s.data.len() as u64,
                 etag: s.etag.lock().ok().and_then(|e| e.clone()),
                 last_modified: None,
-                accepts_ranges: s.accepts_ranges,
-                sha256: s.send_digests.then(|| Sha256Digest::of(&s.data)),
+                accepts_ranges: s.accepts_ranges.load(Ordering::Relaxed),
+                sha256: s
+                    .send_digests
+                    .load(Ordering::Relaxed)
+                    .then(|| Sha256Digest::of(&s.data)),
             })
         })
     }
@@ -223,7 +223,10 @@ impl Lane for MemLane {
                 cut,
                 piece: t.piece,
                 delay,
-                digest: t.send_digests.then_some(true_digest),
+                digest: t
+                    .send_digests
+                    .load(Ordering::Relaxed)
+                    .then_some(true_digest),
                 peer,
             }) as Box<dyn RangeBody>)
         })
