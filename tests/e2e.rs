@@ -20,3 +20,9 @@ mod corruption;
 
 #[path = "e2e/rejection.rs"]
 mod rejection;
+
+#[path = "e2e/cli.rs"]
+mod cli;
+
+#[path = "e2e/interop.rs"]
+mod interop;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use xfer::crates::common::FaultInjection;
 use xfer::{Download, GetConfig};
 
-use crate::support::{each_transport, sha256_file, write_random_file, Fixture, Proto, TestResult, MIB};
+use crate::support::{
+    each_transport, sha256_file, write_random_file, Fixture, Proto, TestResult, MIB,
+};
 
 async fn corrupted_chunk_refetched_once(proto: Proto) -> TestResult {
     let size = 8 * MIB + 777;

@@ -40,7 +40,10 @@ fn assert_refused(what: &str, err: &TransferError) {
 
 async fn traversal_refused(proto: Proto) -> TestResult {
     let fx = Fixture::start(proto).await?;
-    std::fs::write(fx.dir.path().join("secret.txt"), b"top secret, outside the root\n")?;
+    std::fs::write(
+        fx.dir.path().join("secret.txt"),
+        b"top secret, outside the root\n",
+    )?;
     std::fs::create_dir(fx.root().join("sub"))?;
     write_random_file(&fx.root().join("public.bin"), 4096, 1)?;
     // The fixture is sound: a legitimate path is served.
@@ -48,7 +51,8 @@ async fn traversal_refused(proto: Proto) -> TestResult {
         .stat()
         .await;
     assert!(
-        matches!(&ok, Ok(info) if info.size == 4096) || ok.as_ref().is_err_and(|e| !e.is_retryable()),
+        matches!(&ok, Ok(info) if info.size == 4096)
+            || ok.as_ref().is_err_and(|e| !e.is_retryable()),
         "a dot segment inside the root: {ok:?}"
     );
     assert_eq!(
@@ -87,7 +91,11 @@ async fn bad_ranges_refused(proto: Proto) -> TestResult {
     assert_eq!(info.size, size);
     // The client believes in a larger file (as if it changed), so the requests go out and the
     // server must be the one to refuse.
-    for range in [size..size + 10, size + 500..size + 1000, size - 10..size + 10] {
+    for range in [
+        size..size + 10,
+        size + 500..size + 1000,
+        size - 10..size + 10,
+    ] {
         let mut lane = transport.open_lane(0).await?;
         let req = RangeRequest {
             range: range.clone(),

@@ -289,7 +289,10 @@ impl Setup {
         assert!(self.journal().exists(), "journal missing after the kill");
         let journalled = journal_chunks(&self.journal()) as u64 * CHUNK;
         assert!(journalled > 0, "nothing was journalled before the kill");
-        assert!(journalled < SIZE, "everything was journalled: nothing to resume");
+        assert!(
+            journalled < SIZE,
+            "everything was journalled: nothing to resume"
+        );
         // Bytes the first run received but did not keep: the chunks in flight, at most one
         // per lane. (The relay's count includes response heads and framing: the slack.)
         let first_run = self.gate.sent();
@@ -324,7 +327,10 @@ impl Setup {
             "the resumed run must keep every journalled chunk"
         );
         let missing = SIZE - resumed;
-        assert!(received >= missing, "received {received} < missing {missing}");
+        assert!(
+            received >= missing,
+            "received {received} < missing {missing}"
+        );
         // Only what was missing crosses the wire again (plus end-game duplicates, at most one
         // chunk per other lane), not the whole file.
         assert!(
@@ -339,7 +345,10 @@ impl Setup {
         assert_eq!(report["sha256"].as_str(), Some(self.expected.as_str()));
         let dest = self.dest();
         let actual = tokio::task::spawn_blocking(move || sha256_file(&dest)).await??;
-        assert_eq!(actual, self.expected, "resumed file differs from the source");
+        assert_eq!(
+            actual, self.expected,
+            "resumed file differs from the source"
+        );
         assert!(!self.part().exists() && !self.journal().exists());
         Ok(())
     }

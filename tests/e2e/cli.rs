@@ -1,0 +1,84 @@
+//! The `xfer` binary's failures end to end: exit codes and messages, and that a failed run
+//! leaves the destination alone.
+
+use crate::support::{run_xfer, write_random_file, Fixture, Proto, TestResult};
+
+fn args(fx: &Fixture, path: &str, dest: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut a = vec![
+        "get".to_string(),
+        fx.url(path),
+        "-o".to_string(),
+        dest.display().to_string(),
+        "--quiet".to_string(),
+    ];
+    if let Some(ca) = fx.ca_cert() {
+        a.push("--ca-cert".into());
+        a.push(ca.display().to_string());
+    }
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_file_exits_3_naming_url_and_status() -> TestResult {
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    let dest = fx.out().join("nothing");
+    let out = run_xfer(args(&fx, "/no-such-file.bin", &dest, &[])).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&fx.url("/no-such-file.bin")),
+        "message must name the URL: {stderr}"
+    );
+    assert!(
+        stderr.contains("404"),
+        "message must name the status: {stderr}"
+    );
+    assert!(!dest.exists());
+    fx.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn existing_destination_exits_5_untouched() -> TestResult {
+    let fx = Fixture::start(Proto::Http2Tls).await?;
+    write_random_file(&fx.root().join("a.bin"), 300_000, 3)?;
+    let dest = fx.out().join("a.bin");
+    std::fs::write(&dest, b"precious local data")?;
+    let out = run_xfer(args(&fx, "/a.bin", &dest, &[])).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "stderr: {stderr}");
+    assert!(stderr.contains("exists"), "{stderr}");
+    assert_eq!(std::fs::read(&dest)?, b"precious local data");
+    assert!(!fx.out().join("a.bin.part").exists());
+    fx.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_expected_sha256_exits_4_without_dest() -> TestResult {
+    let fx = Fixture::start(Proto::Quic).await?;
+    let real = write_random_file(&fx.root().join("b.bin"), 3_000_000, 4)?;
+    let wrong = format!(
+        "{}{}",
+        &real[..63],
+        if real.ends_with('0') { "1" } else { "0" }
+    );
+    let dest = fx.out().join("b.bin");
+    let out = run_xfer(args(
+        &fx,
+        "/b.bin",
+        &dest,
+        &["--expect-sha256", &wrong, "--chunk-size", "1MiB"],
+    ))
+    .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&wrong),
+        "message must show the expected digest: {stderr}"
+    );
+    assert!(!dest.exists(), "destination written despite the mismatch");
+    fx.shutdown().await;
+    Ok(())
+}
