@@ -136,6 +136,26 @@ pub enum GetError {
 }
 
 /// A download of one remote resource to one local path.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use xfer_core::get::{Download, GetConfig};
+/// use xfer_core::mem_transport::MemTransport;
+///
+/// let data: Vec<u8> = (0..3u32 << 20).map(|i| i as u8).collect();
+/// // Any `Transport` will do; this one serves `data` from memory over 4 lanes.
+/// let transport = Arc::new(MemTransport::new(data.clone(), 4));
+/// let dir = tempfile::tempdir()?;
+/// let dest = dir.path().join("copy.bin");
+/// let config = GetConfig { chunk_size: 1 << 20, ..GetConfig::default() };
+/// let report = Download::new(transport, "mem://resource", &dest, config).run().await?;
+/// assert_eq!(std::fs::read(&dest)?, data);
+/// assert_eq!(report.chunks, 3);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Download {
     transport: Arc<dyn Transport>,
     source: String,
