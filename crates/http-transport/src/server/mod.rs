@@ -179,6 +179,12 @@ impl HttpServer {
         self.local_addr
     }
 
+    /// The server's whole-file digest cache, to share with another server on the same root
+    /// (so each file is hashed once, not once per protocol).
+    pub fn digest_cache(&self) -> DigestCache {
+        self.shared.digests.clone()
+    }
+
     /// Serve until `shutdown` completes, then stop accepting, ask every connection to finish
     /// its in-flight requests (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`), and wait up to
     /// `shutdown_grace` for them before dropping the rest.
