@@ -47,6 +47,7 @@ fn get_code(g: &GetError) -> u8 {
         GetError::Stat { .. } | GetError::Chunk { .. } | GetError::Schedule { .. } => REMOTE,
         GetError::WholeDigestMismatch { .. } => VERIFY,
         GetError::DestinationExists { .. }
+        | GetError::DestinationNotAFile { .. }
         | GetError::Journal(_)
         | GetError::Io { .. }
         | GetError::Write(_) => LOCAL,

@@ -94,6 +94,8 @@ pub enum GetError {
     },
     #[error("{path} exists; pass --overwrite to replace it")]
     DestinationExists { path: PathBuf },
+    #[error("{path} exists and is not a regular file; xfer only writes regular files")]
+    DestinationNotAFile { path: PathBuf },
     #[error("fetching {url}, chunk {chunk} (bytes {start}-{end})")]
     Chunk {
         url: String,
@@ -205,10 +207,20 @@ impl Download {
         if cfg.lanes == Some(0) {
             return Err(GetError::Config("lanes must be at least 1".into()));
         }
-        if self.dest.exists() && !cfg.overwrite {
-            return Err(GetError::DestinationExists {
-                path: self.dest.clone(),
-            });
+        match std::fs::symlink_metadata(&self.dest) {
+            // The result is renamed over the destination: never over a device, a directory or a
+            // link (`-o /dev/null` must not replace /dev/null).
+            Ok(m) if !m.file_type().is_file() => {
+                return Err(GetError::DestinationNotAFile {
+                    path: self.dest.clone(),
+                });
+            }
+            Ok(_) if !cfg.overwrite => {
+                return Err(GetError::DestinationExists {
+                    path: self.dest.clone(),
+                });
+            }
+            _ => {}
         }
         let info = stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule).await?;
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");

@@ -180,6 +180,18 @@ async fn foreign_journal_is_refused_and_existing_destination_kept() {
     let err = get(&t, &dest, config()).await.unwrap_err();
     assert!(matches!(err, GetError::DestinationExists { .. }));
     assert_eq!(std::fs::read(&dest).unwrap(), b"precious");
+    // Not even --overwrite replaces something that is not a regular file.
+    let cfg = GetConfig {
+        overwrite: true,
+        ..config()
+    };
+    let err = get(&t, dir.path(), cfg.clone()).await.unwrap_err();
+    assert!(matches!(err, GetError::DestinationNotAFile { .. }), "{err}");
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&dest, &link).unwrap();
+    let err = get(&t, &link, cfg).await.unwrap_err();
+    assert!(matches!(err, GetError::DestinationNotAFile { .. }), "{err}");
+    assert_eq!(std::fs::read(&dest).unwrap(), b"precious");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
