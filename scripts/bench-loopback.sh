@@ -97,6 +97,13 @@ dest = os.path.join(work, "out.bin")
 def xget(url, *flags):
     return [xfer, "get", url, "-o", dest, "--overwrite", "--quiet", "--ca-cert", ca, *flags]
 
+def xbench(base, *flags):
+    # Memory to memory, like iperf3: 8 lanes fetching synthetic data for a fixed window.
+    return [xfer, "bench", base, "--concurrency", "8", "--duration", env.get("BENCH_SECS", "8"),
+            "--mean-size", str(max(size // 8, 1 << 20)), "--size-sd", "0", "--json", "--ca-cert", ca, *flags]
+
+curl_dest = os.path.join(work, "curl.out")
+
 # name, kind, tls, digest, server pid env, command
 rows = [
     ("iperf3 -P 8",                 "iperf3", False, False, "IPERF_PID",
@@ -105,6 +112,13 @@ rows = [
         ["curl", "-sS", "-f", "--cacert", ca, "-o", "/dev/null", tls_url]),
     ("curl 1x http",                "curl", False, False, "PLAIN_PID",
         ["curl", "-sS", "-f", "-o", "/dev/null", plain_url]),
+    # Writing to tmpfs, as `xfer get` does: page allocation and copy are part of a download.
+    ("curl 1x http to tmpfs",       "curl", False, False, "PLAIN_PID",
+        ["curl", "-sS", "-f", "-o", curl_dest, plain_url]),
+    ("xfer bench h1 x8 plain nodigest mem", "h1", False, False, "PLAIN_PID", xbench(env["PLAIN_URL"], "--protocol", "http1", "--no-verify")),
+    ("xfer bench h1 x8 tls digest mem",     "h1", True,  True,  "TLS_PID",   xbench(env["TLS_URL"], "--protocol", "http1")),
+    ("xfer bench h2 1x8 tls digest mem",    "h2", True,  True,  "TLS_PID",   xbench(env["TLS_URL"], "--protocol", "http2")),
+    ("xfer bench quic 2x4 digest mem",      "quic", True, True, "TLS_PID",   xbench(env["QUIC_URL"])),
     ("xfer h1 x8 plain nodigest",   "h1", False, False, "PLAIN_PID", xget(plain_url, "--protocol", "http1", "--no-verify")),
     ("xfer h1 x8 plain digest",     "h1", False, True,  "PLAIN_PID", xget(plain_url, "--protocol", "http1")),
     ("xfer h1 x8 tls nodigest",     "h1", True,  False, "TLS_PID",   xget(tls_url, "--protocol", "http1", "--no-verify")),
@@ -126,33 +140,44 @@ def run(name, cmd, server_pid):
     server_cpu = cpu_of(server_pid) - server_before
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     client_cpu = (after.ru_utime - before_children.ru_utime) + (after.ru_stime - before_children.ru_stime)
-    try:
-        os.remove(dest)
-    except FileNotFoundError:
-        pass
+    for f in (dest, curl_dest):
+        try:
+            os.remove(f)
+        except FileNotFoundError:
+            pass
     if p.returncode != 0:
         raise SystemExit(f"{name} failed ({p.returncode}): {p.stderr.strip()}")
+    nbytes = size
     if cmd[0] == "iperf3":
         # iperf3's own clock excludes its control connection set-up.
         j = json.loads(p.stdout)
         secs = j["end"]["sum_received"]["seconds"]
-    return secs, client_cpu, server_cpu
+    elif cmd[1] == "bench":
+        # The bench's own window excludes process start; bytes are what arrived within it.
+        j = json.loads(p.stdout)
+        secs, nbytes = j["window_s"], j["bytes_received"]
+        if j["errors"]:
+            raise SystemExit(f"{name}: {j['errors']} errors: {j['error_samples']}")
+    return secs, client_cpu, server_cpu, nbytes
 
 gib = size / 2**30
 results = []
 for name, kind, tls, digest, pid_var, cmd in rows:
     if only and name not in only.split(","):
         continue
-    secs, ccpu, scpu = run(name, cmd, int(env[pid_var]))
-    results.append(dict(name=name, kind=kind, tls=tls, digest=digest, bytes=size,
-                        seconds=round(secs, 3), gbps=round(size * 8 / secs / 1e9, 3),
+    secs, ccpu, scpu, nbytes = run(name, cmd, int(env[pid_var]))
+    gib = nbytes / 2**30
+    results.append(dict(name=name, kind=kind, tls=tls, digest=digest, bytes=nbytes,
+                        seconds=round(secs, 3), gbps=round(nbytes * 8 / secs / 1e9, 3),
                         client_cpu_s_per_gib=round(ccpu / gib, 3),
                         server_cpu_s_per_gib=round(scpu / gib, 3)))
 
 by_name = {r["name"]: r for r in results}
 iperf = by_name.get("iperf3 -P 8")
 def h1_ref(r):
-    return by_name.get(f"xfer h1 x8 {'tls' if r['tls'] else 'plain'} {'digest' if r['digest'] else 'nodigest'}")
+    mem = " mem" if r["name"].endswith(" mem") else ""
+    pre = "xfer bench" if mem else "xfer"
+    return by_name.get(f"{pre} h1 x8 {'tls' if r['tls'] else 'plain'} {'digest' if r['digest'] else 'nodigest'}{mem}")
 for r in results:
     r["vs_iperf3"] = round(r["gbps"] / iperf["gbps"], 3) if iperf else None
     ref = h1_ref(r)
@@ -163,12 +188,12 @@ machine = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), nproc=os.cpu_count(),
                kernel=platform.release(), loadavg_before=load, size_bytes=size)
 print(f"# {machine['date']}  {machine['nproc']} CPUs  {machine['cpu']}  Linux {machine['kernel']}")
 print(f"# load average before: {' '.join(load)}; {size} bytes per transfer; client and server share the CPUs")
-hdr = f"{'row':<30} {'s':>7} {'Gbit/s':>7} {'/iperf3':>8} {'/h1':>6} {'cli s/GiB':>10} {'srv s/GiB':>10}"
+hdr = f"{'row':<38} {'s':>7} {'Gbit/s':>7} {'/iperf3':>8} {'/h1':>6} {'cli s/GiB':>10} {'srv s/GiB':>10}"
 print(hdr)
 print("-" * len(hdr))
 fmt = lambda v: "-" if v is None else f"{v:.2f}"
 for r in results:
-    print(f"{r['name']:<30} {r['seconds']:>7.2f} {r['gbps']:>7.2f} {fmt(r['vs_iperf3']):>8} {fmt(r['vs_h1']):>6} "
+    print(f"{r['name']:<38} {r['seconds']:>7.2f} {r['gbps']:>7.2f} {fmt(r['vs_iperf3']):>8} {fmt(r['vs_h1']):>6} "
           f"{r['client_cpu_s_per_gib']:>10.3f} {r['server_cpu_s_per_gib']:>10.3f}")
 machine["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
 with open(os.path.join(out, "results.json"), "w") as f:
