@@ -17,7 +17,8 @@
 //! root (namespaces and TUN devices) and never routes anywhere but between its two namespaces.
 //! The kernel's `netem` is not used (not every kernel has it).
 //!
-//! Key types: [`LabConfig`], [`LinkConfig`], [`HostProfile`], [`Lab`], [`RelayStats`].
+//! Key types: [`LabConfig`], [`LinkConfig`], [`HostProfile`], [`Lab`], [`RelayStats`]; the
+//! [`scenario`] module runs whole measurement matrices through labs (`xfer lab run`).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -35,6 +36,7 @@ mod lab;
 mod netns;
 mod relay;
 mod rng;
+pub mod scenario;
 mod signals;
 mod tun;
 

@@ -1,0 +1,621 @@
+//! The scenario file: what link settings to emulate and which transfers to run over each, and
+//! its expansion into link points (profile x RTT x loss) and cases (one command line each).
+//!
+//! ```toml
+//! name = "h1-vs-h2"
+//! profiles = ["tuned"]          # stock and/or tuned
+//! repetitions = 1
+//! size = "1GiB"                 # per download (xfer, curl, aria2c)
+//! duration = "10s"              # per iperf3 run
+//! timeout = "60s"               # per run; a run still going is killed and marked
+//!
+//! [link]
+//! rate = "1G"
+//! rtt = ["110ms"]
+//! loss = [0.0]                  # probabilities, 0.0001 = 0.01%
+//! # queue = "12.5MB"            # default: one bandwidth-delay product
+//!
+//! [[transfer]]
+//! tool = "xfer"                 # xfer | iperf3 | curl | aria2c
+//! protocol = "http2"            # xfer only: http1 | http2 | quic
+//! connections = [1, 2, 4]       # a sweep; empty = the tool's default
+//! streams = [8]
+//! args = ["--h2-frame-size", "1MiB"]
+//! matrix = { "--h2-stream-window" = ["64KiB", "16MiB"] }   # cross product of flag values
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::units::{parse_duration, parse_rate, parse_size};
+use super::ScenarioError;
+use crate::config::{HostProfile, LinkConfig};
+
+/// A scenario file as written (strings for quantities), see the module docs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// Short name, used for output files and in reports.
+    pub name: String,
+    /// What the scenario measures, copied into the results.
+    #[serde(default)]
+    pub description: String,
+    /// Host profiles to run under: `stock`, `tuned`. Default `["tuned"]`.
+    #[serde(default = "default_profiles")]
+    pub profiles: Vec<String>,
+    /// Times each case runs at each link point. Default 1.
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    /// Download size for xfer, curl and aria2c. Default `1GiB`.
+    #[serde(default)]
+    pub size: Option<String>,
+    /// iperf3 run length. Default `10s`.
+    #[serde(default)]
+    pub duration: Option<String>,
+    /// Per-run limit; a run still going is killed and marked timed out. Default `60s`.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    pub link: LinkFile,
+    #[serde(rename = "transfer")]
+    pub transfers: Vec<TransferFile>,
+}
+
+fn default_profiles() -> Vec<String> {
+    vec!["tuned".into()]
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The `[link]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkFile {
+    /// Bottleneck rate, e.g. `1G`, `100Mbit`.
+    pub rate: String,
+    /// Round-trip times to run at, e.g. `["50ms", "100ms"]`.
+    pub rtt: Vec<String>,
+    /// Loss probabilities to run at. Default `[0.0]`.
+    #[serde(default = "no_loss")]
+    pub loss: Vec<f64>,
+    /// Drop-tail queue size; default one bandwidth-delay product.
+    #[serde(default)]
+    pub queue: Option<String>,
+}
+
+fn no_loss() -> Vec<f64> {
+    vec![0.0]
+}
+
+/// One `[[transfer]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferFile {
+    pub tool: Tool,
+    /// Name in tables and plots; default derived from tool and protocol.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// xfer only: `http1`, `http2` or `quic`. Default `http1`.
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// Parallel connections to sweep (xfer `-c`, iperf3 `-P`, aria2c `-x`/`-s`).
+    #[serde(default)]
+    pub connections: Vec<u32>,
+    /// Streams per connection to sweep (xfer HTTP/2 and QUIC `--streams`).
+    #[serde(default)]
+    pub streams: Vec<u32>,
+    /// Extra arguments passed as they are.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Flag -> values; every combination becomes its own case (`--flag value`).
+    #[serde(default)]
+    pub matrix: BTreeMap<String, Vec<String>>,
+    /// Download size for this transfer only.
+    #[serde(default)]
+    pub size: Option<String>,
+    /// Run limit for this transfer only.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// The program a transfer runs in the client namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tool {
+    /// `xfer get` (this very binary).
+    Xfer,
+    /// `iperf3 -R` against `iperf3 -s` in the server namespace: memory to memory, no TLS.
+    Iperf3,
+    /// `curl` fetching the same synthetic file from `xfer serve`.
+    Curl,
+    /// `aria2c` with `-x N -s N -k 1M` from `xfer serve`.
+    Aria2c,
+}
+
+impl Tool {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Xfer => "xfer",
+            Tool::Iperf3 => "iperf3",
+            Tool::Curl => "curl",
+            Tool::Aria2c => "aria2c",
+        }
+    }
+}
+
+/// xfer's transport for a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http1,
+    Http2,
+    Quic,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http1",
+            Protocol::Http2 => "http2",
+            Protocol::Quic => "quic",
+        }
+    }
+
+    /// xfer's default connections and streams per connection (see docs/tuning.md), so reports
+    /// can state the parallelism a run really had.
+    pub fn default_parallelism(self) -> (u32, u32) {
+        match self {
+            Protocol::Http1 => (8, 1),
+            Protocol::Http2 => (1, 8),
+            Protocol::Quic => (2, 4),
+        }
+    }
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub profiles: Vec<HostProfile>,
+    pub repetitions: u32,
+    pub rate_bps: u64,
+    pub rtts: Vec<Duration>,
+    pub losses: Vec<f64>,
+    pub queue_bytes: Option<u64>,
+    pub duration: Duration,
+    pub cases: Vec<Case>,
+}
+
+/// One command line to run at every link point: a transfer entry with one value picked from
+/// each of its sweeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    /// Unique within the scenario, e.g. `xfer http2 c=1 K=8 --h2-frame-size=16KiB`.
+    pub name: String,
+    /// The transfer's label (the series in plots).
+    pub label: String,
+    pub tool: Tool,
+    pub protocol: Option<Protocol>,
+    /// Connections actually used (the tool's default when not swept).
+    pub connections: u32,
+    /// Streams per connection actually used (1 for tools without streams).
+    pub streams: u32,
+    /// Whether `connections` / `streams` were given (then passed on the command line).
+    pub explicit_connections: bool,
+    pub explicit_streams: bool,
+    /// Extra arguments, the transfer's `args` then the matrix flags.
+    pub args: Vec<String>,
+    /// Matrix flags and the values of this case, for tables.
+    pub matrix: Vec<(String, String)>,
+    pub size: u64,
+    pub timeout: Duration,
+}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            op: "reading the scenario",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ScenarioError::Parse { source, .. } => ScenarioError::Parse {
+                path: path.display().to_string(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates scenario text.
+    pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
+        let file: ScenarioFile = toml::from_str(text).map_err(|source| ScenarioError::Parse {
+            path: "<text>".into(),
+            source: Box::new(source),
+        })?;
+        Self::from_file(file)
+    }
+
+    /// Validates a parsed file: every field checked, every sweep expanded.
+    pub fn from_file(f: ScenarioFile) -> Result<Scenario, ScenarioError> {
+        let name_ok = !f.name.is_empty()
+            && f.name.len() <= 64
+            && f.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+        if !name_ok {
+            return Err(invalid("name", &f.name, "1-64 of [A-Za-z0-9._-]"));
+        }
+        let mut profiles = Vec::new();
+        for p in &f.profiles {
+            profiles.push(match p.as_str() {
+                "stock" => HostProfile::stock(),
+                "tuned" => HostProfile::tuned(),
+                other => return Err(invalid("profiles", other, "stock, tuned")),
+            });
+        }
+        if profiles.is_empty() {
+            return Err(invalid("profiles", "[]", "at least one of stock, tuned"));
+        }
+        if !(1..=100).contains(&f.repetitions) {
+            return Err(invalid("repetitions", f.repetitions, "1 ..= 100"));
+        }
+        let size = size_field("size", f.size.as_deref(), 1 << 30)?;
+        let duration = duration_field("duration", f.duration.as_deref(), 10.0)?;
+        let timeout = duration_field("timeout", f.timeout.as_deref(), 60.0)?;
+        let rate_bps = parse_rate(&f.link.rate)
+            .ok_or_else(|| invalid("link.rate", &f.link.rate, "a rate such as 1G or 100Mbit"))?;
+        let mut rtts = Vec::new();
+        for r in &f.link.rtt {
+            rtts.push(
+                parse_duration(r)
+                    .ok_or_else(|| invalid("link.rtt", r, "durations such as 100ms"))?,
+            );
+        }
+        if rtts.is_empty() {
+            return Err(invalid("link.rtt", "[]", "at least one round-trip time"));
+        }
+        if f.link.loss.is_empty() {
+            return Err(invalid(
+                "link.loss",
+                "[]",
+                "at least one loss rate (0.0 for none)",
+            ));
+        }
+        let queue_bytes = match &f.link.queue {
+            None => None,
+            Some(q) => Some(
+                parse_size(q).ok_or_else(|| invalid("link.queue", q, "a size such as 12.5MB"))?,
+            ),
+        };
+        // The lab checks the ranges (rate, RTT, loss, queue) with its own messages.
+        for rtt in &rtts {
+            LinkConfig {
+                rate_bps,
+                rtt: *rtt,
+                queue_bytes,
+                ..LinkConfig::default()
+            }
+            .validate()
+            .map_err(|e| ScenarioError::InvalidLink(e.to_string()))?;
+        }
+        for loss in &f.link.loss {
+            LinkConfig {
+                rate_bps,
+                rtt: rtts[0],
+                loss: *loss,
+                queue_bytes,
+                ..LinkConfig::default()
+            }
+            .validate()
+            .map_err(|e| ScenarioError::InvalidLink(e.to_string()))?;
+        }
+        if f.transfers.is_empty() {
+            return Err(invalid("transfer", "[]", "at least one [[transfer]]"));
+        }
+        let mut cases = Vec::new();
+        for (i, t) in f.transfers.iter().enumerate() {
+            expand(i, t, size, timeout, &mut cases)?;
+        }
+        for (i, c) in cases.iter().enumerate() {
+            if cases[..i].iter().any(|d| d.name == c.name) {
+                return Err(invalid(
+                    "transfer",
+                    &c.name,
+                    "distinct cases (give one of the duplicates a label)",
+                ));
+            }
+        }
+        Ok(Scenario {
+            name: f.name,
+            description: f.description,
+            profiles,
+            repetitions: f.repetitions,
+            rate_bps,
+            rtts,
+            losses: f.link.loss,
+            queue_bytes,
+            duration,
+            cases,
+        })
+    }
+
+    /// The `--quick` variant: one repetition, a quarter of each size and duration (at least
+    /// 8 MiB and 3 s), timeouts halved (at least 20 s).
+    pub fn quick(mut self) -> Scenario {
+        self.repetitions = 1;
+        self.duration = (self.duration / 4).max(Duration::from_secs(3));
+        for c in &mut self.cases {
+            c.size = (c.size / 4).max(8 << 20);
+            c.timeout = (c.timeout / 2).max(Duration::from_secs(20));
+        }
+        self
+    }
+
+    /// Number of runs the scenario makes.
+    pub fn run_count(&self) -> usize {
+        self.profiles.len()
+            * self.rtts.len()
+            * self.losses.len()
+            * self.cases.len()
+            * self.repetitions as usize
+    }
+}
+
+fn expand(
+    index: usize,
+    t: &TransferFile,
+    default_size: u64,
+    default_timeout: Duration,
+    out: &mut Vec<Case>,
+) -> Result<(), ScenarioError> {
+    let field = |name: &str| format!("transfer[{index}].{name}");
+    let protocol = match (t.tool, t.protocol.as_deref()) {
+        (Tool::Xfer, None | Some("http1")) => Some(Protocol::Http1),
+        (Tool::Xfer, Some("http2")) => Some(Protocol::Http2),
+        (Tool::Xfer, Some("quic")) => Some(Protocol::Quic),
+        (Tool::Xfer, Some(other)) => {
+            return Err(invalid_owned(
+                field("protocol"),
+                other,
+                "http1, http2, quic",
+            ))
+        }
+        (_, None) => None,
+        (_, Some(p)) => {
+            return Err(invalid_owned(
+                field("protocol"),
+                p,
+                "only for tool = \"xfer\"",
+            ))
+        }
+    };
+    let streams_allowed = matches!(protocol, Some(Protocol::Http2 | Protocol::Quic));
+    if !t.streams.is_empty() && !streams_allowed {
+        return Err(invalid_owned(
+            field("streams"),
+            format!("{:?}", t.streams),
+            "only for xfer with protocol http2 or quic",
+        ));
+    }
+    for &n in t.connections.iter().chain(&t.streams) {
+        if !(1..=256).contains(&n) {
+            return Err(invalid_owned(field("connections/streams"), n, "1 ..= 256"));
+        }
+    }
+    if t.tool == Tool::Aria2c && t.connections.iter().any(|&n| n > 16) {
+        return Err(invalid_owned(
+            field("connections"),
+            format!("{:?}", t.connections),
+            "1 ..= 16 (aria2c's limit)",
+        ));
+    }
+    if t.tool == Tool::Curl && !t.connections.is_empty() {
+        return Err(invalid_owned(
+            field("connections"),
+            format!("{:?}", t.connections),
+            "nothing: curl uses one connection",
+        ));
+    }
+    for (flag, values) in &t.matrix {
+        if !flag.starts_with('-') || values.is_empty() {
+            return Err(invalid_owned(
+                field("matrix"),
+                flag,
+                "a flag starting with - and at least one value",
+            ));
+        }
+    }
+    let size = size_field(&field("size"), t.size.as_deref(), default_size)?;
+    let timeout = match &t.timeout {
+        None => default_timeout,
+        Some(_) => duration_field(&field("timeout"), t.timeout.as_deref(), 60.0)?,
+    };
+    let (default_conns, default_streams) = match (t.tool, protocol) {
+        (Tool::Xfer, Some(p)) => p.default_parallelism(),
+        (Tool::Aria2c, _) => (16, 1),
+        _ => (1, 1),
+    };
+    let label = t.label.clone().unwrap_or_else(|| match protocol {
+        Some(p) => format!("xfer {}", p.name()),
+        None => t.tool.name().to_string(),
+    });
+    let conns: Vec<Option<u32>> = if t.connections.is_empty() {
+        vec![None]
+    } else {
+        t.connections.iter().copied().map(Some).collect()
+    };
+    let streams: Vec<Option<u32>> = if t.streams.is_empty() {
+        vec![None]
+    } else {
+        t.streams.iter().copied().map(Some).collect()
+    };
+    let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (flag, values) in &t.matrix {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push((flag.clone(), v.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    for c in &conns {
+        for s in &streams {
+            for combo in &combos {
+                let connections = c.unwrap_or(default_conns);
+                let streams = s.unwrap_or(default_streams);
+                let mut name = label.clone();
+                if t.tool != Tool::Curl {
+                    name.push_str(&format!(" c={connections}"));
+                }
+                if streams_allowed {
+                    name.push_str(&format!(" K={streams}"));
+                }
+                for (flag, v) in combo {
+                    name.push_str(&format!(" {}={v}", flag.trim_start_matches('-')));
+                }
+                let mut args = t.args.clone();
+                for (flag, v) in combo {
+                    args.push(flag.clone());
+                    args.push(v.clone());
+                }
+                out.push(Case {
+                    name,
+                    label: label.clone(),
+                    tool: t.tool,
+                    protocol,
+                    connections,
+                    streams,
+                    explicit_connections: c.is_some(),
+                    explicit_streams: s.is_some(),
+                    args,
+                    matrix: combo.clone(),
+                    size,
+                    timeout,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn size_field(field: &str, v: Option<&str>, default: u64) -> Result<u64, ScenarioError> {
+    let Some(v) = v else { return Ok(default) };
+    match parse_size(v) {
+        Some(n) if (1 << 20..=1 << 40).contains(&n) => Ok(n),
+        _ => Err(invalid_owned(field.into(), v, "a size from 1MiB to 1TiB")),
+    }
+}
+
+fn duration_field(
+    field: &str,
+    v: Option<&str>,
+    default_secs: f64,
+) -> Result<Duration, ScenarioError> {
+    let Some(v) = v else {
+        return Ok(Duration::from_secs_f64(default_secs));
+    };
+    match parse_duration(v) {
+        Some(d) if (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&d) => Ok(d),
+        _ => Err(invalid_owned(field.into(), v, "a duration from 1s to 1h")),
+    }
+}
+
+fn invalid(field: &str, value: impl ToString, allowed: &str) -> ScenarioError {
+    invalid_owned(field.into(), value, allowed)
+}
+
+fn invalid_owned(field: String, value: impl ToString, allowed: &str) -> ScenarioError {
+    ScenarioError::Invalid {
+        field,
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+        name = "t"
+        profiles = ["stock", "tuned"]
+        repetitions = 2
+        size = "64MiB"
+        [link]
+        rate = "1G"
+        rtt = ["50ms", "100ms"]
+        loss = [0.0, 0.0001]
+        [[transfer]]
+        tool = "xfer"
+        protocol = "http2"
+        connections = [1, 2]
+        matrix = { "--h2-frame-size" = ["16KiB", "1MiB"] }
+        [[transfer]]
+        tool = "iperf3"
+        connections = [1, 8]
+        [[transfer]]
+        tool = "curl"
+    "#;
+
+    #[test]
+    fn sweeps_expand_into_cases() {
+        let s = Scenario::from_toml(EXAMPLE).unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<&str> = s.cases.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "xfer http2 c=1 K=8 h2-frame-size=16KiB",
+                "xfer http2 c=1 K=8 h2-frame-size=1MiB",
+                "xfer http2 c=2 K=8 h2-frame-size=16KiB",
+                "xfer http2 c=2 K=8 h2-frame-size=1MiB",
+                "iperf3 c=1",
+                "iperf3 c=8",
+                "curl",
+            ]
+        );
+        assert_eq!(s.cases[1].args, ["--h2-frame-size", "1MiB"]);
+        assert_eq!(s.cases[0].size, 64 << 20);
+        assert_eq!(s.run_count(), 2 * 2 * 2 * 7 * 2);
+        let q = s.quick();
+        assert_eq!(q.repetitions, 1);
+        assert_eq!(q.cases[0].size, 16 << 20);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let bad = EXAMPLE.replace("\"stock\", ", "\"fast\", ");
+        let e = Scenario::from_toml(&bad)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("profiles") && e.contains("fast"), "{e}");
+        let bad = EXAMPLE.replace("loss = [0.0, 0.0001]", "loss = [2.0]");
+        let e = Scenario::from_toml(&bad)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("loss"), "{e}");
+        let bad = EXAMPLE.replace("tool = \"curl\"", "tool = \"curl\"\nconnections = [4]");
+        let e = Scenario::from_toml(&bad)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("transfer[2].connections"), "{e}");
+        let bad = EXAMPLE.replace("repetitions = 2", "repetitions = 2\nbogus = 1");
+        assert!(matches!(
+            Scenario::from_toml(&bad),
+            Err(ScenarioError::Parse { .. })
+        ));
+    }
+}
