@@ -25,6 +25,7 @@ pub mod fault;
 pub mod paths;
 pub mod ranges;
 pub mod resource;
+pub mod sockbuf;
 pub mod synthetic;
 pub mod tls;
 

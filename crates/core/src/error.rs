@@ -1,5 +1,6 @@
 //! Errors a transport reports for one request, classified for the scheduler.
 
+use std::fmt;
 use std::io;
 use std::time::Duration;
 
@@ -82,4 +83,23 @@ impl TransferError {
 /// The QUIC protocol reuses HTTP's status numbers, so this serves both.
 pub fn is_transient_status(status: u16) -> bool {
     status >= 500 || status == 408 || status == 429
+}
+
+/// A knob set to a value outside what it accepts; every crate's configuration reports this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field} = {value}: allowed {allowed}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub value: String,
+    pub allowed: &'static str,
+}
+
+impl ConfigError {
+    pub fn new(field: &'static str, value: impl fmt::Display, allowed: &'static str) -> Self {
+        Self {
+            field,
+            value: value.to_string(),
+            allowed,
+        }
+    }
 }

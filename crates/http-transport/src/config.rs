@@ -9,7 +9,7 @@
 //! hyper's own HTTP/2 defaults (64 KiB stream window, 16 KiB frames) cap one stream at
 //! 64 KiB / 100 ms ≈ 5 Mbit/s on that link.
 
-use std::fmt;
+pub use xfer_core::error::ConfigError;
 
 /// Largest legal HTTP/2 `SETTINGS_MAX_FRAME_SIZE` (RFC 9113 §6.5.2): 2^24 - 1.
 pub const H2_MAX_FRAME_SIZE_LIMIT: u32 = (1 << 24) - 1;
@@ -207,24 +207,5 @@ impl Http2Config {
             ));
         }
         Ok(())
-    }
-}
-
-/// A knob set to a value outside what it accepts.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {field} = {value}: allowed {allowed}")]
-pub struct ConfigError {
-    pub field: &'static str,
-    pub value: String,
-    pub allowed: &'static str,
-}
-
-impl ConfigError {
-    pub fn new(field: &'static str, value: impl fmt::Display, allowed: &'static str) -> Self {
-        Self {
-            field,
-            value: value.to_string(),
-            allowed,
-        }
     }
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 use socket2::{SockRef, Socket};
 use tokio::net::{TcpSocket, TcpStream};
+use xfer_common::sockbuf::{self, Direction};
 
 use crate::config::TcpConfig;
 
@@ -265,12 +266,6 @@ fn read_congestion(_socket: &Socket) -> Option<String> {
     None
 }
 
-#[derive(Clone, Copy)]
-enum Direction {
-    Send,
-    Recv,
-}
-
 static WARNED_SEND_CLAMP: AtomicBool = AtomicBool::new(false);
 static WARNED_RECV_CLAMP: AtomicBool = AtomicBool::new(false);
 
@@ -288,17 +283,10 @@ fn set_buffer(
     };
     // The kernel doubles whatever it accepts; asking for more than i32::MAX / 2 overflows it.
     let req = usize::try_from(requested.min(i32::MAX as u64 / 2)).unwrap_or(usize::MAX / 2);
-    let forced = force && set_forced(socket, dir, req).is_ok();
-    if !forced {
-        let r = match dir {
-            Direction::Send => socket.set_send_buffer_size(req),
-            Direction::Recv => socket.set_recv_buffer_size(req),
-        };
-        r.map_err(|source| TcpError::Option {
-            option: plain_name,
-            source,
-        })?;
-    }
+    sockbuf::request(socket, dir, req, force).map_err(|source| TcpError::Option {
+        option: plain_name,
+        source,
+    })?;
     let granted = match dir {
         Direction::Send => socket.send_buffer_size(),
         Direction::Recv => socket.recv_buffer_size(),
@@ -318,36 +306,6 @@ fn set_buffer(
         );
     }
     Ok(granted)
-}
-
-#[cfg(target_os = "linux")]
-fn set_forced(socket: &Socket, dir: Direction, size: usize) -> io::Result<()> {
-    let opt = match dir {
-        Direction::Send => libc::SO_SNDBUFFORCE,
-        Direction::Recv => libc::SO_RCVBUFFORCE,
-    };
-    let val = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    // SAFETY: the fd is a live socket borrowed for the call; the option value is a c_int whose
-    // exact size is passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            (&val as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn set_forced(_socket: &Socket, _dir: Direction, _size: usize) -> io::Result<()> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// The kernel's `struct tcp_info` (include/uapi/linux/tcp.h) up to `tcpi_bytes_retrans`. Older

@@ -11,6 +11,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use socket2::{Domain, Protocol, Socket, Type};
+use xfer_common::sockbuf::{self, Direction};
 
 use crate::tuning::QuicTuning;
 
@@ -34,13 +35,13 @@ pub fn bind_udp(addr: SocketAddr, tuning: &QuicTuning) -> io::Result<(UdpSocket,
     }
     set_buffer(
         &socket,
-        Dir::Send,
+        Direction::Send,
         tuning.udp_send_buffer,
         tuning.force_buffers,
     );
     set_buffer(
         &socket,
-        Dir::Recv,
+        Direction::Recv,
         tuning.udp_recv_buffer,
         tuning.force_buffers,
     );
@@ -66,59 +67,10 @@ pub fn bind_udp(addr: SocketAddr, tuning: &QuicTuning) -> io::Result<(UdpSocket,
     Ok((socket.into(), granted))
 }
 
-#[derive(Clone, Copy)]
-enum Dir {
-    Send,
-    Recv,
-}
-
-fn set_buffer(socket: &Socket, dir: Dir, size: usize, force: bool) {
-    if force && set_forced(socket, dir, size).is_ok() {
-        return;
-    }
-    let res = match dir {
-        Dir::Send => socket.set_send_buffer_size(size),
-        Dir::Recv => socket.set_recv_buffer_size(size),
-    };
-    if let Err(e) = res {
+fn set_buffer(socket: &Socket, dir: Direction, size: usize, force: bool) {
+    if let Err(e) = sockbuf::request(socket, dir, size, force) {
         tracing::debug!(size, error = %e, "setting udp socket buffer failed");
     }
-}
-
-#[cfg(target_os = "linux")]
-fn set_forced(socket: &Socket, dir: Dir, size: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-
-    let opt = match dir {
-        Dir::Send => libc::SO_SNDBUFFORCE,
-        Dir::Recv => libc::SO_RCVBUFFORCE,
-    };
-    let value = libc::c_int::try_from(size)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "buffer size exceeds c_int"))?;
-    // SAFETY: the fd is open for the lifetime of `socket`, and the option value points to a
-    // c_int whose size is passed alongside it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            std::ptr::addr_of!(value).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn set_forced(_socket: &Socket, _dir: Dir, _size: usize) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "forced socket buffers are linux-only",
-    ))
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ use std::time::Duration;
 use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 
+pub use xfer_core::error::ConfigError;
+
 /// Congestion controller run by the sending side (for a download: the server).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CongestionControl {
@@ -268,25 +270,6 @@ impl QuicTuning {
             }
         };
         Ok(t)
-    }
-}
-
-/// A knob set to a value outside what it accepts.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {field} = {value}: allowed {allowed}")]
-pub struct ConfigError {
-    pub field: &'static str,
-    pub value: String,
-    pub allowed: &'static str,
-}
-
-impl ConfigError {
-    pub fn new(field: &'static str, value: impl fmt::Display, allowed: &'static str) -> Self {
-        Self {
-            field,
-            value: value.to_string(),
-            allowed,
-        }
     }
 }
 

@@ -785,7 +785,7 @@ mod tests {
         // A hand-built request whose path length claims more than the limit.
         let mut raw = vec![VERSION, 0x01, 0];
         put_varint(&mut raw, (MAX_PATH_LEN + 1) as u64);
-        raw.extend(std::iter::repeat(b'a').take(MAX_PATH_LEN + 1));
+        raw.extend(std::iter::repeat_n(b'a', MAX_PATH_LEN + 1));
         assert!(matches!(
             Request::decode(&raw),
             Err(WireError::TooLarge { what: "path", .. })
