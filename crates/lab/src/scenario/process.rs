@@ -130,7 +130,9 @@ pub fn proc_cpu_time(pid: u32) -> Option<Duration> {
 mod tests {
     use super::*;
 
+    // The children are reaped by `wait_with_deadline` (wait4), which clippy cannot see.
     #[test]
+    #[allow(clippy::zombie_processes)]
     fn cpu_time_of_a_busy_child_is_counted() {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"]);
@@ -145,6 +147,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::zombie_processes)]
     fn deadline_kills_the_child() {
         let mut cmd = Command::new("sleep");
         cmd.arg("30");
