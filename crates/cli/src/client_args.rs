@@ -132,8 +132,12 @@ pub struct ClientArgs {
 }
 
 impl ClientArgs {
-    /// Turn the flags into a validated configuration.
-    pub fn to_config(&self) -> anyhow::Result<ClientConfig> {
+    /// Turn the flags into a validated configuration; a bad value is a usage error (exit 2).
+    pub fn to_config(&self) -> Result<ClientConfig, UsageError> {
+        self.build().map_err(|e| UsageError(format!("{e:#}")))
+    }
+
+    fn build(&self) -> anyhow::Result<ClientConfig> {
         let mut c = ClientConfig::default().with_tls(ClientTlsOptions {
             ca_certs: self.ca_cert.clone(),
             dangerous_insecure: self.insecure,

@@ -50,10 +50,7 @@ pub struct GetArgs {
 }
 
 pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
-    let client = args
-        .client
-        .to_config()
-        .map_err(|e| UsageError(format!("{e:#}")))?;
+    let client = args.client.to_config()?;
     let expect_sha256 = args
         .expect_sha256
         .as_deref()

@@ -87,10 +87,7 @@ pub struct BenchArgs {
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let client = args
-        .client
-        .to_config()
-        .map_err(|e| UsageError(format!("{e:#}")))?;
+    let client = args.client.to_config()?;
     let window = Duration::try_from_secs_f64(args.duration)
         .ok()
         .filter(|d| !d.is_zero())
