@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
+
+use crate::exit::UsageError;
 use xfer::{
     ClientConfig, ClientTlsOptions, CongestionControl, Http2Config, HttpVersion, QuicTuning,
 };
