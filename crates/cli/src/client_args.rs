@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
-
-use crate::exit::UsageError;
 use xfer::{
     ClientConfig, ClientTlsOptions, CongestionControl, Http2Config, HttpVersion, QuicTuning,
 };
+
+use crate::exit::UsageError;
 
 /// A byte count with an optional unit suffix (`64MiB`, `1G`, `1.5GB`).
 pub fn size_arg(s: &str) -> Result<u64, String> {
