@@ -155,6 +155,8 @@ fn draw(
                 .configure_mesh()
                 .x_desc(x_desc)
                 .y_desc("goodput (Mbit/s)")
+                .x_label_formatter(&|x: &f64| format!("{x:.0}"))
+                .y_label_formatter(&|y: &f64| format!("{y:.0}"))
                 .draw()
                 .map_err(|e| err(&e))?;
             chart

@@ -169,7 +169,7 @@ fn run_point(
     }
     let _ = std::fs::remove_file(cert_dir.join("cert.pem"));
     let listen = format!("{SERVER_ADDR}:{}", opts.port);
-    let serve_args: Vec<String> = vec![
+    let serve_args: Vec<String> = [
         "serve".into(),
         serve_dir.display().to_string(),
         "--self-signed".into(),
@@ -179,7 +179,10 @@ fn run_point(
         SERVER_ADDR.to_string(),
         "--listen".into(),
         listen.clone(),
-    ];
+    ]
+    .into_iter()
+    .chain(s.server_args.iter().cloned())
+    .collect();
     let server_command = format!("{} {}", opts.xfer_bin.display(), serve_args.join(" "));
     let serve_log = opts.work_dir.join("serve.log");
     let mut cmd = lab.command_in_server(&opts.xfer_bin);

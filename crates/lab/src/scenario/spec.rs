@@ -8,6 +8,7 @@
 //! size = "1GiB"                 # per download (xfer, curl, aria2c)
 //! duration = "10s"              # per iperf3 run
 //! timeout = "60s"               # per run; a run still going is killed and marked
+//! server_args = []              # extra `xfer serve` flags, e.g. ["--congestion", "cubic"]
 //!
 //! [link]
 //! rate = "1G"
@@ -58,6 +59,9 @@ pub struct ScenarioFile {
     /// Per-run limit; a run still going is killed and marked timed out. Default `60s`.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// Extra arguments for `xfer serve` (e.g. `["--congestion", "cubic"]`). Default none.
+    #[serde(default)]
+    pub server_args: Vec<String>,
     pub link: LinkFile,
     #[serde(rename = "transfer")]
     pub transfers: Vec<TransferFile>,
@@ -188,6 +192,7 @@ pub struct Scenario {
     pub losses: Vec<f64>,
     pub queue_bytes: Option<u64>,
     pub duration: Duration,
+    pub server_args: Vec<String>,
     pub cases: Vec<Case>,
 }
 
@@ -342,6 +347,7 @@ impl Scenario {
             losses: f.link.loss,
             queue_bytes,
             duration,
+            server_args: f.server_args,
             cases,
         })
     }
