@@ -999,6 +999,7 @@ async fn fetch_chunk(
     let mut batch_offset = a.range.start;
     let mut buffer: Vec<Bytes> = Vec::new();
     let mut unreported = 0u64;
+    let mut last_report = Instant::now();
     loop {
         // A body that is always ready (fast loopback, memory) must not keep its worker thread
         // from the other lanes.
@@ -1030,8 +1031,15 @@ async fn fetch_chunk(
                 // Counted in steps: a QUIC body arrives in packet-sized pieces, and a lock per
                 // piece would show up in the profile.
                 unreported += n;
-                if unreported >= PROGRESS_STEP {
+                // And at least every PROGRESS_INTERVAL: end-game decisions need the pace of
+                // slow lanes too, which may take long to gather a step.
+                let now = Instant::now();
+                if unreported >= PROGRESS_STEP
+                    || now.duration_since(last_report) >= PROGRESS_INTERVAL
+                {
                     report_received(shared, lane_index, std::mem::take(&mut unreported));
+                    shared.lock().handle_progress(a.attempt, received, now);
+                    last_report = now;
                 }
                 batch_len += data.len();
                 batch.push(data);
@@ -1041,7 +1049,6 @@ async fn fetch_chunk(
                         report_received(shared, lane_index, unreported);
                         return Fetched::cancelled();
                     }
-                    shared.lock().handle_progress(a.attempt, received);
                 }
             }
             Ok(None) => break,
@@ -1078,6 +1085,8 @@ const COALESCE_PIECES: usize = 16;
 
 /// Bytes between progress updates of one lane.
 const PROGRESS_STEP: u64 = 256 << 10;
+/// Longest time between progress updates of a lane that is receiving.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 
 fn report_received(shared: &Shared, lane: usize, n: u64) {
     if n > 0 {

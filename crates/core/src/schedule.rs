@@ -49,6 +49,10 @@ pub struct ScheduleConfig {
     /// times what the idle lane needs for the whole chunk. Default 1.5: duplicates cost
     /// bandwidth, so they must promise a clear gain.
     pub endgame_margin: f64,
+    /// An in-flight chunk that has received nothing for this long may be duplicated by any idle
+    /// lane, even one with no record yet. Default 5 s: well above a long path's round trip plus
+    /// a TLS handshake, so connection set-up is not mistaken for a stall.
+    pub endgame_stall: Duration,
     /// Seed for the backoff jitter.
     pub seed: u64,
 }
@@ -61,6 +65,7 @@ impl Default for ScheduleConfig {
             backoff_max: Duration::from_secs(15),
             endgame: true,
             endgame_margin: 1.5,
+            endgame_stall: Duration::from_secs(5),
             seed: 0x5eed,
         }
     }
@@ -160,6 +165,10 @@ struct Attempt {
     lane: LaneIndex,
     started: Instant,
     received: u64,
+    /// The first progress report, to measure the pace once bytes flow (excluding connection
+    /// set-up and the first round trip), and the latest one, to tell a stall.
+    first_report: Option<(Instant, u64)>,
+    last_report: Instant,
     direct: bool,
     cancelled: bool,
 }
@@ -273,8 +282,12 @@ impl Scheduler {
     }
 
     /// `attempt` has received `received` bytes in total so far.
-    pub fn handle_progress(&mut self, attempt: AttemptId, received: u64) {
+    pub fn handle_progress(&mut self, attempt: AttemptId, received: u64, now: Instant) {
         if let Some(a) = self.attempts.get_mut(&attempt) {
+            if received > a.received {
+                a.last_report = now;
+                a.first_report.get_or_insert((now, received));
+            }
             a.received = received;
         }
     }
@@ -411,6 +424,8 @@ impl Scheduler {
                 lane,
                 started: now,
                 received: 0,
+                first_report: None,
+                last_report: now,
                 direct,
                 cancelled: false,
             },
@@ -536,30 +551,26 @@ impl Scheduler {
                 continue;
             }
             let len = self.plan.len(a.chunk);
-            let elapsed = now.saturating_duration_since(a.started).as_secs_f64();
             let left = len.saturating_sub(a.received) as f64;
-            // The original's pace so far, else its lane's record; with neither (no byte yet
-            // on a fresh lane) it is too early to judge unless it has stalled for a second.
-            let pace = if a.received > 0 && elapsed > 0.0 {
-                Some(a.received as f64 / elapsed)
-            } else {
-                self.lane_rate(a.lane)
+            // Stalled: nothing new for a while (a connection stuck in loss recovery, a dead
+            // peer that has not timed out yet). Only then may a lane with no record step in.
+            let stalled = now.saturating_duration_since(a.last_report) >= self.config.endgame_stall;
+            // The original's pace since its bytes began to flow, else its lane's record.
+            let pace = match a.first_report {
+                Some((t0, b0)) if a.received > b0 && now > t0 => {
+                    Some((a.received - b0) as f64 / now.saturating_duration_since(t0).as_secs_f64())
+                }
+                _ => self.lane_rate(a.lane),
             };
             let eta = match pace {
+                _ if stalled => f64::INFINITY,
                 Some(p) if p > 0.0 => left / p,
-                _ if elapsed > 1.0 => f64::INFINITY,
+                // Too early to judge.
                 _ => continue,
             };
-            let mine = match my_rate {
-                Some(r) if r > 0.0 => len as f64 / r,
-                // A lane with no history cannot promise anything; it may still rescue a chunk
-                // whose original has stalled completely.
-                _ => f64::INFINITY,
-            };
-            let worth = if mine.is_finite() {
-                eta > mine * self.config.endgame_margin
-            } else {
-                eta.is_infinite() && elapsed > 1.0
+            let worth = match my_rate {
+                Some(r) if r > 0.0 => eta > len as f64 / r * self.config.endgame_margin,
+                _ => stalled,
             };
             if worth && best.is_none_or(|(e, _)| eta > e) {
                 best = Some((eta, a.chunk));

@@ -92,7 +92,7 @@ impl Sim {
                 let len = (a.range.end - a.range.start) as f64;
                 *got = (*got + lane.rate * step.as_secs_f64()).min(len);
                 let (a, got) = (a.clone(), *got);
-                self.sched.handle_progress(a.attempt, got as u64);
+                self.sched.handle_progress(a.attempt, got as u64, self.now);
                 if got >= len {
                     self.lanes[i].job = None;
                     let nth = self.attempts_per_chunk[&a.chunk];
@@ -315,4 +315,25 @@ fn dead_lanes_leave_work_to_live_ones_and_all_dead_fails() {
     sim.sched.handle_lane_dead(0);
     sim.sched.handle_lane_dead(1);
     assert_eq!(sim.sched.failure(), Some(&ScheduleFailure::NoLanes));
+}
+
+#[test]
+fn slow_connection_set_up_is_not_taken_for_a_stall() {
+    // Two chunks, eight lanes; every response takes 3 s to start (a long path's handshakes).
+    // Idle lanes with no record must not duplicate chunks that have merely not begun to flow.
+    let mut sim = Sim::new(2 * CHUNK, &[10e6; 8], vec![], ScheduleConfig::default());
+    for lane in &mut sim.lanes {
+        lane.latency = Duration::from_secs(3);
+    }
+    sim.run();
+    assert_eq!(sim.count(|e| matches!(e, ScheduleEvent::Duplicated { .. })), 0);
+}
+
+#[test]
+fn a_truly_stalled_chunk_is_rescued_by_an_idle_lane() {
+    // Lane 0 stops delivering after its first bytes; lane 1 has nothing else to do.
+    let mut sim = Sim::new(CHUNK, &[0.0, 10e6], vec![], ScheduleConfig::default());
+    sim.run();
+    assert!(sim.sched.failure().is_none());
+    assert_eq!(sim.count(|e| matches!(e, ScheduleEvent::Duplicated { chunk: 0, lane: 1 })), 1);
 }
