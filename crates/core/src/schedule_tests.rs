@@ -326,7 +326,10 @@ fn slow_connection_set_up_is_not_taken_for_a_stall() {
         lane.latency = Duration::from_secs(3);
     }
     sim.run();
-    assert_eq!(sim.count(|e| matches!(e, ScheduleEvent::Duplicated { .. })), 0);
+    assert_eq!(
+        sim.count(|e| matches!(e, ScheduleEvent::Duplicated { .. })),
+        0
+    );
 }
 
 #[test]
@@ -335,5 +338,8 @@ fn a_truly_stalled_chunk_is_rescued_by_an_idle_lane() {
     let mut sim = Sim::new(CHUNK, &[0.0, 10e6], vec![], ScheduleConfig::default());
     sim.run();
     assert!(sim.sched.failure().is_none());
-    assert_eq!(sim.count(|e| matches!(e, ScheduleEvent::Duplicated { chunk: 0, lane: 1 })), 1);
+    assert_eq!(
+        sim.count(|e| matches!(e, ScheduleEvent::Duplicated { chunk: 0, lane: 1 })),
+        1
+    );
 }
