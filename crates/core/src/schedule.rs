@@ -49,6 +49,10 @@ pub struct ScheduleConfig {
     /// times what the idle lane needs for the whole chunk. Default 1.5: duplicates cost
     /// bandwidth, so they must promise a clear gain.
     pub endgame_margin: f64,
+    /// A duplicate is started only if the idle lane has shown a rate at least this many times
+    /// the original's pace. Default 3: a lane at a third of its peers' pace is a straggler; one
+    /// at half their pace is usually just sharing the bottleneck with them.
+    pub endgame_slowness: f64,
     /// An in-flight chunk that has received nothing for this long may be duplicated by any idle
     /// lane, even one with no record yet. Default 5 s: well above a long path's round trip plus
     /// a TLS handshake, so connection set-up is not mistaken for a stall.
@@ -65,6 +69,7 @@ impl Default for ScheduleConfig {
             backoff_max: Duration::from_secs(15),
             endgame: true,
             endgame_margin: 1.5,
+            endgame_slowness: 3.0,
             endgame_stall: Duration::from_secs(5),
             seed: 0x5eed,
         }
@@ -568,9 +573,16 @@ impl Scheduler {
                 // Too early to judge.
                 _ => continue,
             };
-            let worth = match my_rate {
-                Some(r) if r > 0.0 => eta > len as f64 / r * self.config.endgame_margin,
-                _ => stalled,
+            // Lanes sharing one bottleneck slow each other down and speed up again as others
+            // finish; duplicating then only splits the same link further. So the original
+            // must also be several times slower than this lane has shown it can be.
+            let worth = match (my_rate, pace) {
+                _ if stalled => true,
+                (Some(r), Some(p)) if r > 0.0 => {
+                    eta > len as f64 / r * self.config.endgame_margin
+                        && p * self.config.endgame_slowness < r
+                }
+                _ => false,
             };
             if worth && best.is_none_or(|(e, _)| eta > e) {
                 best = Some((eta, a.chunk));

@@ -343,3 +343,28 @@ fn a_truly_stalled_chunk_is_rescued_by_an_idle_lane() {
         1
     );
 }
+
+#[test]
+fn lanes_sharing_a_bottleneck_are_not_duplicated() {
+    // Two chunks on lanes at 2.8 and 7.5 MB/s (one link, unevenly shared). When the fast lane
+    // is done the slow one has most of its chunk left, enough for the time test alone to call
+    // for a duplicate; but it is only ~2.7x slower, which sharing explains: no duplicate.
+    let rates = [2.8e6, 7.5e6];
+    let mut sim = Sim::new(2 * CHUNK, &rates, vec![], ScheduleConfig::default());
+    sim.run();
+    assert_eq!(
+        sim.count(|e| matches!(e, ScheduleEvent::Duplicated { .. })),
+        0
+    );
+    // The same without the slowness test does duplicate: the case is a real one.
+    let config = ScheduleConfig {
+        endgame_slowness: 1.0,
+        ..ScheduleConfig::default()
+    };
+    let mut sim = Sim::new(2 * CHUNK, &rates, vec![], config);
+    sim.run();
+    assert_eq!(
+        sim.count(|e| matches!(e, ScheduleEvent::Duplicated { .. })),
+        1
+    );
+}
