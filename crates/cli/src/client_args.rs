@@ -41,6 +41,16 @@ pub enum QuicCongestion {
     Bbr,
 }
 
+impl From<QuicCongestion> for CongestionControl {
+    fn from(cc: QuicCongestion) -> Self {
+        match cc {
+            QuicCongestion::Cubic => CongestionControl::Cubic,
+            QuicCongestion::Newreno => CongestionControl::NewReno,
+            QuicCongestion::Bbr => CongestionControl::Bbr,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
     /// HTTP version for http(s):// URLs. quic:// URLs always use QUIC.
@@ -219,11 +229,7 @@ impl ClientArgs {
             t.send_window = v;
         }
         if let Some(cc) = self.quic_congestion {
-            t.congestion = match cc {
-                QuicCongestion::Cubic => CongestionControl::Cubic,
-                QuicCongestion::Newreno => CongestionControl::NewReno,
-                QuicCongestion::Bbr => CongestionControl::Bbr,
-            };
+            t.congestion = cc.into();
         }
         if let Some(ms) = self.quic_initial_rtt {
             t.initial_rtt = Duration::from_millis(ms);

@@ -9,7 +9,7 @@ use clap::Args;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{Http2Config, QuicTuning};
 
-use crate::client_args::size_arg;
+use crate::client_args::{size_arg, QuicCongestion};
 use crate::exit::UsageError;
 
 #[derive(Debug, Args)]
@@ -58,6 +58,16 @@ pub struct ServeArgs {
     /// HTTP/2 send buffer per stream.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub h2_send_buffer: Option<u64>,
+    /// QUIC congestion controller of the server, which is the sender of a download (bbr is
+    /// experimental in quinn).
+    #[arg(long, value_enum)]
+    pub quic_congestion: Option<QuicCongestion>,
+    /// QUIC send window: unacknowledged bytes per connection. Default 64MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub quic_send_window: Option<u64>,
+    /// UDP socket send and receive buffers for QUIC. Default 32MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub udp_buffer: Option<u64>,
     /// Most simultaneous connections.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
@@ -105,7 +115,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.http.repr_digest = !args.no_repr_digest;
     cfg.quic = !args.no_quic;
     cfg.quic_listen = args.quic_listen;
-    cfg.quic_tuning = QuicTuning::default();
+    let mut quic = QuicTuning::default();
+    if let Some(cc) = args.quic_congestion {
+        quic.congestion = cc.into();
+    }
+    if let Some(v) = args.quic_send_window {
+        quic.send_window = v;
+    }
+    if let Some(v) = args.udp_buffer {
+        let v =
+            usize::try_from(v).map_err(|_| UsageError(format!("--udp-buffer {v} too large")))?;
+        quic.udp_send_buffer = v;
+        quic.udp_recv_buffer = v;
+    }
+    quic.validate().map_err(|e| UsageError(e.to_string()))?;
+    cfg.quic_tuning = quic;
     if let Err(e) = cfg.http.validate() {
         return Err(UsageError(e.to_string()).into());
     }
