@@ -261,8 +261,12 @@ async fn verification_off_skips_hashing() {
 async fn a_stalled_lane_is_overtaken_at_the_end() {
     let d = data(16 * CHUNK as usize, 11);
     let t = Arc::new(MemTransport::new(d.clone(), 4));
-    // Lane 3 delivers 64 KiB per 200 ms: its first chunk alone would take 0.8 s.
-    t.slow_lane(3, Duration::from_millis(200));
+    // Lane 0 delivers 64 KiB per 200 ms: its first chunk alone would take 0.8 s. The others
+    // take 2 ms per 64 KiB, so the transfer lasts long enough for every lane to get a chunk.
+    t.slow_lane(0, Duration::from_millis(200));
+    for lane in 1..4 {
+        t.slow_lane(lane, Duration::from_millis(2));
+    }
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
     let r = get(&t, &dest, config()).await.unwrap();
