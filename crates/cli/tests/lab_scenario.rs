@@ -106,7 +106,13 @@ fn tiny_scenario_runs_end_to_end_through_the_emulator() {
     for r in runs {
         let case = r["case"].as_str().unwrap_or("?");
         assert_eq!(r["ok"], true, "{case} failed: {}", r["error"]);
-        assert_eq!(r["bytes"].as_u64(), Some(24 << 20), "{case}");
+        // Bytes received: the whole file, plus at most one 16 MiB chunk fetched twice (an
+        // end-game duplicate when one connection starts much slower than the other).
+        let bytes = r["bytes"].as_u64().unwrap_or(0);
+        assert!(
+            (24 << 20..=(24 + 16) << 20).contains(&bytes),
+            "{case}: received {bytes} bytes of a 24 MiB file"
+        );
         let goodput = r["goodput_bps"].as_f64().unwrap_or(0.0);
         assert!(
             (0.5 * RATE_BPS..=1.02 * RATE_BPS).contains(&goodput),
