@@ -117,34 +117,25 @@ pub fn apply_listener(socket: &Socket, cfg: &TcpConfig) -> Result<AppliedTcp, Tc
 /// Tune an established (typically accepted) socket: everything except the receive buffer,
 /// which no longer changes the negotiated window scale (set it on the listener instead).
 pub fn apply_connected(socket: &Socket, cfg: &TcpConfig) -> Result<AppliedTcp, TcpError> {
-    let congestion = set_congestion(socket, cfg.congestion.as_deref())?;
-    socket
-        .set_nodelay(cfg.nodelay)
-        .map_err(|source| TcpError::Option {
-            option: "TCP_NODELAY",
-            source,
-        })?;
-    let send_buffer = match cfg.send_buffer {
-        Some(req) => Some(set_buffer(socket, Direction::Send, req, cfg.force_buffers)?),
-        None => None,
-    };
-    Ok(AppliedTcp {
-        send_buffer,
-        recv_buffer: cfg
-            .recv_buffer
-            .and_then(|_| socket.recv_buffer_size().ok())
-            .map(|v| v as u64 / 2),
-        congestion: congestion.or_else(|| read_congestion(socket)),
-        nodelay: cfg.nodelay,
-    })
+    let mut applied = apply(socket, cfg, false)?;
+    // Report what the socket has (inherited from the listener) when a size was asked for.
+    applied.recv_buffer = cfg
+        .recv_buffer
+        .and_then(|_| socket.recv_buffer_size().ok())
+        .map(|v| v as u64 / 2);
+    Ok(applied)
 }
 
 fn apply_all(socket: &Socket, cfg: &TcpConfig) -> Result<AppliedTcp, TcpError> {
+    apply(socket, cfg, true)
+}
+
+fn apply(socket: &Socket, cfg: &TcpConfig, recv: bool) -> Result<AppliedTcp, TcpError> {
     let send_buffer = match cfg.send_buffer {
         Some(req) => Some(set_buffer(socket, Direction::Send, req, cfg.force_buffers)?),
         None => None,
     };
-    let recv_buffer = match cfg.recv_buffer {
+    let recv_buffer = match cfg.recv_buffer.filter(|_| recv) {
         Some(req) => Some(set_buffer(socket, Direction::Recv, req, cfg.force_buffers)?),
         None => None,
     };
