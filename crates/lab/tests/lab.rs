@@ -43,6 +43,16 @@ fn start(prefix: &str, link: LinkConfig) -> Lab {
     Lab::start(LabConfig::new(prefix, link)).unwrap_or_else(|e| panic!("lab {prefix}: {e}"))
 }
 
+/// A TCP listener bound inside the server namespace (the socket stays in it).
+fn listen_in_server(lab: &Lab, addr: SocketAddr) -> TcpListener {
+    lab.spawn_in_server(move || TcpListener::bind(addr))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .join()
+        .unwrap_or_else(|_| panic!("bind panicked"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("bind {addr}: {e}"))
+}
+
 mod rtt {
     use super::*;
 
@@ -164,13 +174,7 @@ mod rate {
     /// per second over the window from 1 s after the first byte to the end.
     fn download_goodput(lab: &Lab, secs: f64) -> f64 {
         let addr = SocketAddr::new(lab.server_addr(), 5001);
-        let listener = lab
-            .spawn_in_server(move || TcpListener::bind(addr))
-            .unwrap_or_else(|e| panic!("{e}"))
-            .join()
-            .unwrap_or_else(|_| panic!("bind panicked"))
-            .unwrap_or_else(|e| panic!("{e}"))
-            .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        let listener = listen_in_server(lab, addr);
         let sender = std::thread::spawn(move || -> std::io::Result<()> {
             let (mut sock, _) = listener.accept()?;
             let buf = vec![0x5au8; 256 * 1024];
@@ -372,13 +376,7 @@ mod integrity {
         let addr = SocketAddr::new(lab.server_addr(), 5002);
         let total: usize = 6 << 20;
         let pattern = |i: usize| (i % 251) as u8 ^ (i >> 16) as u8;
-        let listener = lab
-            .spawn_in_server(move || TcpListener::bind(addr))
-            .unwrap_or_else(|e| panic!("{e}"))
-            .join()
-            .unwrap_or_else(|_| panic!("bind panicked"))
-            .unwrap_or_else(|e| panic!("{e}"))
-            .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        let listener = listen_in_server(&lab, addr);
         let sender = std::thread::spawn(move || -> std::io::Result<()> {
             let (mut sock, _) = listener.accept()?;
             let data: Vec<u8> = (0..total).map(pattern).collect();
