@@ -11,6 +11,8 @@
 //!   read-ahead block stream.
 //! - [`digest_cache`]: whole-resource SHA-256 computed in the background (`Repr-Digest`).
 //! - [`tls`]: rustls server/client configurations (ring provider) and self-signed certificates.
+//! - [`listing`]: directory listings (WebDAV PROPFIND, nginx JSON, xfer's manifest) read as
+//!   untrusted input, and the names in them checked before they touch a local path.
 //! - [`fault`]: a test-only hook that corrupts one byte after the digest was computed.
 //!
 //! It opens no sockets and speaks no protocol.
@@ -22,6 +24,7 @@
 //! ```
 pub mod digest_cache;
 pub mod fault;
+pub mod listing;
 pub mod paths;
 pub mod ranges;
 pub mod resource;
