@@ -1,0 +1,22 @@
+//! # xfer-test-support: what xfer's test binaries share
+//!
+//! - [`fault_proxy`]: a TCP and UDP proxy on loopback that truncates, stalls, resets, flips a
+//!   byte of, or throttles what the server sends, per connection, so one suite can test the
+//!   client's behaviour under each fault over HTTP/1.1, HTTP/2 and QUIC alike.
+//! - [`data`]: deterministic test bytes (one generator for every test binary) and hashing.
+//!
+//! ```text
+//!   client ──► FaultProxy (127.0.0.1:port) ──► server
+//!          ◄── fault applied to server→client bytes of connection i ◄──
+//! ```
+//!
+//! Test-only (`publish = false`); nothing in the product depends on it.
+
+pub mod data;
+pub mod fault_proxy;
+
+pub use data::{random_bytes, sha256_hex, write_random_file};
+pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
+
+/// The error type test helpers return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
