@@ -6,7 +6,7 @@
 //! under CI=true, where it fails.
 
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use xfer_lab::{cleanup, HostProfile, Lab, LabConfig, LinkConfig};
@@ -61,6 +61,18 @@ fn doctor_in_lab(prefix: &str, profile: HostProfile) -> (Option<i32>, serde_json
     wait_for_listener(&lab, addr);
 
     let url = format!("http://{addr}/");
+    // The human report too, for `--nocapture` readers and docs/doctor.md.
+    if let Ok(text) = lab
+        .command_in_client(env!("CARGO_BIN_EXE_xfer"))
+        .args(["doctor", &url, "--max-bytes", "4MiB", "--max-seconds", "15"])
+        .output()
+    {
+        eprintln!(
+            "$ xfer doctor {url} --max-bytes 4MiB  # {} profile\n{}",
+            lab.config().profile.name,
+            String::from_utf8_lossy(&text.stdout)
+        );
+    }
     let out = lab
         .command_in_client(env!("CARGO_BIN_EXE_xfer"))
         .args([
