@@ -123,7 +123,18 @@ fn mib(bytes: u64) -> String {
 }
 
 pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
-    let measured_rtt = facts.path.as_ref().and_then(|p| p.rtt_ms());
+    // QUIC-only paths have no TCP probes; the transfer's connections still know the RTT.
+    let connection_rtt = facts
+        .transfers
+        .iter()
+        .flat_map(|t| t.connections.iter().filter_map(|c| c.rtt_us))
+        .min()
+        .map(|us| us as f64 / 1000.0);
+    let measured_rtt = facts
+        .path
+        .as_ref()
+        .and_then(|p| p.rtt_ms())
+        .or(connection_rtt);
     let (rtt_ms, rtt_source) = match measured_rtt {
         Some(r) if r > 0.0 => (r, "measured"),
         _ => (targets.assumed_rtt_ms, "assumed"),
@@ -526,6 +537,22 @@ mod tests {
         let v = analyse(&f, &Targets::default());
         assert_eq!(v.rtt_source, "assumed");
         assert!((v.rtt_ms - ASSUMED_RTT_MS).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_probes_the_connections_give_the_rtt() {
+        let mut f = stock(1.0);
+        f.path = None;
+        f.transfers.push(TransferFacts {
+            connections: vec![xfer::ConnectionStats {
+                rtt_us: Some(80_000),
+                ..Default::default()
+            }],
+            ..TransferFacts::default()
+        });
+        let v = analyse(&f, &Targets::default());
+        assert_eq!(v.rtt_source, "measured");
+        assert!((v.rtt_ms - 80.0).abs() < 1e-9);
     }
 
     #[test]

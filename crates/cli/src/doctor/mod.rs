@@ -30,8 +30,9 @@ use probe::ProbeConfig;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// A URL on the far end of the path to check (an xfer server's URL gets a memory-to-memory
-    /// transfer from /.xfer/synthetic). Without it only this host is checked, at an assumed RTT.
+    /// A URL on the far end of the path to check; an xfer server also gets a short
+    /// memory-to-memory transfer from /.xfer/synthetic. Without a URL only this host is checked,
+    /// at an assumed RTT.
     pub url: Option<String>,
     /// The rate one connection should reach, bits per second (`1G`, `500M`); repeat for more
     /// bandwidth-delay-product lines. Default 1G and 10G; the first is checked.
@@ -147,8 +148,8 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The protocols to measure: the server's synthetic resource over the URL's own protocol, plus
-/// QUIC on the same port for https:// (xfer serve answers both). Falls back to the URL itself,
-/// bounded by --max-seconds, when the synthetic resource is missing (not an xfer server).
+/// QUIC on the same port for https:// (xfer serve answers both). Another server gets no
+/// transfer: a whole download of an unknown file could write gigabytes before the time bound.
 async fn transfers(
     url: &str,
     scheme: &str,
@@ -159,13 +160,12 @@ async fn transfers(
     let Some(synthetic) = probe::synthetic_url(url, cfg.transfer_bytes) else {
         return out;
     };
-    let first = probe::measure(&synthetic, scheme, client, cfg).await;
+    let mut first = probe::measure(&synthetic, scheme, client, cfg).await;
     let is_xfer = first.error.is_none();
-    out.push(if is_xfer {
-        first
-    } else {
-        probe::measure(url, scheme, client, cfg).await
-    });
+    if let Some(e) = &mut first.error {
+        *e = format!("{e} (no measured transfer unless the server is xfer serve)");
+    }
+    out.push(first);
     if is_xfer && scheme == "https" {
         let quic = format!("quic{}", &synthetic["https".len()..]);
         out.push(probe::measure(&quic, "quic", client, cfg).await);
