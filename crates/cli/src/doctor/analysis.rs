@@ -305,9 +305,10 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
             severity: Severity::Advice,
             message: format!(
                 "path MTU {m} bytes, below Ethernet's 1500: every packet carries less payload, \
-                 and a tunnel or PPPoE on the path is likely"
+                 and a tunnel or PPPoE on the path is likely; MTU probing recovers when \
+                 ICMP \"fragmentation needed\" is filtered on the way"
             ),
-            fix: Vec::new(),
+            fix: vec!["sysctl -w net.ipv4.tcp_mtu_probing=1".to_string()],
         });
     }
 
@@ -562,5 +563,6 @@ mod tests {
         let v = analyse(&f, &Targets::default());
         assert_eq!(ids(&v), vec!["mtu"]);
         assert!(!v.is_limited());
+        assert_eq!(v.sysctl_lines, vec!["sysctl -w net.ipv4.tcp_mtu_probing=1"]);
     }
 }
