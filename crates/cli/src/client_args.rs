@@ -54,7 +54,7 @@ impl From<QuicCongestion> for CongestionControl {
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
     /// HTTP version for http(s):// URLs. quic:// URLs always use QUIC.
-    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
+    #[arg(long, value_enum, default_value_t = Protocol::Http1, env = "XFER_PROTOCOL")]
     pub protocol: Protocol,
     /// Connections: HTTP/1.1 lanes (default 8), HTTP/2 connections M (default 1), QUIC
     /// connections (default 2).
@@ -65,7 +65,7 @@ pub struct ClientArgs {
     pub streams: Option<usize>,
 
     /// Trust this CA (or self-signed server certificate) PEM instead of the built-in roots.
-    #[arg(long, value_name = "PEM")]
+    #[arg(long, value_name = "PEM", env = "XFER_CA_CERT")]
     pub ca_cert: Vec<PathBuf>,
     /// Accept any server certificate. Dangerous: anyone on the path can read and alter data.
     #[arg(long)]

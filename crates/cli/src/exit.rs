@@ -8,6 +8,7 @@
 //! | 3 | the remote failed: network, TLS, HTTP status, protocol (retries exhausted or permanent) |
 //! | 4 | verification failed: the whole-file SHA-256 differs from what was expected |
 //! | 5 | local file problem: destination exists, disk full, unreadable journal |
+//! | 6 | `xfer doctor`: something on this host limits the path (see its findings) |
 //! | 130 | interrupted (Ctrl-C); run the same command again to resume |
 
 use xfer::{Error, GetError};
@@ -17,6 +18,7 @@ pub const USAGE: u8 = 2;
 pub const REMOTE: u8 = 3;
 pub const VERIFY: u8 = 4;
 pub const LOCAL: u8 = 5;
+pub const LIMITED: u8 = 6;
 pub const INTERRUPTED: u8 = 130;
 
 /// The exit code for an error that reached the top.

@@ -5,7 +5,9 @@
 
 mod bench;
 mod client_args;
+mod completions_cmd;
 mod demo_cmd;
+mod doctor;
 mod exit;
 mod get_cmd;
 mod lab_cmd;
@@ -14,7 +16,7 @@ mod serve_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,6 +44,12 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Emulate a long-RTT link in network namespaces and compare protocols across it.
     Lab(lab_cmd::LabArgs),
+    /// Check what limits this host on a path: buffers, congestion control, MTU; advise sysctls.
+    Doctor(doctor::DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish) on stdout.
+    Completions(completions_cmd::CompletionsArgs),
+    /// Write man pages (xfer.1 and one per subcommand) into a directory.
+    Man(completions_cmd::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +72,9 @@ fn main() -> ExitCode {
             Command::Demo(a) => demo_cmd::run(a).await,
             Command::Bench(a) => bench::run(a).await,
             Command::Lab(a) => lab_cmd::run(a).await,
+            Command::Doctor(a) => doctor::run(a).await,
+            Command::Completions(a) => completions_cmd::run_completions(a, Cli::command()),
+            Command::Man(a) => completions_cmd::run_man(a, Cli::command()),
         }
     });
     match result {

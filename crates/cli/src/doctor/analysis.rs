@@ -1,0 +1,568 @@
+//! Facts in, verdict out: a pure function, so every rule is tested over fixed facts.
+//!
+//! The model is the one behind ESnet's fasterdata host-tuning advice: one TCP connection moves
+//! at most one window per round trip, and the window is bounded by the socket buffers the
+//! kernel lets it grow to (`tcp_wmem` max on the sender, the advertised share of `tcp_rmem` max
+//! on the receiver). A cap below the rate the user wants is a limit; the fix is the sysctl that
+//! lifts the buffer past twice the bandwidth-delay product.
+
+use serde::Serialize;
+use xfer::format_bps;
+
+use super::facts::Facts;
+
+/// The RTT assumed when no URL was given to measure one, milliseconds.
+pub const ASSUMED_RTT_MS: f64 = 100.0;
+/// Rates the bandwidth-delay product is shown for when the user names none, bits per second.
+pub const DEFAULT_RATES_BPS: [f64; 2] = [1e9, 10e9];
+/// Socket buffers never advised below this, bytes (fasterdata's smallest suggestion).
+const MIN_ADVISED_BUFFER: u64 = 16 << 20;
+/// xfer's default UDP buffer for QUIC, bytes (`QuicTuning::udp_*_buffer`).
+const QUIC_UDP_BUFFER: u64 = 32 << 20;
+/// What `xfer serve` asks for its send buffer by default, bytes.
+const SERVE_SEND_BUFFER: u64 = 32 << 20;
+
+/// What the analysis is asked to check against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Targets {
+    /// The rate one connection should reach, bits per second; the first is checked, all are
+    /// shown as bandwidth-delay-product lines.
+    pub rates_bps: Vec<f64>,
+    /// RTT to use when the facts hold none, milliseconds.
+    pub assumed_rtt_ms: f64,
+}
+
+impl Default for Targets {
+    fn default() -> Self {
+        Self {
+            rates_bps: DEFAULT_RATES_BPS.to_vec(),
+            assumed_rtt_ms: ASSUMED_RTT_MS,
+        }
+    }
+}
+
+/// A finding that holds the path back (exit 6) or only advice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Limit,
+    Advice,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// Stable identifier for scripts: `send_buffer_cap`, `recv_buffer_cap`, ...
+    pub id: &'static str,
+    pub severity: Severity,
+    pub message: String,
+    /// Commands that would fix it (`sysctl -w ...`, `modprobe ...`).
+    pub fix: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BdpLine {
+    pub rate_bps: f64,
+    pub rtt_ms: f64,
+    pub bytes: u64,
+    /// Where the rate came from: `target` or `measured`.
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub rtt_ms: f64,
+    /// `measured` or `assumed`.
+    pub rtt_source: &'static str,
+    pub bdp: Vec<BdpLine>,
+    /// What the autotuning buffers allow one TCP connection, bits per second.
+    pub send_cap_bps: Option<f64>,
+    pub recv_cap_bps: Option<f64>,
+    pub findings: Vec<Finding>,
+    /// Every `sysctl -w` line of the findings, in order, without repeats.
+    pub sysctl_lines: Vec<String>,
+    /// The same settings as a file for `/etc/sysctl.d/`, empty when nothing is to change.
+    pub sysctl_d: String,
+    /// Which lanes and protocol xfer will use on this path and why.
+    pub plan: String,
+}
+
+impl Verdict {
+    pub fn is_limited(&self) -> bool {
+        self.findings.iter().any(|f| f.severity == Severity::Limit)
+    }
+}
+
+/// The bytes a window must hold to keep `rate_bps` going over `rtt_ms`.
+pub fn bdp_bytes(rate_bps: f64, rtt_ms: f64) -> u64 {
+    (rate_bps / 8.0 * rtt_ms / 1000.0).max(0.0) as u64
+}
+
+/// The rate one window of `bytes` sustains over `rtt_ms`.
+pub fn window_rate_bps(bytes: u64, rtt_ms: f64) -> f64 {
+    bytes as f64 * 8.0 / (rtt_ms.max(0.001) / 1000.0)
+}
+
+/// The part of a receive buffer advertised as window: `space - space >> scale` (scale > 0),
+/// `space >> -scale` otherwise; kernels from 6.6 estimate it per connection, about half.
+fn advertised(space: u64, adv_win_scale: Option<i32>) -> u64 {
+    match adv_win_scale.unwrap_or(1) {
+        s if s > 0 => space - (space >> s.min(31)),
+        s => space >> (-s).min(31),
+    }
+}
+
+/// Twice the BDP, rounded up to a power of two, at least 16 MiB.
+fn advised_buffer(bdp: u64) -> u64 {
+    (bdp.saturating_mul(2))
+        .next_power_of_two()
+        .max(MIN_ADVISED_BUFFER)
+}
+
+fn mib(bytes: u64) -> String {
+    xfer::HumanBytes(bytes).to_string()
+}
+
+pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
+    // QUIC-only paths have no TCP probes; the transfer's connections still know the RTT.
+    let connection_rtt = facts
+        .transfers
+        .iter()
+        .flat_map(|t| t.connections.iter().filter_map(|c| c.rtt_us))
+        .min()
+        .map(|us| us as f64 / 1000.0);
+    let measured_rtt = facts
+        .path
+        .as_ref()
+        .and_then(|p| p.rtt_ms())
+        .or(connection_rtt);
+    let (rtt_ms, rtt_source) = match measured_rtt {
+        Some(r) if r > 0.0 => (r, "measured"),
+        _ => (targets.assumed_rtt_ms, "assumed"),
+    };
+    let goal = targets
+        .rates_bps
+        .first()
+        .copied()
+        .unwrap_or(DEFAULT_RATES_BPS[0]);
+    let mut bdp: Vec<BdpLine> = targets
+        .rates_bps
+        .iter()
+        .map(|&r| BdpLine {
+            rate_bps: r,
+            rtt_ms,
+            bytes: bdp_bytes(r, rtt_ms),
+            source: "target",
+        })
+        .collect();
+    let best = facts
+        .transfers
+        .iter()
+        .filter(|t| t.error.is_none())
+        .map(|t| t.goodput_bps)
+        .fold(0.0, f64::max);
+    if best > 0.0 {
+        bdp.push(BdpLine {
+            rate_bps: best,
+            rtt_ms,
+            bytes: bdp_bytes(best, rtt_ms),
+            source: "measured",
+        });
+    }
+    let goal_bdp = bdp_bytes(goal, rtt_ms);
+    let advised = advised_buffer(goal_bdp);
+    let h = &facts.host;
+    let at = format!("{rtt_ms:.0} ms RTT");
+    let mut findings = Vec::new();
+
+    let send_cap_bps = h.tcp_wmem.map(|w| window_rate_bps(w[2], rtt_ms));
+    if let (Some(w), Some(cap)) = (h.tcp_wmem, send_cap_bps) {
+        if cap < goal {
+            findings.push(Finding {
+                id: "send_buffer_cap",
+                severity: Severity::Limit,
+                message: format!(
+                    "tcp_wmem max {} at {at}: at most {} per connection sending from this host \
+                     ({} needs {})",
+                    mib(w[2]),
+                    format_bps(cap),
+                    format_bps(goal),
+                    mib(goal_bdp)
+                ),
+                fix: vec![format!(
+                    "sysctl -w net.ipv4.tcp_wmem=\"{} {} {advised}\"",
+                    w[0], w[1]
+                )],
+            });
+        }
+    }
+    let recv_cap_bps = h
+        .tcp_rmem
+        .map(|r| window_rate_bps(advertised(r[2], h.tcp_adv_win_scale), rtt_ms));
+    if let (Some(r), Some(cap)) = (h.tcp_rmem, recv_cap_bps) {
+        if cap < goal {
+            findings.push(Finding {
+                id: "recv_buffer_cap",
+                severity: Severity::Limit,
+                message: format!(
+                    "tcp_rmem max {} (window about {}) at {at}: at most {} per connection \
+                     receiving on this host ({} needs {})",
+                    mib(r[2]),
+                    mib(advertised(r[2], h.tcp_adv_win_scale)),
+                    format_bps(cap),
+                    format_bps(goal),
+                    mib(goal_bdp)
+                ),
+                fix: vec![format!(
+                    "sysctl -w net.ipv4.tcp_rmem=\"{} {} {}\"",
+                    r[0],
+                    r[1],
+                    advised.saturating_mul(2)
+                )],
+            });
+        }
+    }
+    // Explicit buffers (QUIC's UDP sockets, `xfer serve`'s SO_SNDBUF) stop at *mem_max unless
+    // forced, which needs CAP_NET_ADMIN.
+    if !h.can_force_buffers {
+        let need = goal_bdp
+            .min(QUIC_UDP_BUFFER)
+            .max(goal_bdp.min(SERVE_SEND_BUFFER));
+        for (id, key, max) in [
+            ("rmem_max_cap", "net.core.rmem_max", h.rmem_max),
+            ("wmem_max_cap", "net.core.wmem_max", h.wmem_max),
+        ] {
+            if let Some(max) = max.filter(|&m| m < need) {
+                findings.push(Finding {
+                    id,
+                    severity: Severity::Limit,
+                    message: format!(
+                        "{key} {} and no CAP_NET_ADMIN to force past it: QUIC's UDP buffers and \
+                         `xfer serve`'s send buffer stay at {}, at most {} per connection",
+                        mib(max),
+                        mib(max),
+                        format_bps(window_rate_bps(max, rtt_ms))
+                    ),
+                    fix: vec![format!("sysctl -w {key}={advised}")],
+                });
+            }
+        }
+    }
+
+    let retrans: u64 = facts.transfers.iter().map(|t| t.retransmits()).sum();
+    let cc = h.congestion_default.as_deref().unwrap_or("");
+    let has_bbr = h.congestion_available.iter().any(|c| c == "bbr");
+    if !cc.is_empty() && cc != "bbr" {
+        let lossy = retrans > 0;
+        let (severity, why) = if lossy {
+            (
+                Severity::Limit,
+                format!("the measured transfer retransmitted {retrans} segments and {cc} halves its window on every loss"),
+            )
+        } else {
+            (
+                Severity::Advice,
+                format!("{cc} backs off on every loss, which costs most on long paths"),
+            )
+        };
+        let fix = if has_bbr {
+            vec!["sysctl -w net.ipv4.tcp_congestion_control=bbr".to_string()]
+        } else {
+            vec![
+                "modprobe tcp_bbr".to_string(),
+                "sysctl -w net.ipv4.tcp_congestion_control=bbr".to_string(),
+            ]
+        };
+        findings.push(Finding {
+            id: "congestion_control",
+            severity,
+            message: format!(
+                "default congestion control is {cc}{}: {why}; xfer asks for bbr on its own \
+                 sockets when the kernel has it, other tools and the far end do not",
+                if has_bbr {
+                    " though bbr is available"
+                } else {
+                    " and bbr is not loaded"
+                }
+            ),
+            fix,
+        });
+    }
+    if has_bbr && h.default_qdisc.as_deref().is_some_and(|q| q != "fq") {
+        findings.push(Finding {
+            id: "qdisc",
+            severity: Severity::Advice,
+            message: format!(
+                "default qdisc is {}: fq paces every flow, which fasterdata advises with bbr",
+                h.default_qdisc.as_deref().unwrap_or("?")
+            ),
+            fix: vec!["sysctl -w net.core.default_qdisc=fq".to_string()],
+        });
+    }
+    let mtu = facts.path.as_ref().and_then(|p| p.path_mtu).or(h.route_mtu);
+    if let Some(m) = mtu.filter(|&m| m < 1500) {
+        findings.push(Finding {
+            id: "mtu",
+            severity: Severity::Advice,
+            message: format!(
+                "path MTU {m} bytes, below Ethernet's 1500: every packet carries less payload, \
+                 and a tunnel or PPPoE on the path is likely; MTU probing recovers when \
+                 ICMP \"fragmentation needed\" is filtered on the way"
+            ),
+            fix: vec!["sysctl -w net.ipv4.tcp_mtu_probing=1".to_string()],
+        });
+    }
+
+    let mut sysctl_lines: Vec<String> = Vec::new();
+    for f in &findings {
+        for line in f.fix.iter().filter(|l| l.starts_with("sysctl -w ")) {
+            if !sysctl_lines.contains(line) {
+                sysctl_lines.push(line.clone());
+            }
+        }
+    }
+    let sysctl_d = if sysctl_lines.is_empty() {
+        String::new()
+    } else {
+        let mut s = String::from("# /etc/sysctl.d/90-xfer.conf, then: sysctl --system\n");
+        for line in &sysctl_lines {
+            let kv = line.trim_start_matches("sysctl -w ").replace('"', "");
+            if let Some((k, v)) = kv.split_once('=') {
+                s.push_str(&format!("{k} = {v}\n"));
+            }
+        }
+        s
+    };
+    let plan = plan(send_cap_bps.min_opt(recv_cap_bps), goal, rtt_ms);
+    Verdict {
+        rtt_ms,
+        rtt_source,
+        bdp,
+        send_cap_bps,
+        recv_cap_bps,
+        findings,
+        sysctl_lines,
+        sysctl_d,
+        plan,
+    }
+}
+
+/// How xfer gets past a per-connection cap: lanes, each its own window.
+fn plan(per_connection: Option<f64>, goal: f64, rtt_ms: f64) -> String {
+    const HTTP1_LANES: f64 = 8.0;
+    let Some(cap) = per_connection else {
+        return "xfer will use its defaults: 8 HTTP/1.1 lanes, or 2 QUIC connections with 4 \
+                streams each for quic:// URLs"
+            .to_string();
+    };
+    if cap >= goal {
+        return format!(
+            "one connection can reach {} at {rtt_ms:.0} ms, so the protocol is free: HTTP/2 \
+             (one connection, 8 streams) or QUIC (2 connections) need the fewest sockets; \
+             HTTP/1.1 with 8 lanes stays the default",
+            format_bps(goal)
+        );
+    }
+    let lanes = (goal / cap).ceil();
+    format!(
+        "one TCP connection tops out at {} here, so {} needs {lanes:.0} connections: xfer's 8 \
+         HTTP/1.1 lanes reach about {}{}; raise the buffers above rather than adding lanes, \
+         since every lane also competes for the bottleneck",
+        format_bps(cap),
+        format_bps(goal),
+        format_bps(cap * HTTP1_LANES),
+        if lanes > HTTP1_LANES {
+            format!(" (use -c {lanes:.0} for more)")
+        } else {
+            String::new()
+        }
+    )
+}
+
+trait MinOpt {
+    fn min_opt(self, other: Self) -> Self;
+}
+
+impl MinOpt for Option<f64> {
+    fn min_opt(self, other: Self) -> Self {
+        match (self, other) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::doctor::facts::{HostFacts, PathFacts, TransferFacts};
+
+    /// A stock Linux host (Debian/Ubuntu defaults) at `rtt` ms.
+    fn stock(rtt: f64) -> Facts {
+        Facts {
+            host: HostFacts {
+                tcp_rmem: Some([4096, 131072, 6291456]),
+                tcp_wmem: Some([4096, 16384, 4194304]),
+                rmem_max: Some(212992),
+                wmem_max: Some(212992),
+                tcp_adv_win_scale: Some(1),
+                congestion_default: Some("cubic".into()),
+                congestion_available: vec!["reno".into(), "cubic".into()],
+                congestion_allowed: vec!["reno".into(), "cubic".into()],
+                default_qdisc: Some("fq_codel".into()),
+                route_dev: Some("eth0".into()),
+                route_mtu: Some(1500),
+                can_force_buffers: false,
+            },
+            path: Some(PathFacts {
+                host: "example".into(),
+                connect_ms: vec![rtt + 0.4, rtt, rtt + 1.0],
+                ..PathFacts::default()
+            }),
+            transfers: Vec::new(),
+        }
+    }
+
+    fn tuned(rtt: f64) -> Facts {
+        let mut f = stock(rtt);
+        let max = 64 << 20;
+        f.host.tcp_rmem = Some([4096, 131072, max]);
+        f.host.tcp_wmem = Some([4096, 16384, max]);
+        f.host.rmem_max = Some(max);
+        f.host.wmem_max = Some(max);
+        f.host.congestion_default = Some("bbr".into());
+        f.host.congestion_available.push("bbr".into());
+        f.host.default_qdisc = Some("fq".into());
+        f
+    }
+
+    fn ids(v: &Verdict) -> Vec<&'static str> {
+        v.findings.iter().map(|f| f.id).collect()
+    }
+
+    #[test]
+    fn stock_host_at_100ms_is_capped_by_its_send_buffer() {
+        let v = analyse(&stock(100.0), &Targets::default());
+        assert_eq!(v.rtt_source, "measured");
+        assert!((v.rtt_ms - 100.0).abs() < 1e-9);
+        let send = v
+            .findings
+            .iter()
+            .find(|f| f.id == "send_buffer_cap")
+            .unwrap_or_else(|| panic!("no send cap in {:?}", ids(&v)));
+        // 4 MiB per 100 ms: 335.5 Mbit/s.
+        assert!(send.message.contains("4.00 MiB"), "{}", send.message);
+        assert!(send.message.contains("335"), "{}", send.message);
+        assert_eq!(send.severity, Severity::Limit);
+        // 1 Gbit/s x 100 ms = 12.5 MB; twice that rounds up to 32 MiB.
+        assert_eq!(
+            send.fix,
+            vec!["sysctl -w net.ipv4.tcp_wmem=\"4096 16384 33554432\"".to_string()]
+        );
+        assert!(ids(&v).contains(&"recv_buffer_cap"));
+        assert!(ids(&v).contains(&"wmem_max_cap"));
+        assert!(v
+            .sysctl_lines
+            .contains(&"sysctl -w net.core.wmem_max=33554432".to_string()));
+        assert!(v
+            .sysctl_d
+            .contains("net.ipv4.tcp_wmem = 4096 16384 33554432\n"));
+        assert!(v.is_limited());
+        assert_eq!(v.bdp[0].bytes, 12_500_000);
+    }
+
+    #[test]
+    fn tuned_host_at_100ms_has_no_limit() {
+        let v = analyse(&tuned(100.0), &Targets::default());
+        assert!(!v.is_limited(), "{:?}", v.findings);
+        assert!(v.findings.is_empty(), "{:?}", ids(&v));
+        assert!(v.sysctl_d.is_empty());
+    }
+
+    #[test]
+    fn stock_host_on_a_lan_is_not_limited_by_buffers() {
+        let v = analyse(&stock(1.0), &Targets::default());
+        assert!(!ids(&v).contains(&"send_buffer_cap"), "{:?}", ids(&v));
+        assert!(!ids(&v).contains(&"recv_buffer_cap"));
+    }
+
+    #[test]
+    fn root_may_force_past_mem_max() {
+        let mut f = stock(100.0);
+        f.host.can_force_buffers = true;
+        let v = analyse(&f, &Targets::default());
+        assert!(!ids(&v).contains(&"wmem_max_cap"), "{:?}", ids(&v));
+    }
+
+    #[test]
+    fn a_higher_target_rate_needs_bigger_buffers() {
+        let t = Targets {
+            rates_bps: vec![10e9],
+            ..Targets::default()
+        };
+        let v = analyse(&tuned(100.0), &t);
+        let send = v.findings.iter().find(|f| f.id == "send_buffer_cap");
+        // 10 Gbit/s x 100 ms = 125 MB; twice, rounded up: 256 MiB.
+        assert_eq!(
+            send.map(|f| f.fix.clone()),
+            Some(vec![
+                "sysctl -w net.ipv4.tcp_wmem=\"4096 16384 268435456\"".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn loss_based_congestion_control_on_a_lossy_path_is_a_limit() {
+        let mut f = tuned(100.0);
+        f.host.congestion_default = Some("cubic".into());
+        let v = analyse(&f, &Targets::default());
+        let cc = v.findings.iter().find(|x| x.id == "congestion_control");
+        assert_eq!(cc.map(|x| x.severity), Some(Severity::Advice));
+        f.transfers.push(TransferFacts {
+            goodput_bps: 2e8,
+            connections: vec![xfer::ConnectionStats {
+                retransmits: Some(40),
+                ..Default::default()
+            }],
+            ..TransferFacts::default()
+        });
+        let v = analyse(&f, &Targets::default());
+        let cc = v.findings.iter().find(|x| x.id == "congestion_control");
+        assert_eq!(cc.map(|x| x.severity), Some(Severity::Limit));
+        assert_eq!(v.bdp.last().map(|b| b.source), Some("measured"));
+    }
+
+    #[test]
+    fn without_a_url_the_rtt_is_assumed() {
+        let mut f = tuned(5.0);
+        f.path = None;
+        let v = analyse(&f, &Targets::default());
+        assert_eq!(v.rtt_source, "assumed");
+        assert!((v.rtt_ms - ASSUMED_RTT_MS).abs() < 1e-9);
+    }
+
+    #[test]
+    fn without_probes_the_connections_give_the_rtt() {
+        let mut f = stock(1.0);
+        f.path = None;
+        f.transfers.push(TransferFacts {
+            connections: vec![xfer::ConnectionStats {
+                rtt_us: Some(80_000),
+                ..Default::default()
+            }],
+            ..TransferFacts::default()
+        });
+        let v = analyse(&f, &Targets::default());
+        assert_eq!(v.rtt_source, "measured");
+        assert!((v.rtt_ms - 80.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn small_mtu_is_advice() {
+        let mut f = tuned(100.0);
+        f.host.route_mtu = Some(1420);
+        let v = analyse(&f, &Targets::default());
+        assert_eq!(ids(&v), vec!["mtu"]);
+        assert!(!v.is_limited());
+        assert_eq!(v.sysctl_lines, vec!["sysctl -w net.ipv4.tcp_mtu_probing=1"]);
+    }
+}
