@@ -11,18 +11,31 @@ use crate::body::{BodyStream, StreamPlan};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
 
-/// Status codes the core answers with (HTTP numbers; `xfer/1` reuses them).
+/// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
+/// numbers, so `xfer_core::error::is_transient_status` classifies both).
 pub mod status {
+    /// Whole resource follows.
     pub const OK: u16 = 200;
+    /// The requested range follows.
     pub const PARTIAL_CONTENT: u16 = 206;
+    /// The request names something unusable (malformed path, bad synthetic spec).
     pub const BAD_REQUEST: u16 = 400;
+    /// The path leaves the served root (traversal, symlink out) or may not be read.
     pub const FORBIDDEN: u16 = 403;
+    /// No such resource, or not a regular file.
     pub const NOT_FOUND: u16 = 404;
+    /// A method other than GET and HEAD; the plan carries `Allow`.
     pub const METHOD_NOT_ALLOWED: u16 = 405;
+    /// The validator does not match the resource's current ETag.
     pub const PRECONDITION_FAILED: u16 = 412;
+    /// A path segment is longer than the filesystem allows. Permanent, unlike 500.
     pub const URI_TOO_LONG: u16 = 414;
+    /// The range starts at or beyond the end of the resource.
     pub const RANGE_NOT_SATISFIABLE: u16 = 416;
+    /// The server failed before sending the body.
     pub const INTERNAL_ERROR: u16 = 500;
+    /// The server is shutting down or over a limit; retry later.
+    pub const SERVICE_UNAVAILABLE: u16 = 503;
 }
 
 /// Methods the core serves, for `Allow`.
