@@ -15,6 +15,16 @@ pub enum Method {
 }
 
 impl Method {
+    /// From the HTTP method name (case-sensitive, as RFC 9110 §9.1 says). The core, not the
+    /// codec, knows which names it serves, so new methods need no codec change.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "GET" => Self::Get,
+            "HEAD" => Self::Head,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
     /// The method as HTTP spells it, for logs.
     pub fn as_str(&self) -> &str {
         match self {

@@ -256,3 +256,12 @@ async fn refusals_map_to_statuses() {
         assert!(matches!(plan.body, Body::Message(_)), "{path}");
     }
 }
+
+#[test]
+fn uri_too_long_is_permanent_for_both_clients() {
+    // Both clients turn a status into `TransferError::Status`, retried only when this says so.
+    assert!(!xfer_core::error::is_transient_status(status::URI_TOO_LONG));
+    assert!(xfer_core::error::is_transient_status(
+        status::INTERNAL_ERROR
+    ));
+}

@@ -37,11 +37,7 @@ pub(crate) async fn handle<B>(
 }
 
 fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
-    let method = match *req.method() {
-        http::Method::GET => Method::Get,
-        http::Method::HEAD => Method::Head,
-        ref other => Method::Other(other.as_str().to_string()),
-    };
+    let method = Method::from_name(req.method().as_str());
     let headers = req.headers();
     let mut r = xfer_service::Request::new(method, req.uri().path(), ctx.peer, ctx.protocol)
         .with_want_content_digest(values(
