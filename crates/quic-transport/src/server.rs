@@ -63,6 +63,9 @@ pub struct QuicServerConfig {
     /// Send the whole-resource SHA-256 in response heads (and compute it in the background).
     /// Default on.
     pub repr_digest: bool,
+    /// Block size and read-ahead of response bodies, the same policy as the HTTP server's.
+    /// Default 256 KiB blocks, one ahead.
+    pub stream: StreamOptions,
     /// Test hook: corrupt a byte after the digest is computed. Never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
 }
@@ -79,6 +82,7 @@ impl QuicServerConfig {
             max_streams_per_connection: 64,
             digest_cache: None,
             repr_digest: true,
+            stream: StreamOptions::default(),
             dangerous_fault: None,
         }
     }
@@ -86,6 +90,7 @@ impl QuicServerConfig {
     /// Reject values outside what the server supports, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tuning.validate()?;
+        xfer_service::check_stream_options(&self.stream)?;
         if !(1..=100_000).contains(&self.max_connections) {
             return Err(ConfigError::new(
                 "max_connections",
@@ -178,7 +183,7 @@ impl QuicServer {
                     root: config.root,
                     digests: config.digest_cache.unwrap_or_default(),
                     repr_digest: config.repr_digest,
-                    stream: StreamOptions::default(),
+                    stream: config.stream,
                     dangerous_fault: config.dangerous_fault,
                 }),
             }),

@@ -29,4 +29,4 @@ mod respond;
 pub use body::{BodyEvent, BodyStream};
 pub use plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES, CONTENT_TYPE_TEXT};
 pub use request::{Identity, Method, Request};
-pub use respond::{status, Service, ServiceConfig};
+pub use respond::{check_stream_options, status, Service, ServiceConfig};

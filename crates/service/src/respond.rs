@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use xfer_common::ranges::{parse_range, RangeOutcome};
 use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptions};
+use xfer_core::error::ConfigError;
 
 use crate::body::{BodyStream, StreamPlan};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
@@ -67,6 +68,25 @@ impl ServiceConfig {
             dangerous_fault: None,
         }
     }
+}
+
+/// Reject streaming settings no server supports: blocks of 4 KiB to 64 MiB, at most 64 ahead.
+pub fn check_stream_options(opts: &StreamOptions) -> Result<(), ConfigError> {
+    if !(4096..=(64 << 20)).contains(&opts.block_size) {
+        return Err(ConfigError::new(
+            "stream.block_size",
+            opts.block_size,
+            "4 KiB to 64 MiB",
+        ));
+    }
+    if opts.read_ahead > 64 {
+        return Err(ConfigError::new(
+            "stream.read_ahead",
+            opts.read_ahead,
+            "0 to 64",
+        ));
+    }
+    Ok(())
 }
 
 /// The request core; cheap to share behind an `Arc`.
