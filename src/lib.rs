@@ -59,6 +59,7 @@ pub mod crates {
     pub use xfer_core as core;
     pub use xfer_http as http;
     pub use xfer_quic as quic;
+    pub use xfer_service as service;
 }
 
 /// How to reach servers, per protocol.

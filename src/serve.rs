@@ -109,6 +109,8 @@ impl Servers {
             let mut qc = QuicServerConfig::new(cfg.http.root.clone(), listen, tls);
             qc.tuning = cfg.quic_tuning.clone();
             qc.dangerous_fault = cfg.dangerous_fault.clone();
+            qc.repr_digest = cfg.http.repr_digest;
+            qc.stream = cfg.http.stream_options();
             qc.digest_cache = Some(http.digest_cache());
             let quic = QuicServer::bind(qc).await?;
             quic_addr = Some(quic.local_addr());

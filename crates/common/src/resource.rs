@@ -58,12 +58,18 @@ pub enum ErrorClass {
     Forbidden,
     /// 404
     NotFound,
+    /// 414: a path segment longer than the filesystem allows. Not 500, which clients would
+    /// retry as transient; the same request can never succeed.
+    UriTooLong,
     /// 500
     Internal,
 }
 
 impl ResourceError {
     pub fn class(&self) -> ErrorClass {
+        if self.is_name_too_long() {
+            return ErrorClass::UriTooLong;
+        }
         match self {
             Self::Path(p) if p.is_bad_request() => ErrorClass::BadRequest,
             Self::Path(p) if p.is_forbidden() => ErrorClass::Forbidden,
@@ -77,6 +83,14 @@ impl ResourceError {
             },
             Self::Raced { .. } => ErrorClass::Forbidden,
         }
+    }
+
+    fn is_name_too_long(&self) -> bool {
+        let source = match self {
+            Self::Path(PathError::Io { source, .. }) | Self::Open { source, .. } => source,
+            _ => return false,
+        };
+        source.raw_os_error() == Some(libc::ENAMETOOLONG)
     }
 }
 

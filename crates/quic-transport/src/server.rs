@@ -1,18 +1,17 @@
 //! The server: serves files under a root and the synthetic resource over `xfer/1`.
 //!
-//! Same resources and semantics as the HTTP server (`xfer_common::resource`): traversal
-//! protection, strong ETags, single ranges, the SHA-256 of the bytes sent on request and the
-//! whole-resource SHA-256 once the digest cache knows it. One task per connection accepts
-//! streams; one task per stream reads the request, opens the resource on the blocking pool and
-//! streams its blocks (read ahead on the blocking pool) with `write_chunk`, which hands the
-//! `Bytes` to quinn without a copy.
+//! This is a codec over the request core (`xfer_service`), like the HTTP server: it decodes
+//! `xfer/1` into a core request, encodes the plan into a [`ResponseHead`], and pumps the core's
+//! body stream with `write_chunk` (which hands the `Bytes` to quinn without a copy), ending
+//! with the binary digest trailer. What it owns: the accept loops, connection and stream
+//! limits, the request timeout, and stream aborts. One task per connection accepts streams;
+//! one task per stream reads the request and answers it.
 //!
 //! What it does not do: client authentication, 0-RTT, directory listings, compression.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,10 +19,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quinn::{Endpoint, ReadToEndError, RecvStream, SendStream, WriteError};
-use xfer_common::fault::{corrupt_block, FaultInjection};
-use xfer_common::resource::{ErrorClass, Resource, StreamOptions};
+use xfer_common::fault::FaultInjection;
+use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
-use xfer_core::digest::Sha256Hasher;
+use xfer_service::{Body, BodyEvent, ResponsePlan, Service, ServiceConfig};
 
 use crate::socket::{bind_udp, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
@@ -38,9 +37,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `serve` waits for connections to close after shutdown was asked.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-/// Blocks read ahead of the one being sent. Two 256 KiB blocks keep the disk busy while quinn
-/// drains the previous write; more costs memory per stream without helping a local disk.
-const READ_AHEAD: usize = 2;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -64,6 +60,12 @@ pub struct QuicServerConfig {
     /// Whole-resource digests, shared with other servers of the process when given;
     /// `None` makes a private cache with default settings.
     pub digest_cache: Option<DigestCache>,
+    /// Send the whole-resource SHA-256 in response heads (and compute it in the background).
+    /// Default on.
+    pub repr_digest: bool,
+    /// Block size and read-ahead of response bodies, the same policy as the HTTP server's.
+    /// Default 256 KiB blocks, one ahead.
+    pub stream: StreamOptions,
     /// Test hook: corrupt a byte after the digest is computed. Never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
 }
@@ -79,6 +81,8 @@ impl QuicServerConfig {
             max_connections: 256,
             max_streams_per_connection: 64,
             digest_cache: None,
+            repr_digest: true,
+            stream: StreamOptions::default(),
             dangerous_fault: None,
         }
     }
@@ -86,6 +90,7 @@ impl QuicServerConfig {
     /// Reject values outside what the server supports, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tuning.validate()?;
+        xfer_service::check_stream_options(&self.stream)?;
         if !(1..=100_000).contains(&self.max_connections) {
             return Err(ConfigError::new(
                 "max_connections",
@@ -128,11 +133,9 @@ pub struct QuicServer {
 }
 
 struct State {
-    root: PathBuf,
     max_connections: usize,
     active: AtomicUsize,
-    digests: DigestCache,
-    fault: Option<Arc<FaultInjection>>,
+    service: Service,
 }
 
 impl QuicServer {
@@ -174,11 +177,15 @@ impl QuicServer {
             local_addr,
             buffers,
             state: Arc::new(State {
-                root: config.root,
                 max_connections: config.max_connections,
                 active: AtomicUsize::new(0),
-                digests: config.digest_cache.unwrap_or_default(),
-                fault: config.dangerous_fault,
+                service: Service::new(ServiceConfig {
+                    root: config.root,
+                    digests: config.digest_cache.unwrap_or_default(),
+                    repr_digest: config.repr_digest,
+                    stream: config.stream,
+                    dangerous_fault: config.dangerous_fault,
+                }),
             }),
         })
     }
@@ -328,111 +335,56 @@ async fn send_head(send: &mut SendStream, head: &ResponseHead) -> Result<(), Sen
     Ok(())
 }
 
+/// Decode `xfer/1` into the core's request; `STAT` is the core's HEAD and the validator its
+/// `If-Match` (a mismatch is 412).
+fn decode(req: &Request, peer: SocketAddr) -> xfer_service::Request {
+    let method = match req.method {
+        Method::Get => xfer_service::Method::Get,
+        Method::Stat => xfer_service::Method::Head,
+    };
+    let mut r = xfer_service::Request::new(method, "", peer, "quic").with_target(&req.path);
+    r.exact_range = req.range.clone();
+    r.if_match = req.validator.clone();
+    r.want_content_digest = req.want_digest;
+    r.trailers_ok = true;
+    r
+}
+
+fn encode_head(plan: &ResponsePlan) -> ResponseHead {
+    let Some(size) = plan.size else {
+        return ResponseHead::error(plan.status, plan.detail.clone().unwrap_or_default());
+    };
+    ResponseHead {
+        status: plan.status,
+        size,
+        etag: plan.etag.clone(),
+        last_modified: plan.last_modified.clone(),
+        repr_sha256: plan.repr_digest,
+        range: plan.range.clone(),
+        trailer: plan.trailer,
+        message: plan.detail.clone(),
+    }
+}
+
 async fn respond(
     send: &mut SendStream,
     req: &Request,
     state: &State,
     peer: SocketAddr,
 ) -> Result<(), SendError> {
-    let (path, query) = match req.path.split_once('?') {
-        Some((p, q)) => (p.to_string(), Some(q.to_string())),
-        None => (req.path.clone(), None),
-    };
-    let resource = match Resource::open_async(state.root.clone(), path, query).await {
-        Ok(r) => r,
-        Err(e) => {
-            let code = match e.class() {
-                ErrorClass::BadRequest => status::BAD_REQUEST,
-                ErrorClass::Forbidden => status::FORBIDDEN,
-                ErrorClass::NotFound => status::NOT_FOUND,
-                ErrorClass::Internal => status::INTERNAL_ERROR,
-            };
-            tracing::debug!(%peer, path = %req.path, status = code, error = %e, "request refused");
-            send_head(send, &ResponseHead::error(code, e.to_string())).await?;
-            let _ = send.finish();
-            return Ok(());
+    let plan = state.service.respond(&decode(req, peer)).await;
+    send_head(send, &encode_head(&plan)).await?;
+    // A refusal's text travels in the head's message; only streams have a body.
+    if let Body::Stream(mut body) = plan.body {
+        while let Some(event) = body.next().await {
+            match event.map_err(SendError::Read)? {
+                BodyEvent::Data(block) => send.write_chunk(block).await?,
+                BodyEvent::Trailer(digest) => {
+                    send.write_chunk(Bytes::copy_from_slice(&encode_trailer(&digest)))
+                        .await?
+                }
+            }
         }
-    };
-    let size = resource.size();
-    let mut head = ResponseHead {
-        status: status::OK,
-        size,
-        etag: Some(resource.etag().to_string()),
-        last_modified: resource.last_modified().map(str::to_string),
-        repr_sha256: state.digests.get(&resource),
-        ..ResponseHead::default()
-    };
-    if head.repr_sha256.is_none() {
-        state.digests.ensure(&resource);
-    }
-    if let Some(v) = &req.validator {
-        if !resource.matches_strong_etag(v) {
-            head.status = status::PRECONDITION_FAILED;
-            head.message = Some("validator does not match the current etag".into());
-            send_head(send, &head).await?;
-            let _ = send.finish();
-            return Ok(());
-        }
-    }
-    if req.method == Method::Stat {
-        send_head(send, &head).await?;
-        let _ = send.finish();
-        return Ok(());
-    }
-    let range: Range<u64> = match &req.range {
-        None => 0..size,
-        Some(r) if r.start >= size => {
-            head.status = status::RANGE_NOT_SATISFIABLE;
-            head.message = Some(format!("range {r:?} outside a resource of {size} bytes"));
-            send_head(send, &head).await?;
-            let _ = send.finish();
-            return Ok(());
-        }
-        Some(r) => {
-            head.status = status::PARTIAL_CONTENT;
-            r.start..r.end.min(size)
-        }
-    };
-    head.range = Some(range.clone());
-    head.trailer = req.want_digest;
-    send_head(send, &head).await?;
-
-    let mut hasher = req.want_digest.then(Sha256Hasher::new);
-    let corrupt_at = state.fault.as_ref().and_then(|f| f.claim(&range));
-    let mut blocks = resource.stream(
-        range.clone(),
-        StreamOptions {
-            read_ahead: READ_AHEAD,
-            ..StreamOptions::default()
-        },
-    );
-    let mut offset = range.start;
-    while let Some(block) = blocks.next_block().await {
-        let block = block.map_err(SendError::Read)?;
-        if let Some(h) = hasher.as_mut() {
-            h.update(&block);
-        }
-        let len = block.len() as u64;
-        let block = match corrupt_at {
-            Some(target) => corrupt_block(block, offset, target),
-            None => block,
-        };
-        offset += len;
-        send.write_chunk(block).await?;
-    }
-    if offset != range.end {
-        return Err(SendError::Read(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("resource ended at byte {offset} of {range:?}"),
-        )));
-    }
-    if let Some(h) = hasher {
-        let digest = h.finish();
-        if range == (0..size) {
-            state.digests.insert(&resource, digest);
-        }
-        send.write_chunk(Bytes::copy_from_slice(&encode_trailer(&digest)))
-            .await?;
     }
     let _ = send.finish();
     Ok(())

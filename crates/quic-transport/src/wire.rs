@@ -177,25 +177,9 @@ impl Request {
 }
 
 /// Statuses, numbered as in HTTP so `xfer_core::error::is_transient_status` classifies them.
+/// The request core decides them for every codec; `xfer/1` carries the number as is.
 pub mod status {
-    /// Whole resource follows.
-    pub const OK: u16 = 200;
-    /// The requested range follows.
-    pub const PARTIAL_CONTENT: u16 = 206;
-    /// The request decoded but names something unusable (bad query, bad synthetic spec).
-    pub const BAD_REQUEST: u16 = 400;
-    /// The path leaves the served root or names something not servable (a directory).
-    pub const FORBIDDEN: u16 = 403;
-    /// No such resource.
-    pub const NOT_FOUND: u16 = 404;
-    /// The validator does not match the resource's current ETag.
-    pub const PRECONDITION_FAILED: u16 = 412;
-    /// The range starts at or beyond the end of the resource.
-    pub const RANGE_NOT_SATISFIABLE: u16 = 416;
-    /// The server failed before sending the body.
-    pub const INTERNAL_ERROR: u16 = 500;
-    /// The server is shutting down or over a limit; retry later.
-    pub const SERVICE_UNAVAILABLE: u16 = 503;
+    pub use xfer_service::status::*;
 }
 
 /// The head of a response: everything before the body bytes.

@@ -1,19 +1,16 @@
-//! The response body: a short message, nothing, or a byte range of a resource streamed in
-//! blocks, optionally hashed on the way out and closed with a `Content-Digest` trailer.
+//! The response body hyper sends: nothing, a short message, or a pump over the core's
+//! [`BodyStream`] that turns its blocks into data frames and its digest into a
+//! `Content-Digest` trailer.
 
-use std::future::Future as _;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
-use tokio::task::JoinHandle;
-use xfer_common::fault::corrupt_block;
-use xfer_common::{BlockStream, DigestCache, Resource};
-use xfer_core::digest::{Sha256Hasher, CONTENT_DIGEST};
+use xfer_core::digest::CONTENT_DIGEST;
+use xfer_service::{BodyEvent, BodyStream};
 
 /// Body of every response the server sends.
 pub(crate) struct ServeBody {
@@ -23,35 +20,7 @@ pub(crate) struct ServeBody {
 enum Kind {
     Empty,
     Message(Option<Bytes>),
-    Stream(Box<Streaming>),
-}
-
-/// What a streamed body needs besides the blocks.
-pub(crate) struct StreamPlan {
-    /// Hash the bytes sent and end with a `Content-Digest` trailer.
-    pub hash: bool,
-    /// Resource offset of a byte to flip after hashing (test-only fault hook).
-    pub corrupt_at: Option<u64>,
-    /// When the body is the whole resource and is hashed, remember the digest here.
-    pub remember_in: Option<(DigestCache, Resource)>,
-    pub peer: SocketAddr,
-    pub path: String,
-}
-
-struct Streaming {
-    blocks: BlockStream,
-    hashing: Hashing,
-    plan: StreamPlan,
-    done: bool,
-}
-
-/// Where the running SHA-256 of the sent bytes is.
-enum Hashing {
-    /// Not asked for (or already finished).
-    Off,
-    Idle(Sha256Hasher),
-    /// Updating with the previous block on the blocking pool.
-    Busy(JoinHandle<Sha256Hasher>),
+    Stream(Box<BodyStream>),
 }
 
 impl ServeBody {
@@ -65,18 +34,9 @@ impl ServeBody {
         }
     }
 
-    pub(crate) fn stream(blocks: BlockStream, plan: StreamPlan) -> Self {
+    pub(crate) fn stream(stream: Box<BodyStream>) -> Self {
         Self {
-            kind: Kind::Stream(Box::new(Streaming {
-                blocks,
-                hashing: if plan.hash {
-                    Hashing::Idle(Sha256Hasher::new())
-                } else {
-                    Hashing::Off
-                },
-                plan,
-                done: false,
-            })),
+            kind: Kind::Stream(stream),
         }
     }
 }
@@ -92,7 +52,24 @@ impl Body for ServeBody {
         match &mut self.kind {
             Kind::Empty => Poll::Ready(None),
             Kind::Message(m) => Poll::Ready(m.take().map(|b| Ok(Frame::data(b)))),
-            Kind::Stream(s) => s.poll_frame(cx),
+            Kind::Stream(s) => match s.poll_next(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(BodyEvent::Data(block)))) => {
+                    Poll::Ready(Some(Ok(Frame::data(block))))
+                }
+                Poll::Ready(Some(Ok(BodyEvent::Trailer(digest)))) => {
+                    let mut trailers = HeaderMap::new();
+                    match HeaderValue::from_str(&digest.to_header_value()) {
+                        Ok(v) => {
+                            trailers.insert(HeaderName::from_static(CONTENT_DIGEST), v);
+                        }
+                        Err(_) => return Poll::Ready(None),
+                    }
+                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                }
+            },
         }
     }
 
@@ -100,7 +77,7 @@ impl Body for ServeBody {
         match &self.kind {
             Kind::Empty => true,
             Kind::Message(m) => m.is_none(),
-            Kind::Stream(s) => s.done,
+            Kind::Stream(s) => s.is_done(),
         }
     }
 
@@ -110,112 +87,8 @@ impl Body for ServeBody {
             Kind::Message(m) => SizeHint::with_exact(m.as_ref().map_or(0, |b| b.len() as u64)),
             // An exact hint would make HTTP/1.1 send Content-Length instead of chunked
             // encoding, and trailers need chunked encoding.
-            Kind::Stream(s) if s.plan.hash => SizeHint::default(),
-            Kind::Stream(s) => SizeHint::with_exact(s.blocks.remaining()),
-        }
-    }
-}
-
-/// Blocks smaller than this are hashed in place; larger ones on the blocking pool, so that
-/// hashing block N overlaps with sending it and reading block N+1.
-const HASH_OFFLOAD_MIN: usize = 64 * 1024;
-
-impl Streaming {
-    /// Get the hasher back from the blocking pool if it is busy with the previous block.
-    fn poll_hasher_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Hashing::Busy(handle) = &mut self.hashing {
-            match Pin::new(handle).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(h)) => self.hashing = Hashing::Idle(h),
-                Poll::Ready(Err(e)) => {
-                    self.hashing = Hashing::Off;
-                    return Poll::Ready(Err(io::Error::other(format!("hashing failed: {e}"))));
-                }
-            }
-        }
-        Poll::Ready(Ok(()))
-    }
-
-    fn hash(&mut self, block: &Bytes) {
-        if let Hashing::Idle(_) = self.hashing {
-            let Hashing::Idle(mut h) = std::mem::replace(&mut self.hashing, Hashing::Off) else {
-                return;
-            };
-            if block.len() < HASH_OFFLOAD_MIN {
-                h.update(block);
-                self.hashing = Hashing::Idle(h);
-            } else {
-                let block = block.clone();
-                self.hashing = Hashing::Busy(tokio::task::spawn_blocking(move || {
-                    h.update(&block);
-                    h
-                }));
-            }
-        }
-    }
-
-    fn fail(&mut self, offset: u64, e: io::Error) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        self.done = true;
-        tracing::warn!(
-            peer = %self.plan.peer,
-            path = %self.plan.path,
-            offset,
-            error = %e,
-            "response aborted"
-        );
-        Poll::Ready(Some(Err(e)))
-    }
-
-    fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        let offset = self.blocks.position();
-        match self.poll_hasher_idle(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Err(e)) => return self.fail(offset, e),
-            Poll::Ready(Ok(())) => {}
-        }
-        let next = match self.blocks.poll_next_block(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(next) => next,
-        };
-        match next {
-            Some(Ok(block)) => {
-                self.hash(&block);
-                let block = match self.plan.corrupt_at {
-                    Some(target) => corrupt_block(block, offset, target),
-                    None => block,
-                };
-                Poll::Ready(Some(Ok(Frame::data(block))))
-            }
-            Some(Err(e)) => self.fail(offset, e),
-            None => {
-                let Hashing::Idle(hasher) = std::mem::replace(&mut self.hashing, Hashing::Off)
-                else {
-                    self.done = true;
-                    return Poll::Ready(None);
-                };
-                self.done = true;
-                let digest = hasher.finish();
-                if let Some((cache, resource)) = self.plan.remember_in.take() {
-                    // Only if the file is still the one the bytes came from.
-                    if resource.check_still_same().is_ok() {
-                        cache.insert(&resource, digest);
-                    }
-                }
-                let mut trailers = HeaderMap::new();
-                match HeaderValue::from_str(&digest.to_header_value()) {
-                    Ok(v) => {
-                        trailers.insert(HeaderName::from_static(CONTENT_DIGEST), v);
-                    }
-                    Err(_) => return Poll::Ready(None),
-                }
-                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-            }
+            Kind::Stream(s) if s.is_hashed() => SizeHint::default(),
+            Kind::Stream(s) => SizeHint::with_exact(s.remaining()),
         }
     }
 }

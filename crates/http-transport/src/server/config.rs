@@ -143,7 +143,8 @@ impl ServerConfig {
         Ok(())
     }
 
-    pub(crate) fn stream_options(&self) -> StreamOptions {
+    /// How responses read the resource; `xfer serve` gives the QUIC server the same.
+    pub fn stream_options(&self) -> StreamOptions {
         StreamOptions {
             block_size: self.read_block_size,
             read_ahead: self.read_ahead,

@@ -1,5 +1,5 @@
-//! One request in, one response out: method check, resource lookup, `Range`/`If-Range`,
-//! validators, `Repr-Digest`, and the choice to hash the body into a `Content-Digest` trailer.
+//! The HTTP codec: decode a hyper request into a [`xfer_service::Request`], let the core
+//! decide, encode the [`ResponsePlan`] into HTTP headers and a [`ServeBody`].
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,15 +9,17 @@ use http::header::{
     ACCEPT_RANGES, ALLOW, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_RANGE,
     LAST_MODIFIED, RANGE, TE, TRAILER,
 };
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version};
-use xfer_common::ranges::{content_range, parse_range, unsatisfied_content_range, RangeOutcome};
-use xfer_common::{ErrorClass, Resource};
-use xfer_core::digest::{wants_sha256, CONTENT_DIGEST, REPR_DIGEST, WANT_CONTENT_DIGEST};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
+use xfer_common::ranges::{content_range, unsatisfied_content_range};
+use xfer_core::digest::{
+    Sha256Digest, CONTENT_DIGEST, REPR_DIGEST, WANT_CONTENT_DIGEST, WANT_REPR_DIGEST,
+};
+use xfer_service::{Body, ContentRange, Method, ResponsePlan};
 
-use super::body::{ServeBody, StreamPlan};
+use super::body::ServeBody;
 use super::Shared;
 
-/// Per-connection facts the handler logs and decides with.
+/// Per-connection facts the codec needs.
 pub(crate) struct ConnCtx {
     pub peer: SocketAddr,
     /// `http/1.1`, `h2` or `h2c`, for logs.
@@ -29,190 +31,108 @@ pub(crate) async fn handle<B>(
     req: Request<B>,
     ctx: Arc<ConnCtx>,
 ) -> Result<Response<ServeBody>, Infallible> {
-    let method = req.method().clone();
-    let path = req.uri().path().to_string();
-    let response = respond(&req, &ctx).await;
-    let status = response.status();
-    let range = response
-        .headers()
-        .get(CONTENT_RANGE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
-    if status.is_success() {
-        tracing::debug!(peer = %ctx.peer, proto = ctx.protocol, %method, %path, %range, status = status.as_u16(), "request");
-    } else {
-        tracing::info!(peer = %ctx.peer, proto = ctx.protocol, %method, %path, %range, status = status.as_u16(), "request refused");
-    }
-    Ok(response)
+    let request = decode(&req, &ctx);
+    let plan = ctx.shared.service.respond(&request).await;
+    Ok(encode(plan, req.version()))
 }
 
-async fn respond<B>(req: &Request<B>, ctx: &ConnCtx) -> Response<ServeBody> {
-    let head = match *req.method() {
-        Method::GET => false,
-        Method::HEAD => true,
-        _ => {
-            let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
-            r.headers_mut()
-                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-            return r;
-        }
+fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
+    let method = Method::from_name(req.method().as_str());
+    let headers = req.headers();
+    let mut r = xfer_service::Request::new(method, req.uri().path(), ctx.peer, ctx.protocol)
+        .with_want_content_digest(values(
+            headers,
+            HeaderName::from_static(WANT_CONTENT_DIGEST),
+        ))
+        .with_want_repr_digest(values(headers, HeaderName::from_static(WANT_REPR_DIGEST)));
+    r.query = req.uri().query().map(str::to_string);
+    // A value that is not visible ASCII cannot be a valid range; counting it keeps a
+    // repeated field from looking single.
+    r.range_headers = headers
+        .get_all(RANGE)
+        .iter()
+        .map(|v| v.to_str().unwrap_or("").to_string())
+        .collect();
+    // An unreadable If-Range matches nothing, like a mismatch.
+    r.if_range = headers
+        .get(IF_RANGE)
+        .map(|v| v.to_str().unwrap_or("").to_string());
+    r.trailers_ok = match req.version() {
+        Version::HTTP_2 => true,
+        Version::HTTP_11 => te_has_trailers(headers),
+        _ => false,
     };
-    let shared = &ctx.shared;
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().map(str::to_string);
-    let resource = match Resource::open_async(shared.root.clone(), path.clone(), query).await {
-        Ok(r) => r,
-        Err(e) => {
-            let (status, text) = match e.class() {
-                ErrorClass::BadRequest => (StatusCode::BAD_REQUEST, "bad request\n"),
-                ErrorClass::Forbidden => (StatusCode::FORBIDDEN, "forbidden\n"),
-                ErrorClass::NotFound => (StatusCode::NOT_FOUND, "not found\n"),
-                ErrorClass::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "server error\n"),
-            };
-            tracing::debug!(peer = %ctx.peer, %path, error = %e, "cannot open");
-            return plain(status, text);
-        }
-    };
-    let size = resource.size();
+    r
+}
 
-    // RFC 9110 §14.2: range handling is defined for GET only.
-    let outcome = if head {
-        RangeOutcome::Full
-    } else {
-        select_range(req.headers(), &resource)
-    };
+fn values(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+}
 
+fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
     let mut headers = HeaderMap::new();
-    headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    if let Ok(v) = HeaderValue::from_str(resource.etag()) {
+    if plan.accept_ranges {
+        headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    }
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(plan.content_type));
+    if let Some(v) = plan
+        .etag
+        .as_deref()
+        .and_then(|e| HeaderValue::from_str(e).ok())
+    {
         headers.insert(ETAG, v);
     }
-    if let Some(v) = resource
-        .last_modified()
+    if let Some(v) = plan
+        .last_modified
+        .as_deref()
         .and_then(|d| HeaderValue::from_str(d).ok())
     {
         headers.insert(LAST_MODIFIED, v);
     }
-    let repr = if shared.repr_digest {
-        let known = shared.digests.get(&resource);
-        if known.is_none() {
-            shared.digests.ensure(&resource);
-        }
-        known
-    } else {
-        None
-    };
-    if let Some(d) = repr {
-        if let Ok(v) = HeaderValue::from_str(&d.to_header_value()) {
-            headers.insert(HeaderName::from_static(REPR_DIGEST), v);
-        }
+    if let Some(d) = &plan.repr_digest {
+        insert_digest(&mut headers, REPR_DIGEST, d);
     }
-
-    let (status, range) = match outcome {
-        RangeOutcome::Unsatisfiable => {
-            let mut r = Response::new(ServeBody::empty());
-            *r.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
-            *r.headers_mut() = headers;
-            if let Ok(v) = HeaderValue::from_str(&unsatisfied_content_range(size)) {
-                r.headers_mut().insert(CONTENT_RANGE, v);
-            }
-            r.headers_mut()
-                .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-            return r;
-        }
-        RangeOutcome::Full => (StatusCode::OK, 0..size),
-        RangeOutcome::Partial(range) => {
-            if let Ok(v) = HeaderValue::from_str(&content_range(&range, size)) {
-                headers.insert(CONTENT_RANGE, v);
-            }
-            (StatusCode::PARTIAL_CONTENT, range)
-        }
+    if let Some(d) = &plan.content_digest {
+        insert_digest(&mut headers, CONTENT_DIGEST, d);
+    }
+    let content_range = match &plan.content_range {
+        Some(ContentRange::Satisfied { range, size }) => Some(content_range(range, *size)),
+        Some(ContentRange::Unsatisfied { size }) => Some(unsatisfied_content_range(*size)),
+        None => None,
     };
-    let len = range.end - range.start;
-
-    let want_digest = req
-        .headers()
-        .get_all(HeaderName::from_static(WANT_CONTENT_DIGEST))
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(wants_sha256);
-    let trailers_ok = match req.version() {
-        Version::HTTP_2 => true,
-        Version::HTTP_11 => te_has_trailers(req.headers()),
-        _ => false,
-    };
-    let hash = !head && want_digest && trailers_ok;
-    if hash {
+    if let Some(v) = content_range.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        headers.insert(CONTENT_RANGE, v);
+    }
+    if let Some(allow) = plan.allow {
+        headers.insert(ALLOW, HeaderValue::from_static(allow));
+    }
+    if plan.trailer {
         headers.insert(TRAILER, HeaderValue::from_static(CONTENT_DIGEST));
     }
     // HTTP/1.1 cannot have both a length and trailers (trailers need chunked encoding);
     // HTTP/2 frames the body itself and can.
-    if !hash || req.version() == Version::HTTP_2 {
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+    if !plan.trailer || version == Version::HTTP_2 {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(plan.content_length));
     }
-    if !hash {
-        // Without trailers, a whole-resource response can still carry its digest up front
-        // when it is already known.
-        if want_digest && status == StatusCode::OK {
-            if let Some(d) = repr {
-                if let Ok(v) = HeaderValue::from_str(&d.to_header_value()) {
-                    headers.insert(HeaderName::from_static(CONTENT_DIGEST), v);
-                }
-            }
-        }
-    }
-
-    let body = if head || len == 0 && !hash {
-        ServeBody::empty()
-    } else {
-        let corrupt_at = shared.fault.as_ref().and_then(|f| f.claim(&range));
-        if let Some(at) = corrupt_at {
-            tracing::warn!(peer = %ctx.peer, %path, offset = at, "dangerous_fault: corrupting one byte of this response");
-        }
-        let whole = range.start == 0 && range.end == size;
-        let plan = StreamPlan {
-            hash,
-            corrupt_at,
-            remember_in: (hash && whole && shared.repr_digest && repr.is_none())
-                .then(|| (shared.digests.clone(), resource.clone())),
-            peer: ctx.peer,
-            path: path.clone(),
-        };
-        ServeBody::stream(resource.stream(range, shared.stream_options), plan)
+    let body = match plan.body {
+        Body::Empty => ServeBody::empty(),
+        Body::Message(text) => ServeBody::message(text),
+        Body::Stream(stream) => ServeBody::stream(stream),
     };
     let mut r = Response::new(body);
-    *r.status_mut() = status;
+    *r.status_mut() =
+        StatusCode::from_u16(plan.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     *r.headers_mut() = headers;
     r
 }
 
-/// Apply `Range` and `If-Range` (RFC 9110 §13.1.5, §14.2).
-fn select_range(headers: &HeaderMap, resource: &Resource) -> RangeOutcome {
-    let mut ranges = headers.get_all(RANGE).iter();
-    let (Some(range), None) = (ranges.next(), ranges.next()) else {
-        // Absent, or repeated (which no valid request does): serve the whole.
-        return RangeOutcome::Full;
-    };
-    let Ok(range) = range.to_str() else {
-        return RangeOutcome::Full;
-    };
-    if let Some(if_range) = headers.get(IF_RANGE) {
-        // Only a strong entity tag that matches lets the range through; a date or a
-        // mismatch means "send me the whole new representation".
-        let matches = if_range
-            .to_str()
-            .map(|v| resource.matches_strong_etag(v))
-            .unwrap_or(false);
-        if !matches {
-            return RangeOutcome::Full;
-        }
+fn insert_digest(headers: &mut HeaderMap, name: &'static str, digest: &Sha256Digest) {
+    if let Ok(v) = HeaderValue::from_str(&digest.to_header_value()) {
+        headers.insert(HeaderName::from_static(name), v);
     }
-    parse_range(range, resource.size())
 }
 
 fn te_has_trailers(headers: &HeaderMap) -> bool {
@@ -226,16 +146,4 @@ fn te_has_trailers(headers: &HeaderMap) -> bool {
                 .next()
                 .is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers"))
         })
-}
-
-fn plain(status: StatusCode, text: &'static str) -> Response<ServeBody> {
-    let mut r = Response::new(ServeBody::message(text));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r.headers_mut()
-        .insert(CONTENT_LENGTH, HeaderValue::from(text.len()));
-    r
 }

@@ -11,9 +11,9 @@
 //! ```text
 //!  accept ─► connection cap ─► [TLS + ALPN | sniff h2c preface] ─► hyper http1 / http2
 //!                                                                     │ per request
-//!                          handler: method, Resource::open (blocking pool), Range/If-Range
+//!                handler: decode ─► xfer_service::Service::respond ─► encode plan
 //!                                                                     │
-//!        ServeBody: BlockStream (reads one block ahead) ─► SHA-256 ─► [fault] ─► frames ─► trailer
+//!        ServeBody: pump over xfer_service::BodyStream ─► data frames ─► trailer
 //! ```
 //!
 //! Hostile peers: paths are resolved by [`xfer_common::paths`] (no traversal, no symlinks
@@ -44,8 +44,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
-use xfer_common::resource::StreamOptions;
-use xfer_common::{DigestCache, FaultInjection};
+use xfer_common::DigestCache;
+use xfer_service::{Service, ServiceConfig};
 
 pub use config::ServerConfig;
 
@@ -95,12 +95,8 @@ pub enum ServerError {
 
 /// What every connection and request shares.
 pub(crate) struct Shared {
-    /// Canonical served root.
-    pub root: PathBuf,
-    pub digests: DigestCache,
-    pub fault: Option<Arc<FaultInjection>>,
-    pub repr_digest: bool,
-    pub stream_options: StreamOptions,
+    /// The request core; this server is its HTTP codec.
+    pub service: Service,
     cfg: ServerConfig,
     tls: Option<TlsAcceptor>,
 }
@@ -116,7 +112,7 @@ impl std::fmt::Debug for HttpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpServer")
             .field("local_addr", &self.local_addr)
-            .field("root", &self.shared.root)
+            .field("root", &self.shared.service.config().root)
             .field("tls", &self.shared.tls.is_some())
             .finish()
     }
@@ -163,11 +159,13 @@ impl HttpServer {
             listener,
             local_addr,
             shared: Arc::new(Shared {
-                root,
-                digests,
-                fault: cfg.dangerous_fault.clone(),
-                repr_digest: cfg.repr_digest,
-                stream_options: cfg.stream_options(),
+                service: Service::new(ServiceConfig {
+                    root,
+                    digests,
+                    repr_digest: cfg.repr_digest,
+                    stream: cfg.stream_options(),
+                    dangerous_fault: cfg.dangerous_fault.clone(),
+                }),
                 cfg,
                 tls,
             }),
@@ -182,7 +180,7 @@ impl HttpServer {
     /// The server's whole-file digest cache, to share with another server on the same root
     /// (so each file is hashed once, not once per protocol).
     pub fn digest_cache(&self) -> DigestCache {
-        self.shared.digests.clone()
+        self.shared.service.config().digests.clone()
     }
 
     /// Serve until `shutdown` completes, then stop accepting, ask every connection to finish

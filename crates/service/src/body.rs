@@ -1,0 +1,198 @@
+//! The body of a streamed response: blocks of a resource range, hashed on the way out, with
+//! the digest at the end. HTTP's body and the QUIC stream writer are pumps over this.
+
+use std::fmt;
+use std::future::Future as _;
+use std::io;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::task::JoinHandle;
+use xfer_common::fault::corrupt_block;
+use xfer_common::{BlockStream, DigestCache, Resource};
+use xfer_core::digest::{Sha256Digest, Sha256Hasher};
+
+/// Blocks smaller than this are hashed in place; larger ones on the blocking pool, so that
+/// hashing block N overlaps with sending it and reading block N+1.
+const HASH_OFFLOAD_MIN: usize = 64 * 1024;
+
+/// What [`BodyStream::poll_next`] yields.
+#[derive(Debug)]
+pub enum BodyEvent {
+    Data(Bytes),
+    /// The SHA-256 of every byte sent (before any injected fault); the last event.
+    Trailer(Sha256Digest),
+}
+
+/// What a streamed body needs besides the blocks.
+pub(crate) struct StreamPlan {
+    pub hash: bool,
+    /// Resource offset of a byte to flip after hashing (test-only fault hook).
+    pub corrupt_at: Option<u64>,
+    /// When the body is the whole resource and is hashed, remember the digest here.
+    pub remember_in: Option<(DigestCache, Resource)>,
+    pub peer: SocketAddr,
+    pub path: String,
+}
+
+/// Blocks of one range of a resource, read ahead on the blocking pool.
+pub struct BodyStream {
+    blocks: BlockStream,
+    end: u64,
+    hashing: Hashing,
+    plan: StreamPlan,
+    done: bool,
+}
+
+/// Where the running SHA-256 of the sent bytes is.
+enum Hashing {
+    /// Not asked for (or already finished).
+    Off,
+    Idle(Sha256Hasher),
+    /// Updating with the previous block on the blocking pool.
+    Busy(JoinHandle<Sha256Hasher>),
+}
+
+impl fmt::Debug for BodyStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyStream")
+            .field("position", &self.blocks.position())
+            .field("end", &self.end)
+            .field("hash", &self.plan.hash)
+            .finish()
+    }
+}
+
+impl BodyStream {
+    pub(crate) fn new(blocks: BlockStream, range: &Range<u64>, plan: StreamPlan) -> Self {
+        Self {
+            blocks,
+            end: range.end,
+            hashing: if plan.hash {
+                Hashing::Idle(Sha256Hasher::new())
+            } else {
+                Hashing::Off
+            },
+            plan,
+            done: false,
+        }
+    }
+
+    /// Bytes not yet yielded.
+    pub fn remaining(&self) -> u64 {
+        self.blocks.remaining()
+    }
+
+    /// A trailer follows the data.
+    pub fn is_hashed(&self) -> bool {
+        self.plan.hash
+    }
+
+    /// Nothing more to yield.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Next block, then the trailer if hashed, then `None`. An error ends the stream.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<BodyEvent>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let offset = self.blocks.position();
+        match self.poll_hasher_idle(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => return self.fail(offset, e),
+            Poll::Ready(Ok(())) => {}
+        }
+        let next = match self.blocks.poll_next_block(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(next) => next,
+        };
+        match next {
+            Some(Ok(block)) => {
+                self.hash(&block);
+                let block = match self.plan.corrupt_at {
+                    Some(target) => corrupt_block(block, offset, target),
+                    None => block,
+                };
+                Poll::Ready(Some(Ok(BodyEvent::Data(block))))
+            }
+            Some(Err(e)) => self.fail(offset, e),
+            None if offset != self.end => self.fail(
+                offset,
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("resource ended at byte {offset} of {}", self.end),
+                ),
+            ),
+            None => {
+                self.done = true;
+                let Hashing::Idle(hasher) = std::mem::replace(&mut self.hashing, Hashing::Off)
+                else {
+                    return Poll::Ready(None);
+                };
+                let digest = hasher.finish();
+                if let Some((cache, resource)) = self.plan.remember_in.take() {
+                    // Only if the file is still the one the bytes came from.
+                    if resource.check_still_same().is_ok() {
+                        cache.insert(&resource, digest);
+                    }
+                }
+                Poll::Ready(Some(Ok(BodyEvent::Trailer(digest))))
+            }
+        }
+    }
+
+    /// Await the next event.
+    pub async fn next(&mut self) -> Option<io::Result<BodyEvent>> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// Get the hasher back from the blocking pool if it is busy with the previous block.
+    fn poll_hasher_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Hashing::Busy(handle) = &mut self.hashing {
+            match Pin::new(handle).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(h)) => self.hashing = Hashing::Idle(h),
+                Poll::Ready(Err(e)) => {
+                    self.hashing = Hashing::Off;
+                    return Poll::Ready(Err(io::Error::other(format!("hashing failed: {e}"))));
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn hash(&mut self, block: &Bytes) {
+        if let Hashing::Idle(_) = self.hashing {
+            let Hashing::Idle(mut h) = std::mem::replace(&mut self.hashing, Hashing::Off) else {
+                return;
+            };
+            if block.len() < HASH_OFFLOAD_MIN {
+                h.update(block);
+                self.hashing = Hashing::Idle(h);
+            } else {
+                let block = block.clone();
+                self.hashing = Hashing::Busy(tokio::task::spawn_blocking(move || {
+                    h.update(&block);
+                    h
+                }));
+            }
+        }
+    }
+
+    fn fail(&mut self, offset: u64, e: io::Error) -> Poll<Option<io::Result<BodyEvent>>> {
+        self.done = true;
+        tracing::warn!(
+            peer = %self.plan.peer,
+            path = %self.plan.path,
+            offset,
+            error = %e,
+            "response aborted"
+        );
+        Poll::Ready(Some(Err(e)))
+    }
+}

@@ -1,0 +1,82 @@
+//! What the core decided; codecs encode it.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use xfer_core::digest::Sha256Digest;
+
+use crate::body::BodyStream;
+
+pub const CONTENT_TYPE_BYTES: &str = "application/octet-stream";
+pub const CONTENT_TYPE_TEXT: &str = "text/plain; charset=utf-8";
+
+/// `Content-Range` of a 206 or a 416.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentRange {
+    /// `bytes start-end/size`
+    Satisfied { range: Range<u64>, size: u64 },
+    /// `bytes */size`
+    Unsatisfied { size: u64 },
+}
+
+/// A response, decided.
+#[derive(Debug)]
+pub struct ResponsePlan {
+    pub status: u16,
+    /// Size of the whole resource, when one was opened.
+    pub size: Option<u64>,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    pub content_type: &'static str,
+    pub accept_ranges: bool,
+    /// Range of the resource the body carries (`None` for HEAD and refusals).
+    pub range: Option<Range<u64>>,
+    pub content_range: Option<ContentRange>,
+    /// Bytes of the body. Codecs that cannot frame a length together with a trailer
+    /// (HTTP/1.1 chunked) drop it when [`ResponsePlan::trailer`] is set.
+    pub content_length: u64,
+    /// Whole-resource SHA-256 (`Repr-Digest`).
+    pub repr_digest: Option<Sha256Digest>,
+    /// SHA-256 of the body, known up front (`Content-Digest` in the head).
+    pub content_digest: Option<Sha256Digest>,
+    /// A `Content-Digest` trailer follows the body.
+    pub trailer: bool,
+    /// Methods allowed, for a 405.
+    pub allow: Option<&'static str>,
+    /// Why a request was refused, in more detail than the status (never file contents).
+    pub detail: Option<String>,
+    pub body: Body,
+}
+
+/// Where the body bytes come from.
+#[derive(Debug)]
+pub enum Body {
+    Empty,
+    /// A short text explaining a refusal.
+    Message(Bytes),
+    /// Boxed: the stream state is large and refusals should stay small.
+    Stream(Box<BodyStream>),
+}
+
+impl ResponsePlan {
+    /// A refusal with a short text body.
+    pub(crate) fn refusal(status: u16, text: &'static str, detail: Option<String>) -> Self {
+        Self {
+            status,
+            size: None,
+            etag: None,
+            last_modified: None,
+            content_type: CONTENT_TYPE_TEXT,
+            accept_ranges: false,
+            range: None,
+            content_range: None,
+            content_length: text.len() as u64,
+            repr_digest: None,
+            content_digest: None,
+            trailer: false,
+            allow: None,
+            detail,
+            body: Body::Message(Bytes::from_static(text.as_bytes())),
+        }
+    }
+}

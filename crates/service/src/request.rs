@@ -1,0 +1,128 @@
+//! What a codec decodes a request into.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+
+use xfer_core::digest::wants_sha256;
+
+/// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    /// HTTP `HEAD`; `xfer/1`'s `STAT`.
+    Head,
+    Other(String),
+}
+
+impl Method {
+    /// From the HTTP method name (case-sensitive, as RFC 9110 §9.1 says). The core, not the
+    /// codec, knows which names it serves, so new methods need no codec change.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "GET" => Self::Get,
+            "HEAD" => Self::Head,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    /// The method as HTTP spells it, for logs.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+            Self::Other(m) => m,
+        }
+    }
+}
+
+/// Who is asking. Access control will add token and certificate identities.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Identity {
+    #[default]
+    Anonymous,
+}
+
+/// A request, independent of the wire it came over.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: Method,
+    /// Path as received, still percent-encoded.
+    pub path: String,
+    pub query: Option<String>,
+    /// Every HTTP `Range` field value, in order; only a single one is honoured.
+    pub range_headers: Vec<String>,
+    /// `xfer/1`'s structured range (start inclusive, end exclusive, end clamped to the size).
+    pub exact_range: Option<Range<u64>>,
+    /// HTTP `If-Range`: a mismatch serves the whole representation.
+    pub if_range: Option<String>,
+    /// A strong ETag that must match or the answer is 412 (`xfer/1`'s validator).
+    pub if_match: Option<String>,
+    /// `Want-Content-Digest` asks for SHA-256.
+    pub want_content_digest: bool,
+    /// `Want-Repr-Digest` asks for SHA-256. The representation digest is sent whenever known,
+    /// so this only documents the wish.
+    pub want_repr_digest: bool,
+    /// The codec can deliver a trailer after the body (HTTP/2, HTTP/1.1 with `TE: trailers`,
+    /// `xfer/1`).
+    pub trailers_ok: bool,
+    pub peer: SocketAddr,
+    /// `http/1.1`, `h2`, `h2c` or `quic`, for logs.
+    pub protocol: &'static str,
+    pub identity: Identity,
+}
+
+impl Request {
+    /// A request with no conditions, ranges or digest wishes.
+    pub fn new(
+        method: Method,
+        path: impl Into<String>,
+        peer: SocketAddr,
+        protocol: &'static str,
+    ) -> Self {
+        Self {
+            method,
+            path: path.into(),
+            query: None,
+            range_headers: Vec::new(),
+            exact_range: None,
+            if_range: None,
+            if_match: None,
+            want_content_digest: false,
+            want_repr_digest: false,
+            trailers_ok: false,
+            peer,
+            protocol,
+            identity: Identity::Anonymous,
+        }
+    }
+
+    /// Split `path?query` as `xfer/1` carries it.
+    pub fn with_target(mut self, target: &str) -> Self {
+        match target.split_once('?') {
+            Some((p, q)) => {
+                self.path = p.to_string();
+                self.query = Some(q.to_string());
+            }
+            None => {
+                self.path = target.to_string();
+                self.query = None;
+            }
+        }
+        self
+    }
+
+    /// Record `Want-Content-Digest` field values.
+    pub fn with_want_content_digest<'a>(
+        mut self,
+        values: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        self.want_content_digest = values.into_iter().any(wants_sha256);
+        self
+    }
+
+    /// Record `Want-Repr-Digest` field values.
+    pub fn with_want_repr_digest<'a>(mut self, values: impl IntoIterator<Item = &'a str>) -> Self {
+        self.want_repr_digest = values.into_iter().any(wants_sha256);
+        self
+    }
+}

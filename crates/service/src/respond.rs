@@ -1,0 +1,276 @@
+//! The decisions: resource, status, range, validators, digests, hashing, fault, logging.
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use xfer_common::ranges::{parse_range, RangeOutcome};
+use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptions};
+use xfer_core::error::ConfigError;
+
+use crate::body::{BodyStream, StreamPlan};
+use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
+use crate::request::{Method, Request};
+
+/// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
+/// numbers, so `xfer_core::error::is_transient_status` classifies both).
+pub mod status {
+    /// Whole resource follows.
+    pub const OK: u16 = 200;
+    /// The requested range follows.
+    pub const PARTIAL_CONTENT: u16 = 206;
+    /// The request names something unusable (malformed path, bad synthetic spec).
+    pub const BAD_REQUEST: u16 = 400;
+    /// The path leaves the served root (traversal, symlink out) or may not be read.
+    pub const FORBIDDEN: u16 = 403;
+    /// No such resource, or not a regular file.
+    pub const NOT_FOUND: u16 = 404;
+    /// A method other than GET and HEAD; the plan carries `Allow`.
+    pub const METHOD_NOT_ALLOWED: u16 = 405;
+    /// The validator does not match the resource's current ETag.
+    pub const PRECONDITION_FAILED: u16 = 412;
+    /// A path segment is longer than the filesystem allows. Permanent, unlike 500.
+    pub const URI_TOO_LONG: u16 = 414;
+    /// The range starts at or beyond the end of the resource.
+    pub const RANGE_NOT_SATISFIABLE: u16 = 416;
+    /// The server failed before sending the body.
+    pub const INTERNAL_ERROR: u16 = 500;
+    /// The server is shutting down or over a limit; retry later.
+    pub const SERVICE_UNAVAILABLE: u16 = 503;
+}
+
+/// Methods the core serves, for `Allow`.
+const ALLOWED: &str = "GET, HEAD";
+
+/// What the core serves and how.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Canonical directory whose regular files are served.
+    pub root: PathBuf,
+    /// Whole-resource digests, shared by every server of the process.
+    pub digests: DigestCache,
+    /// Send `Repr-Digest` (and compute it in the background). Default on.
+    pub repr_digest: bool,
+    /// Block size and read-ahead of streamed bodies: one policy for every codec.
+    pub stream: StreamOptions,
+    /// Test hook: corrupt a byte after the digest is computed. Never set in production.
+    pub dangerous_fault: Option<Arc<FaultInjection>>,
+}
+
+impl ServiceConfig {
+    /// Serve `root` with a private digest cache and default streaming.
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            digests: DigestCache::default(),
+            repr_digest: true,
+            stream: StreamOptions::default(),
+            dangerous_fault: None,
+        }
+    }
+}
+
+/// Reject streaming settings no server supports: blocks of 4 KiB to 64 MiB, at most 64 ahead.
+pub fn check_stream_options(opts: &StreamOptions) -> Result<(), ConfigError> {
+    if !(4096..=(64 << 20)).contains(&opts.block_size) {
+        return Err(ConfigError::new(
+            "stream.block_size",
+            opts.block_size,
+            "4 KiB to 64 MiB",
+        ));
+    }
+    if opts.read_ahead > 64 {
+        return Err(ConfigError::new(
+            "stream.read_ahead",
+            opts.read_ahead,
+            "0 to 64",
+        ));
+    }
+    Ok(())
+}
+
+/// The request core; cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Service {
+    cfg: ServiceConfig,
+}
+
+impl Service {
+    pub fn new(cfg: ServiceConfig) -> Self {
+        Self { cfg }
+    }
+
+    pub fn config(&self) -> &ServiceConfig {
+        &self.cfg
+    }
+
+    /// Decide the response to `req`, and log it once.
+    pub async fn respond(&self, req: &Request) -> ResponsePlan {
+        let plan = self.decide(req).await;
+        let range = match &plan.content_range {
+            Some(ContentRange::Satisfied { range, .. }) => format!("{}-{}", range.start, range.end),
+            Some(ContentRange::Unsatisfied { size }) => format!("*/{size}"),
+            None => "-".to_string(),
+        };
+        if plan.status < 400 {
+            tracing::debug!(peer = %req.peer, proto = req.protocol, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
+        } else {
+            tracing::info!(peer = %req.peer, proto = req.protocol, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
+        }
+        plan
+    }
+
+    async fn decide(&self, req: &Request) -> ResponsePlan {
+        let head = match req.method {
+            Method::Get => false,
+            Method::Head => true,
+            Method::Other(_) => {
+                let mut plan = ResponsePlan::refusal(
+                    status::METHOD_NOT_ALLOWED,
+                    "only GET and HEAD\n",
+                    Some(format!("method {} not allowed", req.method.as_str())),
+                );
+                plan.allow = Some(ALLOWED);
+                return plan;
+            }
+        };
+        let cfg = &self.cfg;
+        let resource =
+            match Resource::open_async(cfg.root.clone(), req.path.clone(), req.query.clone()).await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let (code, text) = refusal_for(e.class());
+                    return ResponsePlan::refusal(code, text, Some(e.to_string()));
+                }
+            };
+        let size = resource.size();
+        let repr = if cfg.repr_digest {
+            let known = cfg.digests.get(&resource);
+            if known.is_none() {
+                cfg.digests.ensure(&resource);
+            }
+            known
+        } else {
+            None
+        };
+        let mut plan = ResponsePlan {
+            status: status::OK,
+            size: Some(size),
+            etag: Some(resource.etag().to_string()),
+            last_modified: resource.last_modified().map(str::to_string),
+            content_type: CONTENT_TYPE_BYTES,
+            accept_ranges: true,
+            range: None,
+            content_range: None,
+            content_length: size,
+            repr_digest: repr,
+            content_digest: None,
+            trailer: false,
+            allow: None,
+            detail: None,
+            body: Body::Empty,
+        };
+        if let Some(v) = &req.if_match {
+            if !resource.matches_strong_etag(v) {
+                plan.status = status::PRECONDITION_FAILED;
+                plan.content_length = 0;
+                plan.detail = Some("validator does not match the current etag".into());
+                return plan;
+            }
+        }
+        if head {
+            // RFC 9110 §14.2: range handling is defined for GET only.
+            return plan;
+        }
+        let range = match select_range(req, &resource) {
+            RangeOutcome::Full => 0..size,
+            RangeOutcome::Partial(range) => {
+                plan.status = status::PARTIAL_CONTENT;
+                plan.content_range = Some(ContentRange::Satisfied {
+                    range: range.clone(),
+                    size,
+                });
+                range
+            }
+            RangeOutcome::Unsatisfiable => {
+                plan.status = status::RANGE_NOT_SATISFIABLE;
+                plan.content_range = Some(ContentRange::Unsatisfied { size });
+                plan.content_length = 0;
+                plan.detail = Some(format!("range outside a resource of {size} bytes"));
+                return plan;
+            }
+        };
+        let len = range.end - range.start;
+        plan.content_length = len;
+        plan.range = Some(range.clone());
+        let whole = range == (0..size);
+        let hash = req.want_content_digest && req.trailers_ok;
+        plan.trailer = hash;
+        if !hash && req.want_content_digest && whole {
+            // Without a trailer, a whole-resource body can still carry its digest up front
+            // when it is already known.
+            plan.content_digest = repr;
+        }
+        if len == 0 && !hash {
+            return plan;
+        }
+        let corrupt_at = cfg.dangerous_fault.as_ref().and_then(|f| f.claim(&range));
+        if let Some(at) = corrupt_at {
+            tracing::warn!(peer = %req.peer, path = %req.path, offset = at, "dangerous_fault: corrupting one byte of this response");
+        }
+        let stream_plan = StreamPlan {
+            hash,
+            corrupt_at,
+            remember_in: (hash && whole && cfg.repr_digest && repr.is_none())
+                .then(|| (cfg.digests.clone(), resource.clone())),
+            peer: req.peer,
+            path: req.path.clone(),
+        };
+        plan.body = Body::Stream(Box::new(BodyStream::new(
+            resource.stream(range.clone(), cfg.stream),
+            &range,
+            stream_plan,
+        )));
+        plan
+    }
+}
+
+fn refusal_for(class: ErrorClass) -> (u16, &'static str) {
+    match class {
+        ErrorClass::BadRequest => (status::BAD_REQUEST, "bad request\n"),
+        ErrorClass::Forbidden => (status::FORBIDDEN, "forbidden\n"),
+        ErrorClass::NotFound => (status::NOT_FOUND, "not found\n"),
+        ErrorClass::UriTooLong => (status::URI_TOO_LONG, "path segment too long\n"),
+        ErrorClass::Internal => (status::INTERNAL_ERROR, "server error\n"),
+    }
+}
+
+/// Apply `Range` and `If-Range` (RFC 9110 §13.1.5, §14.2), or `xfer/1`'s exact range.
+fn select_range(req: &Request, resource: &Resource) -> RangeOutcome {
+    let size = resource.size();
+    if let Some(r) = &req.exact_range {
+        return exact_range(r, size);
+    }
+    let [range] = req.range_headers.as_slice() else {
+        // Absent, or repeated (which no valid request does): serve the whole.
+        return RangeOutcome::Full;
+    };
+    if let Some(if_range) = &req.if_range {
+        // Only a strong entity tag that matches lets the range through; a date or a
+        // mismatch means "send me the whole new representation".
+        if !resource.matches_strong_etag(if_range) {
+            return RangeOutcome::Full;
+        }
+    }
+    parse_range(range, size)
+}
+
+/// `xfer/1` ranges: the end is clamped to the size; a start at or past it cannot be served.
+fn exact_range(r: &Range<u64>, size: u64) -> RangeOutcome {
+    if r.start >= size {
+        RangeOutcome::Unsatisfiable
+    } else {
+        RangeOutcome::Partial(r.start..r.end.min(size))
+    }
+}

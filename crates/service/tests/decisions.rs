@@ -1,0 +1,267 @@
+//! The core's decisions, without sockets: a file in a temporary root, requests built by hand.
+
+use std::net::SocketAddr;
+
+use bytes::BytesMut;
+use xfer_core::digest::Sha256Hasher;
+use xfer_service::{
+    status, Body, BodyEvent, ContentRange, Method, Request, ResponsePlan, Service, ServiceConfig,
+};
+
+const CONTENT: &[u8] = b"0123456789abcdefghij";
+
+fn peer() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9))
+}
+
+fn setup() -> (tempfile::TempDir, Service) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.bin"), CONTENT).expect("write");
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+    let root = dir.path().canonicalize().expect("canonical root");
+    let mut cfg = ServiceConfig::new(root);
+    cfg.repr_digest = false;
+    (dir, Service::new(cfg))
+}
+
+fn get(path: &str) -> Request {
+    Request::new(Method::Get, path, peer(), "test")
+}
+
+/// Body bytes and trailer digest of a plan.
+async fn drain(plan: ResponsePlan) -> (Vec<u8>, Option<String>) {
+    match plan.body {
+        Body::Empty => (Vec::new(), None),
+        Body::Message(m) => (m.to_vec(), None),
+        Body::Stream(mut s) => {
+            let mut bytes = BytesMut::new();
+            let mut trailer = None;
+            while let Some(ev) = s.next().await {
+                match ev.expect("body block") {
+                    BodyEvent::Data(b) => bytes.extend_from_slice(&b),
+                    BodyEvent::Trailer(d) => trailer = Some(d.to_header_value()),
+                }
+            }
+            (bytes.to_vec(), trailer)
+        }
+    }
+}
+
+fn sha(bytes: &[u8]) -> String {
+    let mut h = Sha256Hasher::new();
+    h.update(bytes);
+    h.finish().to_header_value()
+}
+
+#[tokio::test]
+async fn whole_get_streams_the_file() {
+    let (_d, svc) = setup();
+    let plan = svc.respond(&get("/f.bin")).await;
+    assert_eq!(plan.status, status::OK);
+    assert_eq!(plan.content_length, CONTENT.len() as u64);
+    assert!(plan.etag.is_some());
+    assert!(plan.content_range.is_none());
+    assert!(!plan.trailer);
+    assert_eq!(drain(plan).await, (CONTENT.to_vec(), None));
+}
+
+#[tokio::test]
+async fn head_has_length_and_no_body_and_ignores_range() {
+    let (_d, svc) = setup();
+    let mut req = Request::new(Method::Head, "/f.bin", peer(), "test");
+    req.range_headers = vec!["bytes=0-1".into()];
+    let plan = svc.respond(&req).await;
+    assert_eq!(plan.status, status::OK);
+    assert_eq!(plan.content_length, CONTENT.len() as u64);
+    assert!(matches!(plan.body, Body::Empty));
+}
+
+#[tokio::test]
+async fn ranges_start_middle_end_suffix_open() {
+    let (_d, svc) = setup();
+    for (value, want) in [
+        ("bytes=0-3", 0..4),
+        ("bytes=5-9", 5..10),
+        ("bytes=15-19", 15..20),
+        ("bytes=-4", 16..20),
+        ("bytes=12-", 12..20),
+    ] {
+        let mut req = get("/f.bin");
+        req.range_headers = vec![value.into()];
+        let plan = svc.respond(&req).await;
+        assert_eq!(plan.status, status::PARTIAL_CONTENT, "{value}");
+        assert_eq!(
+            plan.content_range,
+            Some(ContentRange::Satisfied {
+                range: want.clone(),
+                size: 20
+            }),
+            "{value}"
+        );
+        let (body, _) = drain(plan).await;
+        assert_eq!(
+            body,
+            &CONTENT[want.start as usize..want.end as usize],
+            "{value}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn multiple_or_malformed_ranges_serve_the_whole() {
+    let (_d, svc) = setup();
+    for values in [
+        vec!["bytes=0-1,3-4".to_string()],
+        vec!["bytes=0-1".to_string(), "bytes=2-3".to_string()],
+        vec!["lines=1-2".to_string()],
+        vec!["bytes=x-y".to_string()],
+    ] {
+        let mut req = get("/f.bin");
+        req.range_headers = values.clone();
+        let plan = svc.respond(&req).await;
+        assert_eq!(plan.status, status::OK, "{values:?}");
+        assert_eq!(plan.content_length, 20);
+    }
+}
+
+#[tokio::test]
+async fn unsatisfiable_range_is_416_with_the_size() {
+    let (_d, svc) = setup();
+    let mut req = get("/f.bin");
+    req.range_headers = vec!["bytes=20-".into()];
+    let plan = svc.respond(&req).await;
+    assert_eq!(plan.status, status::RANGE_NOT_SATISFIABLE);
+    assert_eq!(
+        plan.content_range,
+        Some(ContentRange::Unsatisfied { size: 20 })
+    );
+    assert_eq!(plan.content_length, 0);
+    assert!(matches!(plan.body, Body::Empty));
+}
+
+#[tokio::test]
+async fn if_range_only_a_matching_strong_etag_keeps_the_range() {
+    let (_d, svc) = setup();
+    let etag = svc.respond(&get("/f.bin")).await.etag.expect("etag");
+    let weak = format!("W/{etag}");
+    for (if_range, want) in [
+        (etag.as_str(), status::PARTIAL_CONTENT),
+        ("\"other\"", status::OK),
+        (weak.as_str(), status::OK),
+        ("Sat, 01 Jan 2000 00:00:00 GMT", status::OK),
+    ] {
+        let mut req = get("/f.bin");
+        req.range_headers = vec!["bytes=0-3".into()];
+        req.if_range = Some(if_range.into());
+        assert_eq!(svc.respond(&req).await.status, want, "{if_range}");
+    }
+}
+
+#[tokio::test]
+async fn if_match_mismatch_is_412() {
+    let (_d, svc) = setup();
+    let mut req = get("/f.bin");
+    req.if_match = Some("\"nope\"".into());
+    let plan = svc.respond(&req).await;
+    assert_eq!(plan.status, status::PRECONDITION_FAILED);
+    assert!(matches!(plan.body, Body::Empty));
+}
+
+#[tokio::test]
+async fn exact_range_clamps_the_end_and_refuses_a_start_past_it() {
+    let (_d, svc) = setup();
+    let mut req = get("/f.bin");
+    req.exact_range = Some(10..100);
+    let plan = svc.respond(&req).await;
+    assert_eq!(plan.status, status::PARTIAL_CONTENT);
+    assert_eq!(plan.range, Some(10..20));
+    req.exact_range = Some(20..30);
+    assert_eq!(
+        svc.respond(&req).await.status,
+        status::RANGE_NOT_SATISFIABLE
+    );
+}
+
+#[tokio::test]
+async fn other_methods_are_405_with_allow() {
+    let (_d, svc) = setup();
+    let req = Request::new(Method::Other("DELETE".into()), "/f.bin", peer(), "test");
+    let plan = svc.respond(&req).await;
+    assert_eq!(plan.status, status::METHOD_NOT_ALLOWED);
+    assert_eq!(plan.allow, Some("GET, HEAD"));
+}
+
+#[tokio::test]
+async fn want_digest_with_trailers_hashes_the_range_sent() {
+    let (_d, svc) = setup();
+    let mut req = get("/f.bin").with_want_content_digest(["sha-256=3"]);
+    req.trailers_ok = true;
+    req.range_headers = vec!["bytes=2-5".into()];
+    let plan = svc.respond(&req).await;
+    assert!(plan.trailer);
+    assert!(plan.content_digest.is_none());
+    let (body, trailer) = drain(plan).await;
+    assert_eq!(body, &CONTENT[2..6]);
+    assert_eq!(trailer, Some(sha(&CONTENT[2..6])));
+}
+
+#[tokio::test]
+async fn want_digest_without_trailers_sends_none_until_known() {
+    let (_d, svc) = setup();
+    let req = get("/f.bin").with_want_content_digest(["sha-256=1"]);
+    let plan = svc.respond(&req).await;
+    assert!(!plan.trailer);
+    assert!(plan.content_digest.is_none());
+    assert_eq!(drain(plan).await.1, None);
+}
+
+#[tokio::test]
+async fn a_hashed_whole_body_fills_the_cache_for_the_next_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.bin"), CONTENT).expect("write");
+    let svc = Service::new(ServiceConfig::new(
+        dir.path().canonicalize().expect("canonical root"),
+    ));
+    let mut req = get("/f.bin").with_want_content_digest(["sha-256"]);
+    req.trailers_ok = true;
+    let plan = svc.respond(&req).await;
+    let (_, trailer) = drain(plan).await;
+    assert_eq!(trailer, Some(sha(CONTENT)));
+    // Up front now: no trailer needed, and the representation digest is known.
+    req.trailers_ok = false;
+    let plan = svc.respond(&req).await;
+    assert_eq!(
+        plan.repr_digest.map(|d| d.to_header_value()),
+        Some(sha(CONTENT))
+    );
+    assert_eq!(
+        plan.content_digest.map(|d| d.to_header_value()),
+        Some(sha(CONTENT))
+    );
+}
+
+#[tokio::test]
+async fn refusals_map_to_statuses() {
+    let (_d, svc) = setup();
+    let long = format!("/{}", "a".repeat(300));
+    for (path, want) in [
+        ("/missing", status::NOT_FOUND),
+        ("/../etc/passwd", status::FORBIDDEN),
+        ("/%2e%2e/etc/passwd", status::FORBIDDEN),
+        ("/sub", status::NOT_FOUND),
+        (long.as_str(), status::URI_TOO_LONG),
+    ] {
+        let plan = svc.respond(&get(path)).await;
+        assert_eq!(plan.status, want, "{path}");
+        assert!(matches!(plan.body, Body::Message(_)), "{path}");
+    }
+}
+
+#[test]
+fn uri_too_long_is_permanent_for_both_clients() {
+    // Both clients turn a status into `TransferError::Status`, retried only when this says so.
+    assert!(!xfer_core::error::is_transient_status(status::URI_TOO_LONG));
+    assert!(xfer_core::error::is_transient_status(
+        status::INTERNAL_ERROR
+    ));
+}
