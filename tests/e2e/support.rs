@@ -1,7 +1,6 @@
 //! Fixtures shared by the end-to-end cases: transports, in-process servers on loopback port 0,
 //! generated files, hashing, the `xfer` binary and external programs (nginx, curl).
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -9,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xfer::crates::common::FaultInjection;
-use xfer::crates::core::digest::Sha256Hasher;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{ClientConfig, ClientTlsOptions, HttpVersion};
 
@@ -152,48 +150,9 @@ impl Fixture {
     }
 }
 
-/// Write `size` pseudo-random bytes (a fixed function of `seed`) to `path`; returns their
-/// SHA-256 in hex.
-pub fn write_random_file(path: &Path, size: u64, seed: u64) -> Result<String, BoxError> {
-    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
-    let mut hasher = Sha256Hasher::new();
-    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-    let mut block = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(block.len() as u64) as usize;
-        for word in block[..n].chunks_mut(8) {
-            // splitmix64: fast, and different at every offset, so a misplaced chunk shows.
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            let bytes = z.to_le_bytes();
-            word.copy_from_slice(&bytes[..word.len()]);
-        }
-        hasher.update(&block[..n]);
-        file.write_all(&block[..n])?;
-        left -= n as u64;
-    }
-    file.flush()?;
-    Ok(hasher.finish().to_hex())
-}
-
-/// SHA-256 of a file's contents, hex.
-pub fn sha256_file(path: &Path) -> Result<String, BoxError> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher.finish().to_hex())
-}
+/// Test files and their digests come from the shared generator, so every test binary writes
+/// the same bytes for the same seed.
+pub use xfer_test_support::{sha256_hex as sha256_file, write_random_file};
 
 /// The `xfer` binary built next to this test (`cargo build -p xfer-cli` puts it there).
 pub fn xfer_bin() -> PathBuf {

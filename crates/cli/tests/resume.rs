@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use xfer::crates::core::digest::Sha256Hasher;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
+use xfer_test_support::{sha256_hex, write_random_file};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -131,45 +131,6 @@ async fn start_relay(upstream: SocketAddr, gate: Arc<Gate>) -> Result<SocketAddr
     Ok(addr)
 }
 
-/// Pseudo-random bytes, different at every offset; returns their SHA-256 (hex).
-fn write_random_file(path: &Path, size: u64) -> Result<String, BoxError> {
-    use std::io::Write as _;
-    let mut file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
-    let mut hasher = Sha256Hasher::new();
-    let mut state = 0x1234_5678_u64;
-    let mut block = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(block.len() as u64) as usize;
-        for word in block[..n].chunks_mut(8) {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            word.copy_from_slice(&z.to_le_bytes()[..word.len()]);
-        }
-        hasher.update(&block[..n]);
-        file.write_all(&block[..n])?;
-        left -= n as u64;
-    }
-    file.flush()?;
-    Ok(hasher.finish().to_hex())
-}
-
-fn sha256_file(path: &Path) -> Result<String, BoxError> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            return Ok(hasher.finish().to_hex());
-        }
-        hasher.update(&buf[..n]);
-    }
-}
-
 /// Verified chunks recorded in a journal (`c ...` lines).
 fn journal_chunks(journal: &Path) -> usize {
     std::fs::read_to_string(journal)
@@ -202,7 +163,8 @@ impl Setup {
         std::fs::create_dir(&root)?;
         let expected = {
             let path = root.join("big.bin");
-            tokio::task::spawn_blocking(move || write_random_file(&path, SIZE)).await??
+            tokio::task::spawn_blocking(move || write_random_file(&path, SIZE, 0x1234_5678))
+                .await??
         };
         let mut cfg = ServeConfig::new(&root, ServerTls::Plain);
         cfg.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -346,7 +308,7 @@ impl Setup {
         );
         assert_eq!(report["sha256"].as_str(), Some(self.expected.as_str()));
         let dest = self.dest();
-        let actual = tokio::task::spawn_blocking(move || sha256_file(&dest)).await??;
+        let actual = tokio::task::spawn_blocking(move || sha256_hex(&dest)).await??;
         assert_eq!(
             actual, self.expected,
             "resumed file differs from the source"
