@@ -94,7 +94,9 @@ pub fn digest_fields(data: &[u8]) {
 
 /// A resume journal read from disk: records never point outside the file and never repeat.
 pub fn journal(data: &[u8]) {
-    let Ok(dir) = tempfile::tempdir() else {
+    // One directory per process: creating one per input would cost more than the parse.
+    static DIR: std::sync::OnceLock<Option<tempfile::TempDir>> = std::sync::OnceLock::new();
+    let Some(dir) = DIR.get_or_init(|| tempfile::tempdir().ok()) else {
         return;
     };
     let path = dir.path().join("f.xfer-journal");
