@@ -19,6 +19,7 @@
 //!                                                                     chunks, in order)
 //! ```
 pub mod digest;
+pub mod duration;
 pub mod error;
 pub mod get;
 pub mod journal;
