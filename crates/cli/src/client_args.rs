@@ -17,6 +17,11 @@ pub fn size_arg(s: &str) -> Result<u64, String> {
     xfer::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// A duration flag: `5s`, `250ms`, `1m`, `1.5s`, `100us`; a bare number is seconds.
+pub fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    xfer::parse_duration(s).map_err(|e| e.to_string())
+}
+
 /// The same, for knobs held in `u32`.
 fn size_u32(s: &str) -> Result<u32, String> {
     let v = size_arg(s)?;

@@ -196,3 +196,27 @@ fn a_server_that_is_not_there_is_an_error() {
         Err(e) => panic!("cannot run xfer: {e}"),
     }
 }
+
+#[test]
+fn duration_takes_the_duration_grammar() {
+    let run = |d: &str| match Command::new(env!("CARGO_BIN_EXE_xfer"))
+        .args(["bench", "http://127.0.0.1:1", "--quiet"])
+        .arg(format!("--duration={d}"))
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run xfer: {e}"),
+    };
+    // Accepted flags get as far as the (refused) connection.
+    for good in ["5s", "250ms", "1m", "1.5s", "3"] {
+        let o = run(good);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("--duration"), "{good}: {stderr}");
+    }
+    for bad in ["5 parsecs", "-1", "1e999", "NaN", "0s"] {
+        let o = run(bad);
+        assert!(!o.status.success(), "{bad}: {o:?}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("duration"), "{bad}: {stderr}");
+    }
+}

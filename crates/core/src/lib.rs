@@ -20,6 +20,7 @@
 //! ```
 pub mod checksum;
 pub mod digest;
+pub mod duration;
 pub mod error;
 pub mod get;
 pub mod journal;

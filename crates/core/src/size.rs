@@ -24,7 +24,7 @@ pub fn parse_size(input: &str) -> Result<u64, SizeParseError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    if num.is_empty() {
+    if num.is_empty() || num == "." {
         return Err(err("expected a number"));
     }
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
@@ -112,6 +112,9 @@ mod tests {
         assert!(parse_size("99999999999999999999").is_err());
         assert!(parse_size("20000000TiB").is_err());
         assert!(parse_size("1.2.3").is_err());
+        for bad in ["-1", "+1", "1e999", "NaN", "inf", "١٢", "1.5.", " ", "."] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

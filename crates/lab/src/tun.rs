@@ -5,15 +5,15 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
-// From <linux/if_tun.h>; spelled out because not every libc release carries them.
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
-const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
-const IFF_TUN: libc::c_short = 0x0001;
-const IFF_NO_PI: libc::c_short = 0x1000;
-const IFF_VNET_HDR: libc::c_short = 0x4000;
-const TUN_F_CSUM: libc::c_ulong = 0x01;
-const TUN_F_TSO4: libc::c_ulong = 0x02;
+use libc::{TUNSETIFF, TUNSETOFFLOAD, TUNSETVNETHDRSZ};
+
+// <linux/if_tun.h> flags, narrowed to the widths the kernel reads them at: `ifr_flags` is a
+// short, the offload argument an unsigned long.
+const IFF_TUN: libc::c_short = libc::IFF_TUN as libc::c_short;
+const IFF_NO_PI: libc::c_short = libc::IFF_NO_PI as libc::c_short;
+const IFF_VNET_HDR: libc::c_short = libc::IFF_VNET_HDR as libc::c_short;
+const TUN_F_CSUM: libc::c_ulong = libc::TUN_F_CSUM as libc::c_ulong;
+const TUN_F_TSO4: libc::c_ulong = libc::TUN_F_TSO4 as libc::c_ulong;
 
 #[repr(C)]
 struct IfReq {

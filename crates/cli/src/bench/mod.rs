@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use xfer::crates::common::synthetic::{SyntheticSpec, MAX_SYNTHETIC_SIZE};
 use xfer::{format_bps, HumanBytes};
 
-use crate::client_args::{size_arg, ClientArgs};
+use crate::client_args::{duration_arg, size_arg, ClientArgs};
 use crate::exit::{UsageError, REMOTE};
 use cpu::CpuTimes;
 use load::{Plan, Target};
@@ -52,11 +52,11 @@ pub struct BenchArgs {
     /// to them round-robin.
     #[arg(required = true, num_args = 1..)]
     pub urls: Vec<String>,
-    /// Length of the measurement window in seconds. Transfers still running at its end are
-    /// cancelled: their bytes count toward volume and goodput, they do not count as completed
-    /// operations (see cut_at_deadline).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub duration: f64,
+    /// Length of the measurement window (`10s`, `500ms`, `2m`; a bare number is seconds).
+    /// Transfers still running at its end are cancelled: their bytes count toward volume and
+    /// goodput, they do not count as completed operations (see cut_at_deadline).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "10s")]
+    pub duration: Duration,
     /// Lanes doing downloads back to back. Default: the transport's lane count (HTTP/1.1:
     /// connections; HTTP/2 and QUIC: connections x streams).
     #[arg(long)]
@@ -88,15 +88,10 @@ pub struct BenchArgs {
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let client = args.client.to_config()?;
-    let window = Duration::try_from_secs_f64(args.duration)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "--duration {} must be a positive number of seconds",
-                args.duration
-            ))
-        })?;
+    let window = args.duration;
+    if window.is_zero() {
+        return Err(UsageError("--duration must be longer than zero".into()).into());
+    }
     if args.mean_size == 0 {
         return Err(UsageError("--mean-size must be at least one byte".into()).into());
     }

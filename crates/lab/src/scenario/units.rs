@@ -1,5 +1,6 @@
-//! Human-friendly quantities in scenario files: sizes (`1GiB`, `512MiB`, `1.5GB`), rates
-//! (`1G`, `100Mbit`), durations (`100ms`, `1.5s`, `2m`), and their short printed forms.
+//! Human-friendly quantities in scenario files: sizes (`1GiB`, `512MiB`, `1.5GB`) and durations
+//! (`100ms`, `1.5s`, `2m`) in the same grammar as the command line (from `xfer-core`), rates
+//! (`1G`, `100Mbit`: decimal bits per second, as links are quoted), and their short printed forms.
 
 use std::time::Duration;
 
@@ -13,24 +14,11 @@ fn split_number(s: &str) -> Option<(f64, &str)> {
     (value.is_finite() && value >= 0.0).then(|| (value, s[end..].trim()))
 }
 
-/// A byte count: plain number, or with `K/M/G/T` (powers of 1000, optional `B`) or
-/// `KiB/MiB/GiB/TiB` (powers of 1024).
+/// A byte count in the grammar every `xfer` flag uses (`xfer_core::size`): `K/M/G/T` and
+/// `KiB/MiB/GiB/TiB` are powers of 1024, `kB/MB/GB/TB` powers of 1000, bare numbers bytes.
+/// Link *rates* below keep the decimal convention links are quoted in.
 pub fn parse_size(s: &str) -> Option<u64> {
-    let (v, unit) = split_number(s)?;
-    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "t" | "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        _ => return None,
-    };
-    let bytes = v * mult;
-    (bytes <= u64::MAX as f64).then_some(bytes.round() as u64)
+    xfer_core::size::parse_size(s).ok()
 }
 
 /// A rate in bits per second: plain number, or `k/M/G` with optional `bit`/`bps` (powers of
@@ -54,17 +42,10 @@ pub fn parse_rate(s: &str) -> Option<u64> {
     (bps <= u64::MAX as f64).then_some(bps.round() as u64)
 }
 
-/// A duration: `us`, `ms`, `s` (also a bare number), `m`.
+/// A duration in the grammar every `xfer` flag uses (`xfer_core::duration`): `ns`, `us`, `ms`,
+/// `s` (also a bare number), `m`/`min`, `h`.
 pub fn parse_duration(s: &str) -> Option<Duration> {
-    let (v, unit) = split_number(s)?;
-    let secs = match unit {
-        "us" => v / 1e6,
-        "ms" => v / 1e3,
-        "" | "s" => v,
-        "m" | "min" => v * 60.0,
-        _ => return None,
-    };
-    Duration::try_from_secs_f64(secs).ok()
+    xfer_core::duration::parse_duration(s).ok()
 }
 
 /// `1GiB`, `24MiB`, `1500B`: the largest binary unit that divides exactly, else bytes.
