@@ -1,8 +1,9 @@
 //! Removing lab namespaces when the process is interrupted (SIGINT) or terminated (SIGTERM).
 //!
 //! The handler only makes async-signal-safe calls: for every registered namespace it detaches
-//! and unlinks the `/run/netns/NAME` bind mount (what `ip netns del` does), then hands the
-//! signal to the handler that was installed before, or re-raises it with the default action.
+//! and unlinks the `/run/netns/NAME` bind mount (what `ip netns del` does), then lets the
+//! handler that was installed before run (signal-hook chains it), or, when there was none,
+//! ends the process as the signal's default action would.
 //! TUN devices vanish with the process's descriptors. Processes still running inside a
 //! namespace keep it alive, unnamed, until they exit.
 
@@ -11,13 +12,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::Once;
 
 const SLOTS: usize = 64;
 static PATHS: [AtomicPtr<libc::c_char>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
 static INSTALL: Once = Once::new();
-static PREV_INT: OnceLock<libc::sigaction> = OnceLock::new();
-static PREV_TERM: OnceLock<libc::sigaction> = OnceLock::new();
 
 /// A namespace mount registered for removal on a signal; unregisters when dropped.
 #[derive(Debug)]
@@ -57,23 +56,37 @@ pub(crate) fn register(path: &Path) -> Registration {
 }
 
 fn install() {
-    for (sig, prev) in [(libc::SIGINT, &PREV_INT), (libc::SIGTERM, &PREV_TERM)] {
-        // SAFETY: a zeroed sigaction is a valid "default, empty mask" value; the handler has
-        // the SA_SIGINFO signature.
-        unsafe {
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_signal as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut new.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, &new, &mut old) == 0 {
-                let _ = prev.set(old);
-            }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // With no handler before ours, the signal must still end the process once the
+        // namespaces are gone; a handler installed before ours is chained by signal-hook.
+        let was_default = disposition_is_default(sig);
+        // SAFETY: the action only makes async-signal-safe calls (umount2, unlink, and
+        // signal-hook's emulate_default_handler, documented as async-signal-safe).
+        let registered = unsafe {
+            signal_hook::low_level::register(sig, move || {
+                remove_registered();
+                if was_default {
+                    let _ = signal_hook::low_level::emulate_default_handler(sig);
+                }
+            })
+        };
+        if let Err(e) = registered {
+            tracing::warn!(signal = sig, error = %e, "cannot install the lab's cleanup handler");
         }
     }
 }
 
-extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+fn disposition_is_default(sig: libc::c_int) -> bool {
+    // SAFETY: reading the current action only (a null new action); a zeroed sigaction is a
+    // valid output buffer.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
+    }
+}
+
+/// Detach and unlink every registered namespace mount. Runs in a signal handler.
+fn remove_registered() {
     for slot in &PATHS {
         let p = slot.swap(null_mut(), Ordering::SeqCst);
         if !p.is_null() {
@@ -82,30 +95,6 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             unsafe {
                 libc::umount2(p, libc::MNT_DETACH);
                 libc::unlink(p);
-            }
-        }
-    }
-    let prev = if sig == libc::SIGINT {
-        PREV_INT.get()
-    } else {
-        PREV_TERM.get()
-    };
-    let handler = prev.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
-    // SAFETY: restoring the default action and re-raising, or calling the handler that was
-    // installed before ours with the signature its flags declare.
-    unsafe {
-        if handler == libc::SIG_DFL {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        } else if handler != libc::SIG_IGN {
-            let flags = prev.map_or(0, |p| p.sa_flags);
-            if flags & libc::SA_SIGINFO != 0 {
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    std::mem::transmute(handler);
-                f(sig, info, ctx);
-            } else {
-                let f: extern "C" fn(libc::c_int) = std::mem::transmute(handler);
-                f(sig);
             }
         }
     }
