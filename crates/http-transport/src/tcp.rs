@@ -299,64 +299,6 @@ fn set_buffer(
     Ok(granted)
 }
 
-/// The kernel's `struct tcp_info` (include/uapi/linux/tcp.h) up to `tcpi_bytes_retrans`. Older
-/// kernels fill a prefix; the returned length says which fields are real.
-#[cfg(target_os = "linux")]
-#[repr(C)]
-#[derive(Default)]
-struct RawTcpInfo {
-    state: u8,
-    ca_state: u8,
-    retransmits: u8,
-    probes: u8,
-    backoff: u8,
-    options: u8,
-    wscale: u8,
-    app_limited_flags: u8,
-    rto: u32,
-    ato: u32,
-    snd_mss: u32,
-    rcv_mss: u32,
-    unacked: u32,
-    sacked: u32,
-    lost: u32,
-    retrans: u32,
-    fackets: u32,
-    last_data_sent: u32,
-    last_ack_sent: u32,
-    last_data_recv: u32,
-    last_ack_recv: u32,
-    pmtu: u32,
-    rcv_ssthresh: u32,
-    rtt: u32,
-    rttvar: u32,
-    snd_ssthresh: u32,
-    snd_cwnd: u32,
-    advmss: u32,
-    reordering: u32,
-    rcv_rtt: u32,
-    rcv_space: u32,
-    total_retrans: u32,
-    pacing_rate: u64,
-    max_pacing_rate: u64,
-    bytes_acked: u64,
-    bytes_received: u64,
-    segs_out: u32,
-    segs_in: u32,
-    notsent_bytes: u32,
-    min_rtt: u32,
-    data_segs_in: u32,
-    data_segs_out: u32,
-    delivery_rate: u64,
-    busy_time: u64,
-    rwnd_limited: u64,
-    sndbuf_limited: u64,
-    delivered: u32,
-    delivered_ce: u32,
-    bytes_sent: u64,
-    bytes_retrans: u64,
-}
-
 /// Read `TCP_INFO`, the congestion control and the buffer sizes of a connected socket. `None`
 /// when the descriptor is not a TCP socket (or not on Linux).
 #[cfg(target_os = "linux")]
@@ -364,8 +306,11 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
     use std::mem::{offset_of, size_of};
 
     let fd = fd.as_fd();
-    let mut raw = RawTcpInfo::default();
-    let mut len = size_of::<RawTcpInfo>() as libc::socklen_t;
+    // The kernel's `struct tcp_info`, as libc declares it. Older kernels fill a prefix; the
+    // returned length says which fields are real.
+    // SAFETY: tcp_info is plain old data, valid when zeroed.
+    let mut raw: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: `raw` is a plain-old-data struct of `len` bytes that the kernel fills (a prefix of
     // it on older kernels, reported through `len`); the fd is borrowed for the call.
     let rc = unsafe {
@@ -373,7 +318,7 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
             fd.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
-            (&mut raw as *mut RawTcpInfo).cast(),
+            (&mut raw as *mut libc::tcp_info).cast(),
             &mut len,
         )
     };
@@ -382,28 +327,40 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
     }
     let len = len as usize;
     let has = |end: usize| len >= end;
-    if !has(offset_of!(RawTcpInfo, total_retrans) + 4) {
+    if !has(offset_of!(libc::tcp_info, tcpi_total_retrans) + 4) {
         return None;
     }
     let opt64 = |end: usize, v: u64| has(end).then_some(v);
     let sock = SockRef::from(&fd);
     Some(TcpInfoSnapshot {
-        rtt_us: u64::from(raw.rtt),
-        rttvar_us: u64::from(raw.rttvar),
-        min_rtt_us: opt64(offset_of!(RawTcpInfo, min_rtt) + 4, u64::from(raw.min_rtt)),
-        cwnd_bytes: u64::from(raw.snd_cwnd) * u64::from(raw.snd_mss),
-        retransmits: u64::from(raw.total_retrans),
+        rtt_us: u64::from(raw.tcpi_rtt),
+        rttvar_us: u64::from(raw.tcpi_rttvar),
+        min_rtt_us: opt64(
+            offset_of!(libc::tcp_info, tcpi_min_rtt) + 4,
+            u64::from(raw.tcpi_min_rtt),
+        ),
+        cwnd_bytes: u64::from(raw.tcpi_snd_cwnd) * u64::from(raw.tcpi_snd_mss),
+        retransmits: u64::from(raw.tcpi_total_retrans),
         congestion: read_congestion(&sock).unwrap_or_default(),
         bytes_received: opt64(
-            offset_of!(RawTcpInfo, bytes_received) + 8,
-            raw.bytes_received,
+            offset_of!(libc::tcp_info, tcpi_bytes_received) + 8,
+            raw.tcpi_bytes_received,
         ),
-        bytes_acked: opt64(offset_of!(RawTcpInfo, bytes_acked) + 8, raw.bytes_acked),
-        pacing_rate: opt64(offset_of!(RawTcpInfo, pacing_rate) + 8, raw.pacing_rate),
-        rwnd_limited_us: opt64(offset_of!(RawTcpInfo, rwnd_limited) + 8, raw.rwnd_limited),
+        bytes_acked: opt64(
+            offset_of!(libc::tcp_info, tcpi_bytes_acked) + 8,
+            raw.tcpi_bytes_acked,
+        ),
+        pacing_rate: opt64(
+            offset_of!(libc::tcp_info, tcpi_pacing_rate) + 8,
+            raw.tcpi_pacing_rate,
+        ),
+        rwnd_limited_us: opt64(
+            offset_of!(libc::tcp_info, tcpi_rwnd_limited) + 8,
+            raw.tcpi_rwnd_limited,
+        ),
         sndbuf_limited_us: opt64(
-            offset_of!(RawTcpInfo, sndbuf_limited) + 8,
-            raw.sndbuf_limited,
+            offset_of!(libc::tcp_info, tcpi_sndbuf_limited) + 8,
+            raw.tcpi_sndbuf_limited,
         ),
         send_buffer: sock.send_buffer_size().map_or(0, |v| v as u64 / 2),
         recv_buffer: sock.recv_buffer_size().map_or(0, |v| v as u64 / 2),
