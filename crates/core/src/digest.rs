@@ -73,50 +73,60 @@ impl Sha256Digest {
         format!("{SHA256_KEY}=:{}:", self.to_base64())
     }
 
-    /// Extract the `sha-256` member of a `Content-Digest` or `Repr-Digest` field value.
+    /// Extract the `sha-256` member of a `Content-Digest` or `Repr-Digest` field value (an
+    /// RFC 8941 dictionary, parsed with `sfv`).
     ///
-    /// Returns `Ok(None)` when the field is well-formed but carries no `sha-256` member, and an
-    /// error when the `sha-256` member is present but malformed (a peer that claims a digest and
-    /// garbles it should not be silently trusted or silently ignored).
+    /// Returns `Ok(None)` when the field carries no `sha-256` member (or is not a dictionary
+    /// and does not mention one), and an error when a `sha-256` member is present but
+    /// malformed: a peer that claims a digest and garbles it should not be silently trusted or
+    /// silently ignored.
     pub fn from_header_value(value: &str) -> Result<Option<Self>, DigestParseError> {
-        for member in value.split(',') {
-            let member = member.trim();
-            let Some((key, rest)) = member.split_once('=') else {
-                continue;
-            };
-            if !key.trim().eq_ignore_ascii_case(SHA256_KEY) {
-                continue;
+        let dict: sfv::Dictionary = match sfv::Parser::new(value).parse() {
+            Ok(d) => d,
+            Err(e) if value.to_ascii_lowercase().contains(SHA256_KEY) => {
+                return Err(DigestParseError(format!(
+                    "field naming sha-256 is not a structured-field dictionary: {e}"
+                )))
             }
-            // Drop RFC 8941 parameters (`;param=...`) after the byte sequence.
-            let item = rest.split(';').next().unwrap_or("").trim();
-            let b64 = item
-                .strip_prefix(':')
-                .and_then(|s| s.strip_suffix(':'))
-                .ok_or_else(|| {
-                    DigestParseError(format!("sha-256 value is not a byte sequence: {item:?}"))
-                })?;
-            let bytes = STANDARD
-                .decode(b64)
-                .map_err(|e| DigestParseError(format!("sha-256 value is not base64: {e}")))?;
-            let arr: [u8; 32] = bytes.try_into().map_err(|v: Vec<u8>| {
-                DigestParseError(format!("sha-256 value has {} bytes, not 32", v.len()))
-            })?;
-            return Ok(Some(Self(arr)));
-        }
-        Ok(None)
+            Err(_) => return Ok(None),
+        };
+        let Some(entry) = dict.get(SHA256_KEY) else {
+            return Ok(None);
+        };
+        let bytes = match entry {
+            sfv::ListEntry::Item(sfv::Item {
+                bare_item: sfv::BareItem::ByteSequence(b),
+                ..
+            }) => b,
+            _ => {
+                return Err(DigestParseError(
+                    "sha-256 value is not a byte sequence".to_string(),
+                ))
+            }
+        };
+        let arr: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
+            DigestParseError(format!("sha-256 value has {} bytes, not 32", bytes.len()))
+        })?;
+        Ok(Some(Self(arr)))
     }
 }
 
 /// Whether a `Want-Content-Digest`/`Want-Repr-Digest` value asks for SHA-256 with a non-zero
-/// preference (RFC 9530 §4: `sha-256=5, sha-512=3`; `0` means "not acceptable").
+/// preference (RFC 9530 §4: a dictionary of integers, `sha-256=5, sha-512=3`; `0` means "not
+/// acceptable"; a bare `sha-256` is taken as a wish). A field that is not a dictionary is
+/// ignored, as RFC 8941 says a recipient does with an invalid field.
 pub fn wants_sha256(value: &str) -> bool {
-    value.split(',').any(|member| {
-        let mut parts = member.trim().splitn(2, '=');
-        let key = parts.next().unwrap_or("").trim();
-        let pref = parts.next().map(str::trim);
-        key.eq_ignore_ascii_case(SHA256_KEY)
-            && pref.is_none_or(|p| p.parse::<u8>().is_ok_and(|n| n > 0))
-    })
+    let Ok(dict) = sfv::Parser::new(value).parse::<sfv::Dictionary>() else {
+        return false;
+    };
+    match dict.get(SHA256_KEY) {
+        Some(sfv::ListEntry::Item(item)) => match &item.bare_item {
+            sfv::BareItem::Integer(n) => i64::from(*n) > 0,
+            sfv::BareItem::Boolean(b) => *b,
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 impl fmt::Debug for Sha256Digest {
@@ -227,5 +237,43 @@ mod tests {
         assert!(!wants_sha256("sha-256=0"));
         assert!(!wants_sha256("sha-512=1"));
         assert!(wants_sha256("sha-256"));
+        assert!(wants_sha256("sha-256=3;x=1"));
+        assert!(!wants_sha256("sha-256=?0"));
+        assert!(!wants_sha256("sha-256=-1"));
+        assert!(!wants_sha256("sha-256=1,,"), "not a dictionary");
+        assert!(!wants_sha256("sha-256=(1 2)"));
+    }
+
+    #[test]
+    fn odd_but_valid_and_invalid_dictionaries() {
+        let d = Sha256Digest::of(b"x");
+        let b64 = d.to_base64();
+        for ok in [
+            format!("sha-256=:{b64}:"),
+            format!("  sha-256=:{b64}:;alg=x  "),
+            format!("unixsum=30637, sha-256=:{b64}:"),
+            format!("sha-256=:AAAA:, sha-256=:{b64}:"),
+        ] {
+            assert_eq!(
+                Sha256Digest::from_header_value(&ok).ok().flatten(),
+                Some(d),
+                "{ok}"
+            );
+        }
+        for absent in ["", "md5=:AAAA:", "not a dictionary at all;;", "a=1,"] {
+            assert!(
+                matches!(Sha256Digest::from_header_value(absent), Ok(None)),
+                "{absent:?}"
+            );
+        }
+        for bad in [
+            format!("sha-256=\"{b64}\""),
+            format!("sha-256=:{b64}"),
+            "sha-256=(:AAAA:)".to_string(),
+            "sha-256".to_string(),
+            "sha-256=:!!:".to_string(),
+        ] {
+            assert!(Sha256Digest::from_header_value(&bad).is_err(), "{bad:?}");
+        }
     }
 }
