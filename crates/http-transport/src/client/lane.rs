@@ -105,6 +105,15 @@ impl HttpLane {
                     peer: peer.clone(),
                     message: format!("{what}: {message}"),
                 })?;
+            if target.is_downgrade_to(&next) {
+                // Following it would send the request, and then the data, in clear text.
+                return Err(TransferError::Tls {
+                    peer,
+                    message: format!(
+                        "{what}: refusing the redirect from {target} to {next}: it drops TLS"
+                    ),
+                });
+            }
             tracing::debug!(from = %target, to = %next, %status, "following redirect");
             drain(response.into_body(), &self.inner).await;
             target = next;

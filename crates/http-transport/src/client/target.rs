@@ -96,42 +96,22 @@ impl Target {
     }
 
     /// Resolve a `Location` header value against this URL (RFC 9110 §10.2.2 allows relative
-    /// references; RFC 3986 §5.2 says how they combine).
+    /// references; RFC 3986 §5.2 says how they combine, which the `url` crate implements).
     pub fn join(&self, location: &str) -> Result<Self, String> {
-        let location = location.trim();
-        let lower = location.to_ascii_lowercase();
-        if lower.starts_with("http://") || lower.starts_with("https://") {
-            return Self::parse(location);
-        }
-        if let Some(rest) = location.strip_prefix("//") {
-            let scheme = match self.origin.security {
-                Security::Plain => "http",
-                Security::Tls => "https",
-            };
-            return Self::parse(&format!("{scheme}://{rest}"));
-        }
-        if location.contains("://") {
+        let base = url::Url::parse(&self.to_string())
+            .map_err(|e| format!("cannot resolve a redirect against {self}: {e}"))?;
+        let joined = base
+            .join(location.trim())
+            .map_err(|e| format!("invalid redirect target {location:?}: {e}"))?;
+        if !matches!(joined.scheme(), "http" | "https") {
             return Err(format!("unsupported redirect target {location:?}"));
         }
-        let location = location.split('#').next().unwrap_or("");
-        let base_path = self.path.path();
-        let joined = if location.is_empty() {
-            self.path.as_str().to_string()
-        } else if location.starts_with('/') {
-            location.to_string()
-        } else if location.starts_with('?') {
-            format!("{base_path}{location}")
-        } else {
-            let dir = base_path.rsplit_once('/').map_or("", |(d, _)| d);
-            format!("{dir}/{location}")
-        };
-        let joined = remove_dot_segments(&joined);
-        let path = PathAndQuery::try_from(joined.as_str())
-            .map_err(|e| format!("invalid redirect target {location:?}: {e}"))?;
-        Ok(Self {
-            origin: self.origin.clone(),
-            path,
-        })
+        Self::parse(joined.as_str())
+    }
+
+    /// Whether following a redirect from `self` to `next` would drop TLS.
+    pub fn is_downgrade_to(&self, next: &Target) -> bool {
+        self.origin.security == Security::Tls && next.origin.security == Security::Plain
     }
 
     /// Absolute-form URI, as HTTP/2 requests carry it (`:scheme`, `:authority`, `:path`).
@@ -191,46 +171,6 @@ fn origin_of(security: Security, authority: &Authority, url: &str) -> Result<Ori
     })
 }
 
-/// RFC 3986 §5.2.4 on the path part, keeping the query untouched.
-fn remove_dot_segments(path_and_query: &str) -> String {
-    let (path, query) = match path_and_query.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (path_and_query, None),
-    };
-    let mut out: Vec<&str> = Vec::new();
-    let segments: Vec<&str> = path.split('/').skip(1).collect();
-    let last = segments.len().saturating_sub(1);
-    for (i, seg) in segments.iter().enumerate() {
-        match *seg {
-            "." => {
-                if i == last {
-                    out.push("");
-                }
-            }
-            ".." => {
-                out.pop();
-                if i == last {
-                    out.push("");
-                }
-            }
-            s => out.push(s),
-        }
-    }
-    let mut s = String::with_capacity(path_and_query.len());
-    for seg in &out {
-        s.push('/');
-        s.push_str(seg);
-    }
-    if s.is_empty() {
-        s.push('/');
-    }
-    if let Some(q) = query {
-        s.push('?');
-        s.push_str(q);
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +228,21 @@ mod tests {
             Ok("https://e.org/x".into())
         );
         assert!(base.join("gopher://x/").is_err());
+        assert_eq!(
+            base.join("a/./b/../c#frag").map(|x| x.to_string()),
+            Ok("http://h:81/dir/a/c".into())
+        );
+        assert_eq!(
+            base.join("").map(|x| x.to_string()),
+            Ok("http://h:81/dir/file?q=1".into())
+        );
+    }
+
+    #[test]
+    fn a_redirect_from_https_to_http_is_a_downgrade() {
+        let tls = t("https://h/a");
+        assert!(tls.is_downgrade_to(&t("http://h/a")));
+        assert!(!tls.is_downgrade_to(&t("https://other/b")));
+        assert!(!t("http://h/a").is_downgrade_to(&tls));
     }
 }

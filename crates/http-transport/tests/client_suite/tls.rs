@@ -117,3 +117,23 @@ async fn alpn_decides_under_auto() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_redirect_from_https_to_http_is_refused() -> TestResult {
+    let mut script = Script::new(pattern(1000));
+    script
+        .redirects
+        .insert("/file".into(), "http://127.0.0.1:9/file".into());
+    let srv = TestServer::start(Wire::Tls, script).await?;
+    let mut cfg = client_cfg(HttpVersion::Auto);
+    cfg.tls.ca_certs = srv.cert.iter().cloned().collect();
+    let t = HttpTransport::new(&srv.url("/file"), cfg)?;
+    match t.stat().await {
+        Err(e @ TransferError::Tls { .. }) => {
+            assert!(!e.is_retryable());
+            assert!(e.to_string().contains("drops TLS"), "{e}");
+        }
+        other => return Err(format!("expected a refused downgrade, got {other:?}").into()),
+    }
+    Ok(())
+}
