@@ -22,6 +22,17 @@ pub fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
     xfer::parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// A duration flag that once took bare milliseconds: a unit is required, so that an old
+/// `--quic-initial-rtt 100` is refused instead of read as 100 seconds.
+pub fn duration_with_unit_arg(s: &str) -> Result<std::time::Duration, String> {
+    if s.trim().bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(format!(
+            "{s:?} needs a unit (e.g. {s}ms): this flag took bare milliseconds before"
+        ));
+    }
+    duration_arg(s)
+}
+
 /// The same, for knobs held in `u32`.
 fn size_u32(s: &str) -> Result<u32, String> {
     let v = size_arg(s)?;
@@ -124,9 +135,9 @@ pub struct ClientArgs {
     /// QUIC congestion controller.
     #[arg(long, value_enum)]
     pub quic_congestion: Option<QuicCongestion>,
-    /// QUIC initial RTT estimate, milliseconds.
-    #[arg(long, value_name = "MS")]
-    pub quic_initial_rtt: Option<u64>,
+    /// QUIC initial RTT estimate (`300ms`; a unit is required).
+    #[arg(long, value_parser = duration_with_unit_arg, value_name = "DURATION")]
+    pub quic_initial_rtt: Option<Duration>,
     /// QUIC initial MTU, bytes.
     #[arg(long)]
     pub quic_initial_mtu: Option<u16>,
@@ -140,12 +151,12 @@ pub struct ClientArgs {
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub udp_buffer: Option<u64>,
 
-    /// Give up connecting after this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub connect_timeout: f64,
-    /// Fail a request that receives nothing for this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
-    pub idle_timeout: f64,
+    /// Give up connecting after this long (`10s`, `500ms`; a bare number is seconds).
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION", default_value = "10s")]
+    pub connect_timeout: Duration,
+    /// Fail a request that receives nothing for this long (a bare number is seconds).
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION", default_value = "30s")]
+    pub idle_timeout: Duration,
 }
 
 impl ClientArgs {
@@ -159,14 +170,7 @@ impl ClientArgs {
             ca_certs: self.ca_cert.clone(),
             dangerous_insecure: self.insecure,
         });
-        let secs = |name: &str, v: f64| -> anyhow::Result<Duration> {
-            Duration::try_from_secs_f64(v)
-                .with_context(|| format!("--{name} {v} is not a duration in seconds"))
-        };
-        let (connect, idle) = (
-            secs("connect-timeout", self.connect_timeout)?,
-            secs("idle-timeout", self.idle_timeout)?,
-        );
+        let (connect, idle) = (self.connect_timeout, self.idle_timeout);
 
         let h = &mut c.http;
         h.version = match self.protocol {
@@ -236,8 +240,8 @@ impl ClientArgs {
         if let Some(cc) = self.quic_congestion {
             t.congestion = cc.into();
         }
-        if let Some(ms) = self.quic_initial_rtt {
-            t.initial_rtt = Duration::from_millis(ms);
+        if let Some(rtt) = self.quic_initial_rtt {
+            t.initial_rtt = rtt;
         }
         if let Some(mtu) = self.quic_initial_mtu {
             t.initial_mtu = mtu;
