@@ -237,7 +237,9 @@ fn member_path(href: &str, base: &str) -> Result<Option<RelPath>, ListingError> 
 /// `https://host:port/a/b` → `/a/b`; a path stays as it is.
 fn strip_origin(href: &str) -> &str {
     for scheme in ["http://", "https://"] {
-        if href.len() >= scheme.len() && href[..scheme.len()].eq_ignore_ascii_case(scheme) {
+        // `get`, not indexing: the prefix of a hostile href may end inside a UTF-8 character.
+        let prefix = href.get(..scheme.len());
+        if prefix.is_some_and(|p| p.eq_ignore_ascii_case(scheme)) {
             let rest = &href[scheme.len()..];
             return rest.find('/').map_or("/", |i| &rest[i..]);
         }
@@ -418,6 +420,8 @@ mod tests {
             "/run-42/a%5C..%5Cb",
             "/run-42x/file",
             "/run-42/%FF",
+            "httpéé/x",
+            "httpsééé/x",
         ] {
             let body = format!(
                 r#"<D:multistatus xmlns:D="DAV:"><D:response><D:href>{href}</D:href></D:response></D:multistatus>"#
