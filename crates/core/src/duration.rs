@@ -21,14 +21,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationParseError> {
         input: input.to_string(),
         reason,
     };
-    let s = input.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    if num.is_empty() || num == "." {
-        return Err(err("expected a number"));
-    }
+    let (num, unit) = crate::size::split_quantity(input).ok_or_else(|| err("expected a number"))?;
     let unit_nanos: u128 = match unit.trim() {
         "ns" => 1,
         "us" | "µs" => 1_000,

@@ -13,20 +13,24 @@ pub struct SizeParseError {
     pub reason: &'static str,
 }
 
+/// Split `" 1.5GiB "` into `("1.5", "GiB")`: ASCII digits with dots, then the rest. `None`
+/// when there is no number. Shared by the size and duration grammars.
+pub(crate) fn split_quantity(input: &str) -> Option<(&str, &str)> {
+    let s = input.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    (!num.is_empty() && num != ".").then_some((num, unit))
+}
+
 /// Parse a human size into bytes.
 pub fn parse_size(input: &str) -> Result<u64, SizeParseError> {
     let err = |reason| SizeParseError {
         input: input.to_string(),
         reason,
     };
-    let s = input.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    if num.is_empty() || num == "." {
-        return Err(err("expected a number"));
-    }
+    let (num, unit) = split_quantity(input).ok_or_else(|| err("expected a number"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
