@@ -14,6 +14,7 @@ mod lab_cmd;
 mod progress_bar;
 mod serve_cmd;
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -94,8 +95,12 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colour only for a person at a terminal: escape codes in a log file or a CI transcript
+    // are noise, and NO_COLOR (no-color.org) turns them off everywhere.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }

@@ -1,0 +1,42 @@
+//! What `xfer` writes for people and for machines when its output is not a terminal.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Logs written to a pipe carry no colour escape codes: they end up in files and CI logs.
+#[test]
+fn logs_to_a_pipe_have_no_escape_codes() {
+    // A port nobody listens on: `xfer get` logs a warning for each retry of its first request.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("free port: {e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xfer"))
+        .args(["get", &format!("http://127.0.0.1:{port}/x")])
+        .arg("-o")
+        .arg(dir.path().join("x"))
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting xfer get: {e}"));
+    let stderr = child.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(60));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = first.unwrap_or_else(|e| panic!("xfer get wrote nothing to stderr: {e}"));
+    assert!(!line.contains('\x1b'), "escape codes on a pipe: {line:?}");
+}
