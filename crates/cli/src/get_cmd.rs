@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use xfer::{Download, GetConfig, Sha256Digest};
+use xfer::{Download, GetConfig, ProgressSnapshot, Sha256Digest};
 
 use crate::client_args::{size_arg, ClientArgs};
 use crate::exit::UsageError;
@@ -82,11 +82,20 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             std::future::pending::<()>().await;
         }
     };
+    let progress = download.progress();
     let result = download.run_until(ctrl_c).await;
     display.finish();
-    let report = result
-        .map_err(xfer::Error::from)
-        .with_context(|| format!("xfer get {}", args.url))?;
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            let e =
+                anyhow::Error::from(xfer::Error::from(e)).context(format!("xfer get {}", args.url));
+            if args.json {
+                print_failure(&args.url, &dest, &e, progress.snapshot());
+            }
+            return Err(e);
+        }
+    };
     if args.json {
         println!(
             "{}",
@@ -96,6 +105,23 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `--json` answer when the transfer fails: what went wrong, the exit code it gives, and
+/// how far the transfer got (a re-run resumes from there), so scripts need not parse stderr.
+fn print_failure(url: &str, dest: &std::path::Path, e: &anyhow::Error, progress: ProgressSnapshot) {
+    let report = serde_json::json!({
+        "status": "failed",
+        "url": url,
+        "dest": dest.display().to_string(),
+        "error": crate::exit::describe(e),
+        "exit_code": crate::exit::code_for(e),
+        "progress": progress,
+    });
+    match serde_json::to_string_pretty(&report) {
+        Ok(text) => println!("{text}"),
+        Err(err) => tracing::warn!(error = %err, "cannot serialize the failure report"),
+    }
 }
 
 /// The URL's last path segment, without query, if it makes a plain file name.
