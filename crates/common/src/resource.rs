@@ -8,7 +8,8 @@
 //! A file is pinned by its open descriptor. Every read re-checks the descriptor's size and
 //! modification time against the values seen at open: a file that is truncated, grown or
 //! rewritten while being served yields an error, never a mix of old and new bytes under the old
-//! validators. What this does not catch: a writer that restores the old mtime.
+//! validators. A writer that restores the old mtime is still caught: the inode's change time
+//! (ctime), which no user can set, is part of the identity.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -102,8 +103,8 @@ pub struct ChangedError {
     pub what: String,
 }
 
-/// Identity of a resource's content: equal keys mean equal bytes (as far as size, mtime and
-/// inode can tell for files).
+/// Identity of a resource's content: equal keys mean equal bytes (as far as size, mtime, the
+/// inode and its change time can tell for files).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ContentKey {
     File {
@@ -111,6 +112,8 @@ pub enum ContentKey {
         ino: u64,
         size: u64,
         mtime_ns: i128,
+        /// Status change time: moves on every write even when the mtime is put back.
+        ctime_ns: i128,
     },
     Synthetic(SyntheticSpec),
 }
@@ -121,6 +124,7 @@ struct OpenFile {
     path: PathBuf,
     ino: u64,
     mtime_ns: i128,
+    ctime_ns: i128,
 }
 
 #[derive(Debug, Clone)]
@@ -167,12 +171,16 @@ impl Resource {
         check_fd_under_root(&file, root, &canonical)?;
         let ino = inode(&meta);
         let mtime_ns = mtime_ns(&meta);
+        let ctime_ns = ctime_ns(&meta);
         let size = meta.len();
+        // The change time is in the tag so that a file rewritten in place with its mtime put
+        // back gets a new tag: a client resuming with the old one must not mix the two.
         let etag = format!(
-            "\"{:x}-{:x}-{:x}\"",
+            "\"{:x}-{:x}-{:x}-{:x}\"",
             ino,
             size,
-            u64::try_from(mtime_ns).unwrap_or(0)
+            u64::try_from(mtime_ns).unwrap_or(0),
+            u64::try_from(ctime_ns).unwrap_or(0)
         );
         let last_modified = meta.modified().ok().map(httpdate::fmt_http_date);
         Ok(Self {
@@ -181,6 +189,7 @@ impl Resource {
                 path: canonical,
                 ino,
                 mtime_ns,
+                ctime_ns,
             })),
             size,
             etag,
@@ -253,6 +262,7 @@ impl Resource {
                 ino: f.ino,
                 size: self.size,
                 mtime_ns: f.mtime_ns,
+                ctime_ns: f.ctime_ns,
             },
             Source::Synthetic(s) => ContentKey::Synthetic(*s),
         }
@@ -337,6 +347,12 @@ impl Resource {
         }
         if mtime_ns(&meta) != f.mtime_ns {
             return Err(changed(&f.path, "modification time changed".to_string()));
+        }
+        if ctime_ns(&meta) != f.ctime_ns {
+            return Err(changed(
+                &f.path,
+                "rewritten (change time moved)".to_string(),
+            ));
         }
         Ok(())
     }
@@ -428,6 +444,17 @@ fn inode(meta: &std::fs::Metadata) -> u64 {
 
 #[cfg(not(unix))]
 fn inode(_: &std::fs::Metadata) -> u64 {
+    0
+}
+
+#[cfg(unix)]
+fn ctime_ns(meta: &std::fs::Metadata) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
+}
+
+#[cfg(not(unix))]
+fn ctime_ns(_: &std::fs::Metadata) -> i128 {
     0
 }
 
@@ -579,6 +606,39 @@ mod tests {
     }
 
     #[test]
+    fn a_rewrite_with_the_mtime_put_back_is_another_resource() {
+        use std::io::{Seek, SeekFrom, Write};
+        let dir = root_with("f", b"hello world");
+        let path = dir.path().join("f");
+        let before = Resource::open(dir.path(), "/f", None).expect("open");
+        let mtime = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        // Later than the first stat even on filesystems with coarse timestamps.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open rw");
+        f.seek(SeekFrom::Start(0)).expect("seek");
+        f.write_all(b"J").expect("write");
+        f.set_modified(mtime).expect("restore mtime");
+        drop(f);
+        let after = Resource::open(dir.path(), "/f", None).expect("open again");
+        assert_eq!(
+            after.last_modified(),
+            before.last_modified(),
+            "mtime restored"
+        );
+        assert_ne!(after.content_key(), before.content_key());
+        assert_ne!(after.etag(), before.etag());
+        assert!(before.check_still_same().is_err());
+        let cache = crate::DigestCache::new(crate::DigestCacheConfig::default()).expect("cache");
+        cache.insert(&before, xfer_core::digest::Sha256Digest::of(b"hello world"));
+        assert_eq!(cache.get(&after), None, "the stale digest is not served");
+    }
+
+    #[test]
     fn open_classifies_errors() {
         let dir = root_with("f", b"hello");
         let class = |p: &str, q: Option<&str>| {
@@ -604,7 +664,8 @@ mod tests {
         let r = Resource::open(dir.path(), "/f", Some("ignored")).expect("open");
         assert_eq!(r.size(), 11);
         assert!(r.etag().starts_with('"') && r.etag().ends_with('"'));
-        assert_eq!(r.etag().matches('-').count(), 2);
+        // inode, size, mtime and change time.
+        assert_eq!(r.etag().matches('-').count(), 3);
         assert!(r.matches_strong_etag(r.etag()));
         assert!(!r.matches_strong_etag(&format!("W/{}", r.etag())));
         assert!(r.last_modified().is_some_and(|d| d.ends_with("GMT")));
