@@ -26,3 +26,6 @@ mod cli;
 
 #[path = "e2e/interop.rs"]
 mod interop;
+
+#[path = "e2e/disk_full.rs"]
+mod disk_full;

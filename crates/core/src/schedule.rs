@@ -112,7 +112,8 @@ pub enum ScheduleEvent {
         digest: Option<Sha256Digest>,
         /// Whether the server's own digest confirmed it.
         server_checked: bool,
-        /// Whether the winning attempt was a buffered duplicate.
+        /// Whether the winning attempt wrote straight to the file; `false` for an end-game
+        /// duplicate, whose buffered bytes must be written now.
         direct: bool,
         /// Attempts on the same chunk that lost and are being cancelled; their writes, if
         /// any, must be discarded before a duplicate's buffer is written.
@@ -397,6 +398,18 @@ impl Scheduler {
             // Front of the queue: the in-order whole-file hash waits for it.
             self.queue.push_front(chunk);
         }
+    }
+
+    /// Attempts in flight on `lane`, for a driver whose lane task ended without reporting them.
+    pub fn attempts_on_lane(&self, lane: LaneIndex) -> Vec<AttemptId> {
+        let mut on_lane: Vec<AttemptId> = self
+            .attempts
+            .iter()
+            .filter(|(_, a)| a.lane == lane)
+            .map(|(&id, _)| id)
+            .collect();
+        on_lane.sort_unstable();
+        on_lane
     }
 
     /// Earliest instant at which a chunk leaves backoff.

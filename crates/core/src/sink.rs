@@ -16,7 +16,6 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -52,6 +51,25 @@ pub enum WriteOp {
     Finish(oneshot::Sender<Result<(), SinkError>>),
 }
 
+/// Where the writer puts bytes. A plain [`File`] in use; tests wrap it to fail on purpose
+/// (a disk that fills up, a sync that fails) without needing a small filesystem.
+pub trait PartFile: Send + 'static {
+    /// Write all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
+    /// Flush written data to stable storage.
+    fn sync_data(&self) -> std::io::Result<()>;
+}
+
+impl PartFile for File {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        FileExt::write_all_at(self, buf, offset)
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
 /// A write or sync that failed; the transfer stops with it.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{what} {path}: {message}")]
@@ -64,23 +82,24 @@ pub struct SinkError {
 /// Handle to the running writer.
 pub struct Writer {
     pub tx: mpsc::Sender<WriteOp>,
-    error: Arc<Mutex<Option<SinkError>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Fires with the error that stopped the thread, the moment it stops; closes without a
+    /// value when the thread ends cleanly. Taken by whoever drives the transfer.
+    pub failed: Option<oneshot::Receiver<SinkError>>,
+    thread: Option<std::thread::JoinHandle<Result<(), SinkError>>>,
 }
 
 impl Writer {
     /// Start the writer thread. `queue` bounds the messages in flight (each about one batch);
     /// `sealed` receives each chunk after it is journalled.
     pub fn start(
-        part: File,
+        part: Box<dyn PartFile>,
         part_path: PathBuf,
         journal: JournalWriter,
         queue: usize,
         sealed: std_mpsc::Sender<ChunkIndex>,
     ) -> Result<Self, SinkError> {
         let (tx, rx) = mpsc::channel(queue.max(1));
-        let error = Arc::new(Mutex::new(None));
-        let err2 = Arc::clone(&error);
+        let (failed_tx, failed_rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("xfer-writer".into())
             .spawn(move || {
@@ -93,12 +112,12 @@ impl Writer {
                     dirty: false,
                     last_sync: Instant::now(),
                 };
-                if let Err(e) = w.run(rx) {
+                let result = w.run(rx);
+                if let Err(e) = &result {
                     tracing::error!(error = %e, "writer stopped");
-                    if let Ok(mut slot) = err2.lock() {
-                        *slot = Some(e);
-                    }
+                    let _ = failed_tx.send(e.clone());
                 }
+                result
             })
             .map_err(|e| SinkError {
                 what: "starting the writer thread for",
@@ -107,14 +126,9 @@ impl Writer {
             })?;
         Ok(Self {
             tx,
-            error,
+            failed: Some(failed_rx),
             thread: Some(thread),
         })
-    }
-
-    /// The error that stopped the writer, if it stopped.
-    pub fn error(&self) -> Option<SinkError> {
-        self.error.lock().ok().and_then(|e| e.clone())
     }
 
     /// Flush to stable storage, then stop the thread.
@@ -122,22 +136,25 @@ impl Writer {
         let (tx, rx) = oneshot::channel();
         let sent = self.tx.send(WriteOp::Finish(tx)).await.is_ok();
         let synced = if sent { rx.await.ok() } else { None };
-        if let Some(t) = self.thread.take() {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
-        }
-        match synced {
-            Some(r) => r,
-            None => Err(self.error().unwrap_or_else(|| SinkError {
+        let ended = match self.thread.take() {
+            Some(t) => tokio::task::spawn_blocking(move || t.join()).await.ok(),
+            None => None,
+        };
+        match (synced, ended) {
+            (Some(r), _) => r,
+            // It stopped before the finish message: with the error it stopped on.
+            (None, Some(Ok(Err(e)))) => Err(e),
+            _ => Err(SinkError {
                 what: "writer thread ended before syncing",
                 path: PathBuf::new(),
-                message: "unknown".into(),
-            })),
+                message: "it panicked or was never started".into(),
+            }),
         }
     }
 }
 
 struct WriterThread {
-    part: File,
+    part: Box<dyn PartFile>,
     part_path: PathBuf,
     journal: JournalWriter,
     revoked: HashSet<AttemptId>,

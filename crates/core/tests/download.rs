@@ -312,3 +312,95 @@ fn download_future_is_send() {
     let f = Download::new(t, "x", "/nonexistent/x", GetConfig::default()).run();
     assert_send(&f);
 }
+
+/// A part file on a disk that fills up after `room` bytes, or whose syncs fail.
+struct FailingDisk {
+    file: std::fs::File,
+    room: std::sync::atomic::AtomicU64,
+    sync_fails: bool,
+}
+
+impl xfer_core::sink::PartFile for FailingDisk {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        let n = buf.len() as u64;
+        let left = self.room.load(Ordering::SeqCst);
+        if n > left {
+            self.room.store(0, Ordering::SeqCst);
+            return Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        }
+        self.room.store(left - n, Ordering::SeqCst);
+        std::os::unix::fs::FileExt::write_all_at(&self.file, buf, offset)
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        if self.sync_fails {
+            return Err(std::io::Error::other("simulated I/O error on sync"));
+        }
+        self.file.sync_data()
+    }
+}
+
+fn failing_disk(
+    room: u64,
+    sync_fails: bool,
+) -> impl FnOnce(std::fs::File) -> Box<dyn xfer_core::sink::PartFile> + Send {
+    move |file| {
+        Box::new(FailingDisk {
+            file,
+            room: room.into(),
+            sync_fails,
+        })
+    }
+}
+
+/// The hang this guards against was a driver that never heard of the writer's death; a
+/// generous bound turns such a hang into a failure instead of a stuck CI job.
+const NO_HANG: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_ends_the_transfer_and_a_rerun_resumes() {
+    let d = data(40 * CHUNK as usize, 21);
+    let t = Arc::new(MemTransport::new(d.clone(), 4));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let dl = Download::new(t.clone(), "mem://resource", &dest, exact())
+        .wrap_part_file(failing_disk(10 * CHUNK, false));
+    let err = tokio::time::timeout(NO_HANG, dl.run())
+        .await
+        .expect("the download must end when the disk is full")
+        .unwrap_err();
+    assert!(matches!(err, GetError::Write(_)), "{err}");
+    assert!(err.to_string().contains("writing"), "{err}");
+    assert!(!dest.exists());
+    assert!(journal::part_path(&dest).exists());
+    let loaded = journal::load(&journal::journal_path(&dest))
+        .unwrap()
+        .unwrap();
+
+    // Space freed: the same download resumes from what was journalled.
+    let r = get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(r.resumed_bytes, loaded.chunks.len() as u64 * CHUNK);
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert!(!journal::journal_path(&dest).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_sync_ends_the_transfer_keeping_the_part_file() {
+    let d = data(8 * CHUNK as usize, 22);
+    let t = Arc::new(MemTransport::new(d.clone(), 2));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let dl = Download::new(t.clone(), "mem://resource", &dest, exact())
+        .wrap_part_file(failing_disk(u64::MAX, true));
+    let err = tokio::time::timeout(NO_HANG, dl.run())
+        .await
+        .expect("the download must end when syncing fails")
+        .unwrap_err();
+    assert!(matches!(err, GetError::Write(_)), "{err}");
+    assert!(err.to_string().contains("syncing"), "{err}");
+    assert!(!dest.exists());
+    assert!(journal::part_path(&dest).exists());
+    get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+}

@@ -1,0 +1,447 @@
+//! The driver: the one task that owns the [`Scheduler`].
+//!
+//! Lanes, the writer thread and the whole-file hasher each run on their own and report to the
+//! driver over channels; the driver reacts to each report (assign work, seal a chunk, cancel a
+//! losing duplicate, end the transfer). Every failure arrives as an event: a write error (disk
+//! full) ends the transfer the moment the writer reports it, a lane task that dies is noticed
+//! when it ends, a hasher that stops early is noticed when its channel closes. The only timer
+//! is the scheduler's own: the end of a retry backoff, and a periodic end-game look while a
+//! lane is idle and chunks are still in flight.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{Id, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::lane::{self, LaneContext, LaneEvent, Work};
+use super::GetError;
+use crate::digest::Sha256Digest;
+use crate::error::TransferError;
+use crate::plan::ChunkIndex;
+use crate::progress::Progress;
+use crate::schedule::{AttemptId, AttemptOutcome, LaneIndex, ScheduleEvent, Scheduler};
+use crate::sink::{self, SinkError, WriteOp};
+use crate::whole_hash::HashEvent;
+
+/// How often an idle lane's chance to duplicate a slow chunk is re-evaluated when nothing
+/// else happens: end-game decisions depend on how far the slow chunks have got.
+const ENDGAME_RECHECK: Duration = Duration::from_millis(100);
+
+/// How the transfer ended, as far as the driver is concerned.
+pub(super) enum Ending {
+    /// Every chunk verified; the whole-file digest when it was computed.
+    Complete(Option<Sha256Digest>),
+    /// The shutdown future resolved.
+    Interrupted,
+    Failed(GetError),
+}
+
+/// Where the driver's reports come from.
+pub(super) struct Inputs {
+    pub events: mpsc::UnboundedReceiver<LaneEvent>,
+    /// Fires with the error that stopped the writer thread; closes without one when the
+    /// writer ends cleanly.
+    pub writer_failed: Option<oneshot::Receiver<SinkError>>,
+    /// The whole-file hasher's reports; `None` when not hashing.
+    pub hashes: Option<mpsc::UnboundedReceiver<HashEvent>>,
+}
+
+pub(super) struct Driver {
+    sched: Scheduler,
+    source: String,
+    progress: Progress,
+    writer: mpsc::Sender<WriteOp>,
+    stop: CancellationToken,
+    /// Per lane: where to send its work, and whether it is waiting for some.
+    lanes: Vec<LaneSlot>,
+    tasks: JoinSet<()>,
+    task_lane: HashMap<Id, LaneIndex>,
+    /// Tokens of attempts in flight, to cancel the losers of an end-game race.
+    tokens: HashMap<AttemptId, CancellationToken>,
+    /// Winning end-game duplicates' bytes, until their chunk is sealed.
+    buffers: HashMap<AttemptId, Vec<Bytes>>,
+    /// The error behind each chunk's last failure, for the final message.
+    errors: HashMap<ChunkIndex, TransferError>,
+}
+
+struct LaneSlot {
+    work: Option<mpsc::Sender<Work>>,
+    idle: bool,
+}
+
+impl Driver {
+    /// Start `lanes` lane tasks; they wait for the driver's first assignments.
+    pub fn start(
+        sched: Scheduler,
+        lanes: usize,
+        ctx: LaneContext,
+        source: String,
+    ) -> (Self, mpsc::UnboundedReceiver<LaneEvent>) {
+        let ctx = Arc::new(ctx);
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let mut tasks = JoinSet::new();
+        let mut task_lane = HashMap::new();
+        let mut slots = Vec::with_capacity(lanes);
+        for lane in 0..lanes {
+            // Capacity one: the driver only assigns to an idle lane.
+            let (work_tx, work_rx) = mpsc::channel(1);
+            let handle = tasks.spawn(lane::run(
+                Arc::clone(&ctx),
+                lane,
+                work_rx,
+                events_tx.clone(),
+            ));
+            task_lane.insert(handle.id(), lane);
+            slots.push(LaneSlot {
+                work: Some(work_tx),
+                idle: true,
+            });
+        }
+        let driver = Self {
+            sched,
+            source,
+            progress: ctx.progress.clone(),
+            writer: ctx.writer.clone(),
+            stop: ctx.stop.clone(),
+            lanes: slots,
+            tasks,
+            task_lane,
+            tokens: HashMap::new(),
+            buffers: HashMap::new(),
+            errors: HashMap::new(),
+        };
+        (driver, events_rx)
+    }
+
+    /// React to reports until the transfer is complete, fails or `shutdown` resolves. Lanes
+    /// are stopped and joined before this returns; the writer is left to the caller to finish.
+    pub async fn run(mut self, mut inputs: Inputs, shutdown: impl Future<Output = ()>) -> Ending {
+        tokio::pin!(shutdown);
+        let verify_whole = inputs.hashes.is_some();
+        let mut whole_digest = None;
+        let ending = loop {
+            self.dispatch().await;
+            if let Some(failure) = self.sched.failure().cloned() {
+                break Ending::Failed(self.error_for(failure));
+            }
+            // A complete schedule is not the end while the hasher may still find a resumed
+            // chunk damaged and put it back.
+            if self.sched.is_finished() && (!verify_whole || whole_digest.is_some()) {
+                break Ending::Complete(whole_digest);
+            }
+            let wake_at = self.next_timer();
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break Ending::Interrupted,
+                failed = writer_failure(&mut inputs.writer_failed) => match failed {
+                    Some(e) => break Ending::Failed(GetError::Write(e)),
+                    None => inputs.writer_failed = None,
+                },
+                ev = recv_opt(&mut inputs.hashes) => match ev {
+                    Some(HashEvent::ChunkInvalid { chunk }) => self.chunk_invalid(chunk),
+                    Some(HashEvent::Done(d)) => whole_digest = Some(d),
+                    Some(HashEvent::Failed { path, message }) => {
+                        break Ending::Failed(GetError::Io {
+                            what: "reading back",
+                            path,
+                            source: std::io::Error::other(message),
+                        });
+                    }
+                    None => {
+                        inputs.hashes = None;
+                        if whole_digest.is_none() {
+                            break Ending::Failed(GetError::Config(
+                                "the whole-file hash thread ended without a digest".into(),
+                            ));
+                        }
+                    }
+                },
+                Some(ev) = inputs.events.recv() => self.lane_event(ev),
+                Some(joined) = self.tasks.join_next_with_id() => self.lane_ended(joined),
+                _ = sleep_until(wake_at) => {}
+            }
+        };
+        self.stop_lanes().await;
+        ending
+    }
+
+    /// Give every idle lane work, then apply what the scheduler decided.
+    async fn dispatch(&mut self) {
+        let now = Instant::now();
+        for lane in 0..self.lanes.len() {
+            if !self.lanes[lane].idle || self.lanes[lane].work.is_none() {
+                continue;
+            }
+            if self.sched.failure().is_some() {
+                break;
+            }
+            let Some(assignment) = self.sched.next_assignment(lane, now) else {
+                continue;
+            };
+            let cancel = self.stop.child_token();
+            self.tokens.insert(assignment.attempt, cancel.clone());
+            let attempt = assignment.attempt;
+            let sent = self.lanes[lane]
+                .work
+                .as_ref()
+                .is_some_and(|tx| tx.try_send(Work { assignment, cancel }).is_ok());
+            if sent {
+                self.lanes[lane].idle = false;
+            } else {
+                // The lane task is gone; its end is (or will be) reported by the join set.
+                self.tokens.remove(&attempt);
+                self.sched
+                    .handle_outcome(attempt, AttemptOutcome::Cancelled, now);
+                self.lanes[lane].work = None;
+            }
+        }
+        self.settle().await;
+    }
+
+    /// The next instant something is due without any report: a chunk leaving backoff, or an
+    /// end-game look while a lane idles beside chunks in flight.
+    fn next_timer(&self) -> Option<Instant> {
+        let idle = self.lanes.iter().any(|l| l.idle && l.work.is_some());
+        let endgame = (idle && !self.tokens.is_empty()).then(|| Instant::now() + ENDGAME_RECHECK);
+        match (self.sched.poll_timeout(), endgame) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn lane_event(&mut self, ev: LaneEvent) {
+        let now = Instant::now();
+        match ev {
+            LaneEvent::Progress {
+                attempt,
+                received,
+                at,
+            } => self.sched.handle_progress(attempt, received, at),
+            LaneEvent::Finished {
+                lane,
+                attempt,
+                chunk,
+                outcome,
+                error,
+                buffer,
+            } => {
+                self.tokens.remove(&attempt);
+                if let Some(e) = error {
+                    self.errors.insert(chunk, e);
+                }
+                let buffered = !buffer.is_empty();
+                if self.sched.handle_outcome(attempt, outcome, now) && buffered {
+                    self.buffers.insert(attempt, buffer);
+                }
+                self.set_idle(lane);
+            }
+            LaneEvent::OpenFailed {
+                lane,
+                attempt,
+                chunk,
+                error,
+                gave_up,
+            } => {
+                self.tokens.remove(&attempt);
+                let outcome = AttemptOutcome::Failed {
+                    retryable: error.is_retryable(),
+                    reason: error.to_string(),
+                };
+                self.errors.insert(chunk, error);
+                self.sched.handle_outcome(attempt, outcome, now);
+                if gave_up {
+                    self.lanes[lane].work = None;
+                    self.sched.handle_lane_dead(lane);
+                }
+            }
+            LaneEvent::Ready { lane } => self.set_idle(lane),
+        }
+    }
+
+    fn set_idle(&mut self, lane: LaneIndex) {
+        if let Some(slot) = self.lanes.get_mut(lane) {
+            slot.idle = true;
+        }
+    }
+
+    /// A lane task ended on its own: it gave up opening its connection (already reported) or
+    /// it panicked. Either way it takes no more work; what it carried is fetched elsewhere.
+    fn lane_ended(&mut self, joined: Result<(Id, ()), tokio::task::JoinError>) {
+        let id = match &joined {
+            Ok((id, ())) => *id,
+            Err(e) => e.id(),
+        };
+        let Some(lane) = self.task_lane.remove(&id) else {
+            return;
+        };
+        if let Err(e) = &joined {
+            tracing::error!(lane, error = %e, "lane task ended abnormally");
+        }
+        self.lanes[lane].work = None;
+        self.lanes[lane].idle = false;
+        let orphaned: Vec<AttemptId> = self.sched.attempts_on_lane(lane);
+        let now = Instant::now();
+        for attempt in orphaned {
+            self.tokens.remove(&attempt);
+            self.sched.handle_outcome(
+                attempt,
+                AttemptOutcome::Failed {
+                    retryable: true,
+                    reason: format!("lane {lane} stopped"),
+                },
+                now,
+            );
+        }
+        self.sched.handle_lane_dead(lane);
+    }
+
+    fn chunk_invalid(&mut self, chunk: ChunkIndex) {
+        tracing::warn!(
+            chunk,
+            "journalled chunk does not match its digest on disk; fetching it again"
+        );
+        let bytes = self.sched.plan().len(chunk);
+        self.progress.update(|p| {
+            p.verified -= bytes;
+            p.resumed = p.resumed.saturating_sub(bytes);
+        });
+        self.sched.handle_chunk_invalidated(chunk);
+    }
+
+    /// Apply what the scheduler decided: cancel losers, seal winners, count events.
+    async fn settle(&mut self) {
+        while let Some(attempt) = self.sched.poll_cancel() {
+            if let Some(t) = self.tokens.get(&attempt) {
+                t.cancel();
+            }
+        }
+        while let Some(event) = self.sched.poll_event() {
+            self.apply(event).await;
+        }
+    }
+
+    async fn apply(&mut self, event: ScheduleEvent) {
+        match event {
+            ScheduleEvent::ChunkVerified {
+                chunk,
+                attempt,
+                lane,
+                digest,
+                direct,
+                losers,
+                ..
+            } => {
+                let range = self.sched.plan().range(chunk);
+                let buffered = if direct {
+                    None
+                } else {
+                    self.buffers.remove(&attempt)
+                };
+                let len = range.end - range.start;
+                self.progress.update(|p| {
+                    p.verified += len;
+                    if let Some(l) = p.lanes.get_mut(lane) {
+                        l.chunks += 1;
+                    }
+                });
+                let op = WriteOp::Seal {
+                    record: sink::record(chunk, range, digest),
+                    losers,
+                    buffered,
+                };
+                // Lanes' writes of this chunk are queued before this seal, so the record is
+                // journalled after its bytes are in place. A writer that has stopped has
+                // reported why on its own channel; that report ends the transfer.
+                let _ = self.writer.send(op).await;
+            }
+            ScheduleEvent::DigestMismatch {
+                chunk,
+                lane,
+                expected,
+                actual,
+            } => {
+                tracing::warn!(chunk, lane, %expected, %actual, "chunk digest mismatch; fetching it again");
+                self.progress.update(|p| p.digest_mismatches += 1);
+            }
+            ScheduleEvent::Retry {
+                chunk,
+                lane,
+                reason,
+                backoff,
+            } => {
+                tracing::warn!(chunk, lane, %reason, ?backoff, "retrying chunk");
+                self.progress.update(|p| {
+                    p.retries += 1;
+                    if let Some(l) = p.lanes.get_mut(lane) {
+                        l.retries += 1;
+                    }
+                });
+            }
+            ScheduleEvent::Duplicated { chunk, lane } => {
+                tracing::debug!(chunk, lane, "end game: duplicating a slow chunk");
+                self.progress.update(|p| p.duplicates += 1);
+            }
+            ScheduleEvent::Complete | ScheduleEvent::Failed(_) => {}
+        }
+    }
+
+    /// Cancel what is in flight, close every lane's work channel and wait for the tasks.
+    async fn stop_lanes(&mut self) {
+        self.stop.cancel();
+        for slot in &mut self.lanes {
+            slot.work = None;
+        }
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    fn error_for(&mut self, failure: crate::schedule::ScheduleFailure) -> GetError {
+        use crate::schedule::ScheduleFailure;
+        let chunk = match &failure {
+            ScheduleFailure::TooManyAttempts { chunk, .. }
+            | ScheduleFailure::Permanent { chunk, .. } => Some(*chunk),
+            ScheduleFailure::NoLanes => None,
+        };
+        if let Some(chunk) = chunk {
+            if let Some(source) = self.errors.remove(&chunk) {
+                let range = self.sched.plan().range(chunk);
+                return GetError::Chunk {
+                    url: self.source.clone(),
+                    chunk,
+                    start: range.start,
+                    end: range.end,
+                    source,
+                };
+            }
+        }
+        GetError::Schedule {
+            url: self.source.clone(),
+            failure,
+        }
+    }
+}
+
+async fn recv_opt<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn writer_failure(rx: &mut Option<oneshot::Receiver<SinkError>>) -> Option<SinkError> {
+    match rx {
+        Some(rx) => rx.await.ok(),
+        None => std::future::pending().await,
+    }
+}

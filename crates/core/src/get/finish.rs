@@ -1,0 +1,110 @@
+//! The end of a download: the whole-file check and the report.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::{GetConfig, GetError};
+use crate::digest::Sha256Digest;
+use crate::plan::ChunkPlan;
+use crate::progress::{LaneReport, Progress, Report};
+use crate::transport::{RemoteInfo, Transport};
+
+/// Compare the whole-file digest with every expectation; the list of what it was checked
+/// against, for the report.
+pub(super) fn check_whole(
+    cfg: &GetConfig,
+    info: &RemoteInfo,
+    whole_digest: Option<Sha256Digest>,
+    dest: &Path,
+    part_path: &Path,
+) -> Result<Vec<String>, GetError> {
+    let mut verified_against = Vec::new();
+    if cfg.verify {
+        verified_against.push(
+            if info.accepts_ranges {
+                "per-chunk Content-Digest when the server sent one"
+            } else {
+                "Content-Digest when the server sent one"
+            }
+            .to_string(),
+        );
+    }
+    let Some(actual) = whole_digest else {
+        return Ok(verified_against);
+    };
+    for (expected, source_of_expected) in [
+        (cfg.expect_sha256, "--expect-sha256"),
+        (info.sha256, "the server's Repr-Digest"),
+    ] {
+        if let Some(expected) = expected {
+            if expected != actual {
+                return Err(GetError::WholeDigestMismatch {
+                    path: dest.to_path_buf(),
+                    part: part_path.to_path_buf(),
+                    actual,
+                    expected,
+                    source_of_expected,
+                });
+            }
+            verified_against.push(source_of_expected.to_string());
+        }
+    }
+    Ok(verified_against)
+}
+
+/// What the report is made of.
+pub(super) struct Finished<'a> {
+    pub info: &'a RemoteInfo,
+    pub dest: &'a Path,
+    pub transport: &'a dyn Transport,
+    pub plan: &'a ChunkPlan,
+    pub progress: &'a Progress,
+    pub started: Instant,
+    pub whole_digest: Option<Sha256Digest>,
+    pub verified_against: Vec<String>,
+}
+
+pub(super) fn report(f: Finished<'_>) -> Report {
+    let snap = f.progress.snapshot();
+    let seconds = f.started.elapsed().as_secs_f64();
+    let new_bytes = f.info.size - snap.resumed.min(f.info.size);
+    Report {
+        url: f.info.url.clone(),
+        dest: f.dest.display().to_string(),
+        protocol: f.transport.protocol(),
+        size: f.info.size,
+        chunk_size: f.plan.chunk_size(),
+        chunks: f.plan.chunk_count(),
+        resumed_bytes: snap.resumed,
+        received_bytes: snap.received,
+        seconds,
+        goodput_bps: if seconds > 0.0 {
+            new_bytes as f64 * 8.0 / seconds
+        } else {
+            0.0
+        },
+        lanes: snap
+            .lanes
+            .iter()
+            .map(|l| LaneReport {
+                lane: l.lane,
+                label: l.label.clone(),
+                bytes: l.bytes,
+                chunks: l.chunks,
+                busy_seconds: l.busy.as_secs_f64(),
+                throughput_bps: if l.busy.is_zero() {
+                    0.0
+                } else {
+                    l.bytes as f64 * 8.0 / l.busy.as_secs_f64()
+                },
+                retries: l.retries,
+            })
+            .collect(),
+        retries: snap.retries,
+        digest_mismatches: snap.digest_mismatches,
+        duplicates: snap.duplicates,
+        sha256: f.whole_digest.map(|d| d.to_hex()),
+        verified_against: f.verified_against,
+        connections: f.transport.connection_stats(),
+    }
+}

@@ -1,0 +1,393 @@
+//! A download of one remote resource to one local file, verified and resumable.
+//!
+//! Life of a download:
+//! 1. `stat` the remote; refuse to clobber an existing destination unless told to.
+//! 2. Resume from `<dest>.xfer-journal` when it matches the remote (URL, size, validators);
+//!    otherwise start over with a fresh `<dest>.part` (`prepare`).
+//! 3. The driver owns the scheduler. Lanes fetch the assignments it hands them, hash each
+//!    chunk as bytes arrive and send batches to the writer thread; the driver checks digests,
+//!    retries, duplicates at the tail, and hears of every failure as an event.
+//! 4. When every chunk is verified: sync, compare the whole-file hash with `--expect-sha256`
+//!    and the server's `Repr-Digest`, rename `<dest>.part` to `<dest>`, sync the directory,
+//!    remove the journal (`finish`).
+//!
+//! ```text
+//!                  Work (one channel per lane, an assignment at a time)
+//!        ┌───────────────────────────────────────────┐
+//!        │                                           ▼
+//!  ┌─────┴──────┐  LaneEvent: progress,        ┌────────────┐  Data  ┌───────────────┐
+//!  │   driver   │◄─finished, open failed ──────┤ lane tasks ├───────►│ writer thread ├─► .part
+//!  │ (owns the  │                              └────────────┘        │               ├─► journal
+//!  │ Scheduler) ├──── Seal (queued after the chunk's Data) ─────────►│               │
+//!  │            │◄─── failed: SinkError (disk full), at once ────────┤               │
+//!  │            │                                                    └───────┬───────┘
+//!  │            │◄─── HashEvent: done, chunk invalid, failed ── whole-file ◄─┘ sealed chunks
+//!  └────────────┘                                                  hasher
+//! ```
+
+mod driver;
+mod finish;
+mod lane;
+mod prepare;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::digest::Sha256Digest;
+use crate::error::TransferError;
+use crate::journal::{self, JournalError, JournalHeader};
+use crate::plan::{ChunkIndex, PlanError, DEFAULT_CHUNK_SIZE};
+use crate::progress::{LaneSnapshot, Progress, Report};
+use crate::schedule::{ScheduleConfig, ScheduleFailure, Scheduler};
+use crate::sink::{self, PartFile, Writer};
+use crate::transport::Transport;
+use crate::whole_hash;
+
+use driver::{Driver, Ending, Inputs};
+use lane::LaneContext;
+
+/// How a download runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GetConfig {
+    /// Bytes per chunk; see [`DEFAULT_CHUNK_SIZE`] for the trade-offs. A resumed transfer keeps
+    /// the chunk size its journal was written with.
+    pub chunk_size: u64,
+    /// Lanes to run; `None` takes the transport's configured parallelism.
+    pub lanes: Option<usize>,
+    /// Retries, backoff and end game.
+    pub schedule: ScheduleConfig,
+    /// Hash every chunk and the whole file, ask the server for digests and check them.
+    /// Default on; off only to measure the raw transport.
+    pub verify: bool,
+    /// The whole file's SHA-256 must be this.
+    pub expect_sha256: Option<Sha256Digest>,
+    /// Write `<dest>.sha256` in `sha256sum` format when done.
+    pub write_sha256_file: bool,
+    /// Replace an existing destination. Default off: an existing file is never touched.
+    pub overwrite: bool,
+    /// Bytes a lane accumulates before handing them to the writer. Default 1 MiB.
+    pub write_batch: usize,
+    /// Batches queued for the writer before lanes wait. Default 64 (64 MiB at the default batch).
+    pub write_queue: usize,
+    /// Attempts to (re)open a lane's connection before the lane is given up. Default 5.
+    pub lane_open_attempts: u32,
+}
+
+impl Default for GetConfig {
+    fn default() -> Self {
+        Self {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            lanes: None,
+            schedule: ScheduleConfig::default(),
+            verify: true,
+            expect_sha256: None,
+            write_sha256_file: false,
+            overwrite: false,
+            write_batch: 1 << 20,
+            write_queue: 64,
+            lane_open_attempts: 5,
+        }
+    }
+}
+
+/// Why a download failed. The part file and journal are kept, so running the same download
+/// again resumes, except where noted.
+#[derive(Debug, thiserror::Error)]
+pub enum GetError {
+    #[error("cannot stat {url}")]
+    Stat {
+        url: String,
+        #[source]
+        source: TransferError,
+    },
+    #[error("{path} exists; pass --overwrite to replace it")]
+    DestinationExists { path: PathBuf },
+    #[error("{path} exists and is not a regular file; xfer only writes regular files")]
+    DestinationNotAFile { path: PathBuf },
+    #[error("fetching {url}, chunk {chunk} (bytes {start}-{end})")]
+    Chunk {
+        url: String,
+        chunk: ChunkIndex,
+        start: u64,
+        end: u64,
+        #[source]
+        source: TransferError,
+    },
+    #[error("fetching {url}: {failure}")]
+    Schedule {
+        url: String,
+        failure: ScheduleFailure,
+    },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("{what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Write(#[from] sink::SinkError),
+    #[error("{path}: whole-file SHA-256 is {actual} but {source_of_expected} says {expected}; kept as {part}")]
+    WholeDigestMismatch {
+        path: PathBuf,
+        part: PathBuf,
+        actual: Sha256Digest,
+        expected: Sha256Digest,
+        source_of_expected: &'static str,
+    },
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("interrupted; run the same command again to resume")]
+    Interrupted,
+}
+
+/// A download of one remote resource to one local path.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use xfer_core::get::{Download, GetConfig};
+/// use xfer_core::mem_transport::MemTransport;
+///
+/// let data: Vec<u8> = (0..3u32 << 20).map(|i| i as u8).collect();
+/// // Any `Transport` will do; this one serves `data` from memory over 4 lanes.
+/// let transport = Arc::new(MemTransport::new(data.clone(), 4));
+/// let dir = tempfile::tempdir()?;
+/// let dest = dir.path().join("copy.bin");
+/// let config = GetConfig { chunk_size: 1 << 20, ..GetConfig::default() };
+/// let report = Download::new(transport, "mem://resource", &dest, config).run().await?;
+/// assert_eq!(std::fs::read(&dest)?, data);
+/// assert_eq!(report.chunks, 3);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Download {
+    transport: Arc<dyn Transport>,
+    source: String,
+    dest: PathBuf,
+    config: GetConfig,
+    progress: Progress,
+    part_file: Option<PartFileWrapper>,
+}
+
+/// Turns the opened part file into what the writer writes through.
+type PartFileWrapper = Box<dyn FnOnce(std::fs::File) -> Box<dyn PartFile> + Send>;
+
+impl Download {
+    /// `source` names the resource in the journal (the URL the user gave, before redirects), so
+    /// a later run of the same command finds it.
+    pub fn new(
+        transport: Arc<dyn Transport>,
+        source: impl Into<String>,
+        dest: impl Into<PathBuf>,
+        config: GetConfig,
+    ) -> Self {
+        Self {
+            transport,
+            source: source.into(),
+            dest: dest.into(),
+            config,
+            progress: Progress::new(),
+            part_file: None,
+        }
+    }
+
+    /// Route the part file's writes and syncs through `wrap`: to inject faults in tests (a
+    /// disk that fills up after some bytes), or to account for disk I/O.
+    pub fn wrap_part_file(
+        mut self,
+        wrap: impl FnOnce(std::fs::File) -> Box<dyn PartFile> + Send + 'static,
+    ) -> Self {
+        self.part_file = Some(Box::new(wrap));
+        self
+    }
+
+    /// Live counters, for a progress display. Clone it before calling `run`.
+    pub fn progress(&self) -> Progress {
+        self.progress.clone()
+    }
+
+    /// Run to completion.
+    pub async fn run(self) -> Result<Report, GetError> {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Run until done or until `shutdown` resolves (Ctrl-C): then stop the lanes, flush the
+    /// journal and return [`GetError::Interrupted`].
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<Report, GetError> {
+        let started = Instant::now();
+        let cfg = &self.config;
+        if cfg.write_batch == 0 || cfg.write_queue == 0 {
+            return Err(GetError::Config(
+                "write_batch and write_queue must be at least 1".into(),
+            ));
+        }
+        if cfg.lanes == Some(0) {
+            return Err(GetError::Config("lanes must be at least 1".into()));
+        }
+        match std::fs::symlink_metadata(&self.dest) {
+            // The result is renamed over the destination: never over a device, a directory or a
+            // link (`-o /dev/null` must not replace /dev/null).
+            Ok(m) if !m.file_type().is_file() => {
+                return Err(GetError::DestinationNotAFile {
+                    path: self.dest.clone(),
+                });
+            }
+            Ok(_) if !cfg.overwrite => {
+                return Err(GetError::DestinationExists {
+                    path: self.dest.clone(),
+                });
+            }
+            _ => {}
+        }
+        let info = prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
+            .await?;
+        tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
+
+        let part_path = journal::part_path(&self.dest);
+        let journal_path = journal::journal_path(&self.dest);
+        let header = JournalHeader {
+            url: self.source.clone(),
+            size: info.size,
+            etag: info.etag.clone(),
+            last_modified: info.last_modified.clone(),
+            chunk_size: cfg.chunk_size,
+        };
+        let lanes = if info.accepts_ranges {
+            cfg.lanes
+                .unwrap_or_else(|| self.transport.default_lanes())
+                .max(1)
+        } else {
+            tracing::warn!(url = %info.url, "server does not accept byte ranges: one sequential stream, no resume");
+            1
+        };
+        let prepared = {
+            let (info, header, part_path, journal_path, cfg) = (
+                info.clone(),
+                header.clone(),
+                part_path.clone(),
+                journal_path.clone(),
+                cfg.clone(),
+            );
+            // Creating files and syncing them can take a while on a busy disk: off the runtime.
+            tokio::task::spawn_blocking(move || {
+                prepare::prepare(&info, &header, &part_path, &journal_path, &cfg)
+            })
+            .await
+            .map_err(|e| GetError::Config(format!("preparing the destination panicked: {e}")))??
+        };
+        let plan = prepared.plan;
+        self.progress.update(|p| {
+            p.total = info.size;
+            p.resumed = prepared.resumed_bytes;
+            p.verified = prepared.resumed_bytes;
+            p.lanes = (0..lanes)
+                .map(|lane| LaneSnapshot {
+                    lane,
+                    ..Default::default()
+                })
+                .collect();
+        });
+
+        // The whole-file hasher reads back each sealed chunk, in order.
+        let (sealed_tx, sealed_rx) = std::sync::mpsc::channel();
+        let verify_whole = cfg.verify || cfg.expect_sha256.is_some();
+        let (hasher, hashes) = if verify_whole {
+            let (hash_tx, hash_rx) = mpsc::unbounded_channel();
+            let read = std::fs::File::open(&part_path).map_err(|source| GetError::Io {
+                what: "opening for hashing",
+                path: part_path.clone(),
+                source,
+            })?;
+            let claimed = prepared
+                .claimed
+                .iter()
+                .map(|r| (r.chunk, r.sha256))
+                .collect();
+            let thread =
+                whole_hash::spawn(plan, read, part_path.clone(), claimed, sealed_rx, hash_tx)
+                    .map_err(|source| GetError::Io {
+                        what: "starting the hash thread for",
+                        path: part_path.clone(),
+                        source,
+                    })?;
+            (Some(thread), Some(hash_rx))
+        } else {
+            (None, None)
+        };
+        let part: Box<dyn PartFile> = match self.part_file {
+            Some(wrap) => wrap(prepared.part),
+            None => Box::new(prepared.part),
+        };
+        let mut writer = Writer::start(
+            part,
+            part_path.clone(),
+            prepared.journal,
+            cfg.write_queue,
+            sealed_tx,
+        )?;
+
+        let done: Vec<ChunkIndex> = prepared.claimed.iter().map(|r| r.chunk).collect();
+        let sched = Scheduler::new(plan, lanes, done, cfg.schedule.clone());
+        let ctx = LaneContext {
+            transport: Arc::clone(&self.transport),
+            remote: info.clone(),
+            verify: cfg.verify,
+            whole: !info.accepts_ranges,
+            write_batch: cfg.write_batch,
+            writer: writer.tx.clone(),
+            progress: self.progress.clone(),
+            open_attempts: cfg.lane_open_attempts.max(1),
+            stop: CancellationToken::new(),
+        };
+        let (driver, events) = Driver::start(sched, lanes, ctx, self.source.clone());
+        let inputs = Inputs {
+            events,
+            writer_failed: writer.failed.take(),
+            hashes,
+        };
+        let ending = driver.run(inputs, shutdown).await;
+
+        // Flush what was verified, whatever happens next: that is what a re-run resumes from.
+        let synced = writer.finish().await;
+        if let Some(h) = hasher {
+            let _ = tokio::task::spawn_blocking(move || h.join()).await;
+        }
+        let whole_digest = match ending {
+            Ending::Complete(digest) => digest,
+            Ending::Interrupted => {
+                synced?;
+                return Err(GetError::Interrupted);
+            }
+            // The error that ended it, not the writer's echo of a write error.
+            Ending::Failed(e) => return Err(e),
+        };
+        synced?;
+        let verified_against =
+            finish::check_whole(cfg, &info, whole_digest, &self.dest, &part_path)?;
+        prepare::finalize(&part_path, &self.dest, &journal_path)?;
+        if let (true, Some(d)) = (cfg.write_sha256_file, whole_digest) {
+            prepare::write_sha256_file(&self.dest, d)?;
+        }
+        Ok(finish::report(finish::Finished {
+            info: &info,
+            dest: &self.dest,
+            transport: self.transport.as_ref(),
+            plan: &plan,
+            progress: &self.progress,
+            started,
+            whole_digest,
+            verified_against,
+        }))
+    }
+}

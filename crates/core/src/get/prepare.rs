@@ -1,0 +1,184 @@
+//! Preparing the destination: resume from a matching journal or start over; and, at the end,
+//! putting the verified file in place.
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+
+use super::{GetConfig, GetError};
+use crate::digest::Sha256Digest;
+use crate::journal::{self, JournalHeader, JournalWriter};
+use crate::plan::ChunkPlan;
+use crate::schedule::ScheduleConfig;
+use crate::transport::{RemoteInfo, Transport};
+
+pub(super) async fn stat_with_retries(
+    transport: &dyn Transport,
+    url: &str,
+    policy: &ScheduleConfig,
+) -> Result<RemoteInfo, GetError> {
+    let mut attempt = 0u32;
+    loop {
+        match transport.stat().await {
+            Ok(info) => return Ok(info),
+            Err(e) if e.is_retryable() && attempt + 1 < policy.max_attempts.min(4) => {
+                attempt += 1;
+                let wait = policy
+                    .backoff_initial
+                    .saturating_mul(1 << attempt.min(6))
+                    .min(policy.backoff_max);
+                tracing::warn!(error = %e, ?wait, "stat failed; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(source) => {
+                return Err(GetError::Stat {
+                    url: url.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// Files and plan ready for the transfer.
+pub(super) struct Prepared {
+    pub plan: ChunkPlan,
+    pub part: File,
+    pub journal: JournalWriter,
+    /// Chunks the journal claims are done, each to be re-checked by the whole-file hasher.
+    pub claimed: Vec<journal::ChunkRecord>,
+    pub resumed_bytes: u64,
+}
+
+/// Resume from a matching journal, or start over.
+pub(super) fn prepare(
+    info: &RemoteInfo,
+    header: &JournalHeader,
+    part_path: &Path,
+    journal_path: &Path,
+    cfg: &GetConfig,
+) -> Result<Prepared, GetError> {
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| GetError::Io { what, path, source }
+    };
+    if info.accepts_ranges {
+        if let Some(loaded) = journal::load(journal_path)? {
+            let part_len = std::fs::metadata(part_path).map(|m| m.len()).ok();
+            let reason = loaded.header.mismatch(header).or_else(|| match part_len {
+                Some(len) if len == info.size => None,
+                Some(len) => Some(format!(
+                    "{} has {len} bytes, expected {}",
+                    part_path.display(),
+                    info.size
+                )),
+                None => Some(format!("{} is missing", part_path.display())),
+            });
+            match reason {
+                None => {
+                    let plan = ChunkPlan::new(info.size, loaded.header.chunk_size)?;
+                    if loaded.header.chunk_size != cfg.chunk_size {
+                        tracing::info!(
+                            chunk_size = loaded.header.chunk_size,
+                            "resuming with the journal's chunk size"
+                        );
+                    }
+                    if loaded.ignored_lines > 0 {
+                        tracing::warn!(lines = loaded.ignored_lines, journal = %journal_path.display(), "ignored damaged journal lines; those chunks are fetched again");
+                    }
+                    if header.etag.is_none() && header.last_modified.is_none() {
+                        tracing::warn!("the server sends no ETag or Last-Modified: resuming trusts that the file is unchanged (the whole-file digest still checks it)");
+                    }
+                    let claimed: Vec<_> = loaded
+                        .chunks
+                        .iter()
+                        .copied()
+                        .filter(|r| {
+                            r.chunk < plan.chunk_count()
+                                && plan.range(r.chunk) == (r.offset..r.offset + r.len)
+                        })
+                        .collect();
+                    let resumed_bytes = claimed.iter().map(|r| r.len).sum();
+                    let kept = journal::LoadedJournal {
+                        chunks: claimed.clone(),
+                        ..loaded
+                    };
+                    let journal = JournalWriter::append_to(journal_path, &kept)?;
+                    let part = OpenOptions::new()
+                        .write(true)
+                        .open(part_path)
+                        .map_err(io("opening", part_path))?;
+                    tracing::info!(chunks = claimed.len(), bytes = resumed_bytes, "resuming");
+                    return Ok(Prepared {
+                        plan,
+                        part,
+                        journal,
+                        claimed,
+                        resumed_bytes,
+                    });
+                }
+                Some(reason) => {
+                    tracing::warn!(%reason, journal = %journal_path.display(), "cannot resume: starting over");
+                }
+            }
+        }
+    }
+    let plan = if info.accepts_ranges {
+        ChunkPlan::new(info.size, cfg.chunk_size)?
+    } else {
+        ChunkPlan::whole(info.size)
+    };
+    let part = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(part_path)
+        .map_err(io("creating", part_path))?;
+    part.set_len(info.size).map_err(io("sizing", part_path))?;
+    let header = JournalHeader {
+        chunk_size: plan.chunk_size(),
+        ..header.clone()
+    };
+    let journal = JournalWriter::create(journal_path, &header)?;
+    Ok(Prepared {
+        plan,
+        part,
+        journal,
+        claimed: Vec::new(),
+        resumed_bytes: 0,
+    })
+}
+
+/// Make the verified part file the destination, durably.
+pub(super) fn finalize(part: &Path, dest: &Path, journal_path: &Path) -> Result<(), GetError> {
+    std::fs::rename(part, dest).map_err(|source| GetError::Io {
+        what: "renaming to its final name",
+        path: part.to_path_buf(),
+        source,
+    })?;
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // The rename is durable once the directory is.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    if let Err(e) = std::fs::remove_file(journal_path) {
+        tracing::warn!(journal = %journal_path.display(), error = %e, "could not remove the journal");
+    }
+    Ok(())
+}
+
+/// `<dest>.sha256` in `sha256sum -c` format.
+pub(super) fn write_sha256_file(dest: &Path, digest: Sha256Digest) -> Result<(), GetError> {
+    let path = journal::with_suffix(dest, ".sha256");
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    std::fs::write(&path, format!("{}  {name}\n", digest.to_hex())).map_err(|source| GetError::Io {
+        what: "writing",
+        path,
+        source,
+    })
+}
