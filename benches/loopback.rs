@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use xfer::crates::common::synthetic::SyntheticSpec;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
-use xfer::{ClientConfig, ClientTlsOptions, GetConfig, Http2Config, HttpVersion};
+use xfer::{ClientConfig, ClientTlsOptions, GetConfig, Http2Config, HttpVersion, LaneLayout};
 
 mod common;
 
@@ -27,15 +27,12 @@ struct Variant {
 
 fn h1_x8(mut c: ClientConfig) -> ClientConfig {
     c.http.version = HttpVersion::Http1;
-    c.http.connections = 8;
-    c
+    c.with_lanes(layout(8, 1))
 }
 
 fn h2_1x8(mut c: ClientConfig) -> ClientConfig {
     c.http.version = HttpVersion::Http2;
-    c.http.http2.connections = 1;
-    c.http.http2.streams_per_connection = 8;
-    c
+    c.with_lanes(layout(1, 8))
 }
 
 fn h2_1x8_spec(c: ClientConfig) -> ClientConfig {
@@ -44,10 +41,15 @@ fn h2_1x8_spec(c: ClientConfig) -> ClientConfig {
     h2_1x8(c)
 }
 
-fn quic_2x4(mut c: ClientConfig) -> ClientConfig {
-    c.quic.connections = 2;
-    c.quic.streams_per_connection = 4;
-    c
+fn quic_2x4(c: ClientConfig) -> ClientConfig {
+    c.with_lanes(layout(2, 4))
+}
+
+fn layout(connections: usize, streams: usize) -> LaneLayout {
+    LaneLayout {
+        connections: Some(connections),
+        streams_per_connection: Some(streams),
+    }
 }
 
 const VARIANTS: &[Variant] = &[

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use xfer::serve::{ServeConfig, ServerTls, Servers};
-use xfer::{ClientConfig, ClientTlsOptions, Download, GetConfig, HttpVersion};
+use xfer::{ClientConfig, ClientTlsOptions, Download, GetConfig, HttpVersion, LaneLayout};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,12 +42,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // Four HTTP/2 streams on one connection, 4 MiB chunks; every digest checked.
-    let mut client = ClientConfig::default().with_tls(ClientTlsOptions {
-        ca_certs: ca.into_iter().collect(),
-        dangerous_insecure: false,
-    });
+    let mut client = ClientConfig::default()
+        .with_tls(ClientTlsOptions {
+            ca_certs: ca.into_iter().collect(),
+            dangerous_insecure: false,
+        })
+        .with_lanes(LaneLayout {
+            connections: Some(1),
+            streams_per_connection: Some(4),
+        });
     client.http.version = HttpVersion::Http2;
-    client.http.http2.streams_per_connection = 4;
     let get = GetConfig {
         chunk_size: 4 << 20,
         overwrite: true,

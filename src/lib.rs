@@ -46,6 +46,7 @@ use std::sync::Arc;
 pub use xfer_common::tls::{ClientTlsOptions, SelfSigned};
 pub use xfer_core::duration::parse_duration;
 pub use xfer_core::get::{Download, GetConfig, GetError};
+pub use xfer_core::layout::{LaneLayout, Lanes};
 pub use xfer_core::progress::{format_bps, Progress, ProgressSnapshot, RateMeter, Report};
 pub use xfer_core::schedule::ScheduleConfig;
 pub use xfer_core::size::{parse_size, HumanBytes};
@@ -73,6 +74,14 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
+    /// Use `lanes` (M connections × K streams; `None` parts keep each protocol's default) for
+    /// every protocol: the one place a lane layout is set.
+    pub fn with_lanes(mut self, lanes: LaneLayout) -> Self {
+        self.http.lanes = lanes;
+        self.quic.lanes = lanes;
+        self
+    }
+
     /// Use `tls` (trusted CAs, or the insecure footgun) for every protocol.
     pub fn with_tls(mut self, tls: ClientTlsOptions) -> Self {
         self.http.tls = tls.clone();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use xfer::crates::common::FaultInjection;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
-use xfer::{ClientConfig, ClientTlsOptions, HttpVersion};
+use xfer::{ClientConfig, ClientTlsOptions, HttpVersion, LaneLayout};
 
 pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -98,17 +98,13 @@ impl Fixture {
         match proto {
             Proto::Http1Tls => {
                 client.http.version = HttpVersion::Http1;
-                client.http.connections = 8;
+                client = client.with_lanes(layout(8, 1));
             }
             Proto::Http2Tls | Proto::H2c => {
                 client.http.version = HttpVersion::Http2;
-                client.http.http2.connections = 1;
-                client.http.http2.streams_per_connection = 8;
+                client = client.with_lanes(layout(1, 8));
             }
-            Proto::Quic => {
-                client.quic.connections = 2;
-                client.quic.streams_per_connection = 4;
-            }
+            Proto::Quic => client = client.with_lanes(layout(2, 4)),
         }
         Ok(Self {
             proto,
@@ -147,6 +143,13 @@ impl Fixture {
 
     pub async fn shutdown(self) {
         self.servers.shutdown().await;
+    }
+}
+
+fn layout(connections: usize, streams: usize) -> LaneLayout {
+    LaneLayout {
+        connections: Some(connections),
+        streams_per_connection: Some(streams),
     }
 }
 

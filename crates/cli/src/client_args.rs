@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
 use xfer::{
-    ClientConfig, ClientTlsOptions, CongestionControl, Http2Config, HttpVersion, QuicTuning,
+    ClientConfig, ClientTlsOptions, CongestionControl, Http2Config, HttpVersion, LaneLayout,
+    QuicTuning,
 };
 
 use crate::exit::UsageError;
@@ -31,12 +32,6 @@ pub fn duration_with_unit_arg(s: &str) -> Result<std::time::Duration, String> {
         ));
     }
     duration_arg(s)
-}
-
-/// The same, for knobs held in `u32`.
-fn size_u32(s: &str) -> Result<u32, String> {
-    let v = size_arg(s)?;
-    u32::try_from(v).map_err(|_| format!("{s} is more than {} bytes", u32::MAX))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -105,14 +100,14 @@ pub struct ClientArgs {
     #[arg(long)]
     pub h2_spec_defaults: bool,
     /// HTTP/2 SETTINGS_MAX_FRAME_SIZE we accept (16KiB to 16MiB-1). Default 1MiB.
-    #[arg(long, value_parser = size_u32, value_name = "SIZE")]
-    pub h2_frame_size: Option<u32>,
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub h2_frame_size: Option<u64>,
     /// HTTP/2 per-stream receive window. Default 16MiB.
-    #[arg(long, value_parser = size_u32, value_name = "SIZE")]
-    pub h2_stream_window: Option<u32>,
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub h2_stream_window: Option<u64>,
     /// HTTP/2 connection receive window. Default 64MiB.
-    #[arg(long, value_parser = size_u32, value_name = "SIZE")]
-    pub h2_connection_window: Option<u32>,
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub h2_connection_window: Option<u64>,
     /// Let hyper size HTTP/2 windows from its BDP estimate instead of the fixed ones.
     #[arg(long)]
     pub h2_adaptive_window: bool,
@@ -166,10 +161,15 @@ impl ClientArgs {
     }
 
     fn build(&self) -> anyhow::Result<ClientConfig> {
-        let mut c = ClientConfig::default().with_tls(ClientTlsOptions {
-            ca_certs: self.ca_cert.clone(),
-            dangerous_insecure: self.insecure,
-        });
+        let mut c = ClientConfig::default()
+            .with_tls(ClientTlsOptions {
+                ca_certs: self.ca_cert.clone(),
+                dangerous_insecure: self.insecure,
+            })
+            .with_lanes(LaneLayout {
+                connections: self.connections,
+                streams_per_connection: self.streams,
+            });
         let (connect, idle) = (self.connect_timeout, self.idle_timeout);
 
         let h = &mut c.http;
@@ -182,13 +182,6 @@ impl ClientArgs {
         h.idle_timeout = idle;
         if self.h2_spec_defaults {
             h.http2 = Http2Config::hyper_defaults();
-        }
-        if let Some(n) = self.connections {
-            h.connections = n;
-            h.http2.connections = n;
-        }
-        if let Some(k) = self.streams {
-            h.http2.streams_per_connection = k;
         }
         if let Some(v) = self.h2_frame_size {
             h.http2.max_frame_size = v;
@@ -203,7 +196,7 @@ impl ClientArgs {
             h.http2.adaptive_window = true;
         }
         if let Some(v) = self.h2_send_buffer {
-            h.http2.max_send_buffer = usize::try_from(v).context("--h2-send-buffer too large")?;
+            h.http2.max_send_buffer = v;
         }
         h.tcp.send_buffer = self.tcp_send_buffer.or(h.tcp.send_buffer);
         h.tcp.recv_buffer = self.tcp_recv_buffer.or(h.tcp.recv_buffer);
@@ -221,12 +214,6 @@ impl ClientArgs {
         }
         q.connect_timeout = connect;
         q.idle_timeout = idle.max(Duration::from_secs(1));
-        if let Some(n) = self.connections {
-            q.connections = n;
-        }
-        if let Some(k) = self.streams {
-            q.streams_per_connection = k;
-        }
         let t = &mut q.tuning;
         if let Some(v) = self.quic_stream_window {
             t.stream_receive_window = v;
@@ -253,9 +240,8 @@ impl ClientArgs {
             t.gso = false;
         }
         if let Some(v) = self.udp_buffer {
-            let v = usize::try_from(v).context("--udp-buffer too large")?;
-            t.udp_send_buffer = v;
-            t.udp_recv_buffer = v;
+            t.udp_send_buffer = Some(v);
+            t.udp_recv_buffer = Some(v);
         }
         q.validate().context("invalid QUIC client setting")?;
         if self.insecure && !self.ca_cert.is_empty() {

@@ -103,13 +103,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cfg.http.tcp.congestion = Some(cc.clone());
     }
     if let Some(v) = args.h2_frame_size {
-        cfg.http.http2.max_frame_size =
-            u32::try_from(v).map_err(|_| UsageError(format!("--h2-frame-size {v} too large")))?;
+        cfg.http.http2.max_frame_size = v;
     }
     cfg.http.http2.max_concurrent_streams = args.h2_max_streams;
     if let Some(v) = args.h2_send_buffer {
-        cfg.http.http2.max_send_buffer = usize::try_from(v)
-            .map_err(|_| UsageError(format!("--h2-send-buffer {v} too large")))?;
+        cfg.http.http2.max_send_buffer = v;
     }
     cfg.http.max_connections = args.max_connections;
     cfg.http.repr_digest = !args.no_repr_digest;
@@ -123,10 +121,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         quic.send_window = v;
     }
     if let Some(v) = args.udp_buffer {
-        let v =
-            usize::try_from(v).map_err(|_| UsageError(format!("--udp-buffer {v} too large")))?;
-        quic.udp_send_buffer = v;
-        quic.udp_recv_buffer = v;
+        quic.udp_send_buffer = Some(v);
+        quic.udp_recv_buffer = Some(v);
     }
     quic.validate().map_err(|e| UsageError(e.to_string()))?;
     cfg.quic_tuning = quic;

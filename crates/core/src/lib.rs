@@ -24,6 +24,7 @@ pub mod duration;
 pub mod error;
 pub mod get;
 pub mod journal;
+pub mod layout;
 pub mod mem_transport;
 pub mod plan;
 pub mod progress;

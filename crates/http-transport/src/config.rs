@@ -12,11 +12,11 @@
 pub use xfer_core::error::ConfigError;
 
 /// Largest legal HTTP/2 `SETTINGS_MAX_FRAME_SIZE` (RFC 9113 §6.5.2): 2^24 - 1.
-pub const H2_MAX_FRAME_SIZE_LIMIT: u32 = (1 << 24) - 1;
+pub const H2_MAX_FRAME_SIZE_LIMIT: u64 = (1 << 24) - 1;
 /// Smallest legal, and default, `SETTINGS_MAX_FRAME_SIZE`: 2^14.
-pub const H2_MIN_FRAME_SIZE: u32 = 1 << 14;
+pub const H2_MIN_FRAME_SIZE: u64 = 1 << 14;
 /// Largest legal flow-control window (RFC 9113 §6.9.1): 2^31 - 1.
-pub const H2_MAX_WINDOW: u32 = (1 << 31) - 1;
+pub const H2_MAX_WINDOW: u64 = (1 << 31) - 1;
 
 /// Which HTTP version the client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -109,15 +109,15 @@ pub struct Http2Config {
     /// `SETTINGS_MAX_FRAME_SIZE` we advertise, in bytes (16 KiB to 16 MiB - 1). The peer may send
     /// DATA frames up to this size. Default 1 MiB: 64× fewer frame headers and wake-ups than
     /// 16 KiB; a 1 MiB frame occupies a 1 Gbit/s link for 8 ms, short next to a 100 ms RTT.
-    pub max_frame_size: u32,
+    pub max_frame_size: u64,
     /// `SETTINGS_INITIAL_WINDOW_SIZE`: per-stream receive window, in bytes. Default 16 MiB:
     /// one stream alone can keep the design-point BDP (12.5 MB) in flight, so the last stream
     /// of a transfer is not window-bound.
-    pub stream_window: u32,
+    pub stream_window: u64,
     /// Connection-level receive window, in bytes. Default 64 MiB: five BDPs, so 8 streams
     /// in flight are not throttled by the connection window; costs up to that much client
     /// memory when the application reads slower than the network.
-    pub connection_window: u32,
+    pub connection_window: u64,
     /// hyper's adaptive window (estimates the BDP from PING round trips and grows windows to
     /// match). When on, it replaces the two fixed windows above. Default off: the fixed windows
     /// are already sized for the design point and do not need ramp-up time.
@@ -127,11 +127,7 @@ pub struct Http2Config {
     pub max_concurrent_streams: u32,
     /// Bytes the sender may buffer per stream before waiting for the socket (hyper's
     /// `max_send_buf_size`). Default 4 MiB: enough to keep a 1 MiB frame train going.
-    pub max_send_buffer: usize,
-    /// Lanes (streams in flight) per connection, K. Default 8.
-    pub streams_per_connection: usize,
-    /// Number of HTTP/2 connections, M. Default 1: HTTP/2's promise is one connection.
-    pub connections: usize,
+    pub max_send_buffer: u64,
 }
 
 impl Default for Http2Config {
@@ -143,13 +139,31 @@ impl Default for Http2Config {
             adaptive_window: false,
             max_concurrent_streams: 256,
             max_send_buffer: 4 << 20,
-            streams_per_connection: 8,
-            connections: 1,
         }
     }
 }
 
 impl Http2Config {
+    /// The frame size as hyper takes it; [`Http2Config::validate`] keeps it in range.
+    pub fn frame_size_u32(&self) -> u32 {
+        u32::try_from(self.max_frame_size).unwrap_or(u32::MAX)
+    }
+
+    /// The stream window as hyper takes it.
+    pub fn stream_window_u32(&self) -> u32 {
+        u32::try_from(self.stream_window).unwrap_or(u32::MAX)
+    }
+
+    /// The connection window as hyper takes it.
+    pub fn connection_window_u32(&self) -> u32 {
+        u32::try_from(self.connection_window).unwrap_or(u32::MAX)
+    }
+
+    /// The send buffer as hyper takes it.
+    pub fn send_buffer_usize(&self) -> usize {
+        usize::try_from(self.max_send_buffer).unwrap_or(usize::MAX)
+    }
+
     /// hyper's (and the HTTP/2 specification's) defaults, kept for side-by-side comparison:
     /// 16 KiB frames, 64 KiB - 1 windows... as hyper 1.x sets them.
     pub fn hyper_defaults() -> Self {
@@ -160,8 +174,6 @@ impl Http2Config {
             adaptive_window: false,
             max_concurrent_streams: 200,
             max_send_buffer: 400 * 1024,
-            streams_per_connection: 8,
-            connections: 1,
         }
     }
 
@@ -190,20 +202,6 @@ impl Http2Config {
                 "max_send_buffer",
                 self.max_send_buffer,
                 "16 KiB to 1 GiB",
-            ));
-        }
-        if !(1..=1024).contains(&self.streams_per_connection) {
-            return Err(ConfigError::new(
-                "streams_per_connection",
-                self.streams_per_connection,
-                "1 to 1024",
-            ));
-        }
-        if !(1..=256).contains(&self.connections) {
-            return Err(ConfigError::new(
-                "connections",
-                self.connections,
-                "1 to 256",
             ));
         }
         Ok(())

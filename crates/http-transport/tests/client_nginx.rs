@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use xfer_core::layout::LaneLayout;
 use xfer_core::transport::{RangeRequest, Transport};
 use xfer_core::TransferError;
-use xfer_http::{Http2Config, HttpClientConfig, HttpTransport, HttpVersion};
+use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -149,16 +150,19 @@ async fn stat_and_ranges(h2c: bool) -> TestResult {
     let cfg = if h2c {
         HttpClientConfig {
             version: HttpVersion::Http2,
-            http2: Http2Config {
-                streams_per_connection: 4,
-                ..Http2Config::default()
+            lanes: LaneLayout {
+                connections: None,
+                streams_per_connection: Some(4),
             },
             ..HttpClientConfig::default()
         }
     } else {
         HttpClientConfig {
             version: HttpVersion::Http1,
-            connections: 4,
+            lanes: LaneLayout {
+                connections: Some(4),
+                streams_per_connection: None,
+            },
             ..HttpClientConfig::default()
         }
     };

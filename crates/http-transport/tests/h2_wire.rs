@@ -37,10 +37,10 @@ struct WireLog {
 }
 
 impl WireLog {
-    fn setting(&self, id: u16) -> Option<u32> {
+    fn setting(&self, id: u16) -> Option<u64> {
         self.settings
             .first()
-            .and_then(|s| s.iter().find(|(i, _)| *i == id).map(|(_, v)| *v))
+            .and_then(|s| s.iter().find(|(i, _)| *i == id).map(|(_, v)| u64::from(*v)))
     }
 
     fn data_bytes(&self) -> u64 {
@@ -300,7 +300,7 @@ async fn client_settings_and_frame_sizes_follow_config() -> TestResult {
         .map(|(_, inc)| u64::from(*inc))
         .next()
         .unwrap_or(0);
-    assert_eq!(conn_raise + 65_535, u64::from(cfg.connection_window));
+    assert_eq!(conn_raise + 65_535, cfg.connection_window);
     // (b) With 1 MiB frames allowed, the server sends DATA frames beyond 16 KiB.
     let s = &logs.from_server;
     assert!(s.data_bytes() >= 8 * MIB);
@@ -310,7 +310,10 @@ async fn client_settings_and_frame_sizes_follow_config() -> TestResult {
         "no DATA frame above 16 KiB: {:?}",
         &s.data_frames[..s.data_frames.len().min(20)]
     );
-    assert!(s.data_frames.iter().all(|&l| l <= cfg.max_frame_size));
+    assert!(s
+        .data_frames
+        .iter()
+        .all(|&l| u64::from(l) <= cfg.max_frame_size));
     Ok(())
 }
 

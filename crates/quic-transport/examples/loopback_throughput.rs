@@ -10,6 +10,7 @@ use std::time::Instant;
 use tokio::sync::Mutex;
 use xfer_common::tls::{self, ClientTlsOptions};
 use xfer_core::digest::Sha256Hasher;
+use xfer_core::layout::LaneLayout;
 use xfer_core::size::parse_size;
 use xfer_core::transport::{RangeRequest, Transport};
 use xfer_quic::{QuicClientConfig, QuicServer, QuicServerConfig, QuicTransport};
@@ -43,8 +44,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ca_certs: vec![certs.cert_path.clone()],
                 dangerous_insecure: false,
             },
-            connections,
-            streams_per_connection: streams,
+            lanes: LaneLayout {
+                connections: Some(connections),
+                streams_per_connection: Some(streams),
+            },
             ..QuicClientConfig::default()
         },
     )?;

@@ -27,6 +27,7 @@ use crate::url::QuicUrl;
 use crate::wire::{
     self, decode_trailer, status, ErrorCode, Method, Request, ResponseHead, ALPN, TRAILER_LEN,
 };
+use xfer_core::layout::{LaneLayout, Lanes};
 
 /// Client settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,14 +36,13 @@ pub struct QuicClientConfig {
     pub tuning: QuicTuning,
     /// Whom to trust.
     pub tls: ClientTlsOptions,
-    /// Connections, M. Default 2: one quinn connection is driven by about one core (crypto and
-    /// packet processing), so a second one uses the other core of a small machine; more than
-    /// the core count gains nothing. Allowed 1 to 64.
-    pub connections: usize,
-    /// Streams in flight per connection, K; lanes = M × K. Default 4: enough parallel requests
-    /// to hide per-request round trips; the connection window (64 MiB) holds four full
-    /// 16 MiB stream windows. Allowed 1 to 1024 (the server's stream cap must allow it).
-    pub streams_per_connection: usize,
+    /// Lanes as M connections × K streams. Default M = 2: one quinn connection is driven by
+    /// about one core (crypto and packet processing), so a second one uses the other core of a
+    /// small machine; more than the core count gains nothing. Allowed 1 to 64. Default K = 4:
+    /// enough parallel requests to hide per-request round trips; the connection window
+    /// (64 MiB) holds four full 16 MiB stream windows. Allowed 1 to 1024 (the server's stream
+    /// cap must allow it).
+    pub lanes: LaneLayout,
     /// Limit on name resolution plus handshake. Default 10 s. Allowed 1 ms to 10 min.
     pub connect_timeout: Duration,
     /// A connection with no packets for this long is dead (quinn's idle timeout; the smaller
@@ -57,8 +57,7 @@ impl Default for QuicClientConfig {
         Self {
             tuning: QuicTuning::default(),
             tls: ClientTlsOptions::default(),
-            connections: 2,
-            streams_per_connection: 4,
+            lanes: LaneLayout::default(),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
         }
@@ -66,19 +65,15 @@ impl Default for QuicClientConfig {
 }
 
 impl QuicClientConfig {
+    /// The layout with QUIC's defaults (2 × 4) filled in.
+    pub fn layout(&self) -> Lanes {
+        self.lanes.resolve(Lanes::new(2, 4))
+    }
+
     /// Reject values outside what the client supports, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tuning.validate()?;
-        if !(1..=64).contains(&self.connections) {
-            return Err(ConfigError::new("connections", self.connections, "1 to 64"));
-        }
-        if !(1..=1024).contains(&self.streams_per_connection) {
-            return Err(ConfigError::new(
-                "streams_per_connection",
-                self.streams_per_connection,
-                "1 to 1024",
-            ));
-        }
+        self.lanes.validate(64, 1024, "1 to 64", "1 to 1024")?;
         if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {
             return Err(ConfigError::new(
                 "connect_timeout",
@@ -153,7 +148,9 @@ impl QuicTransport {
             .map_err(|e| TransferError::Config(e.to_string()))?;
         let mut quinn_config = quinn::ClientConfig::new(Arc::new(crypto));
         quinn_config.transport_config(Arc::new(transport));
-        let slots = (0..config.connections).map(|_| Slot::default()).collect();
+        let slots = (0..config.layout().connections)
+            .map(|_| Slot::default())
+            .collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 url: url.to_string(),
@@ -422,14 +419,14 @@ impl Transport for QuicTransport {
 
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
         Box::pin(async move {
-            let m = self.inner.slots.len();
-            let conn = index % m;
+            let layout = self.inner.config.layout();
+            let conn = layout.connection_of(index);
             // Connect now so a bad certificate or unreachable server shows at lane set-up.
             self.inner.connection(conn).await?;
             Ok(Box::new(QuicLane {
                 inner: self.inner.clone(),
                 conn,
-                slot: index / m,
+                slot: layout.slot_of(index),
             }) as Box<dyn Lane>)
         })
     }
@@ -465,7 +462,7 @@ impl Transport for QuicTransport {
     }
 
     fn default_lanes(&self) -> usize {
-        self.inner.config.connections * self.inner.config.streams_per_connection
+        self.inner.config.layout().count()
     }
 }
 
@@ -636,12 +633,18 @@ mod tests {
     fn config_validation_names_fields() {
         assert!(QuicClientConfig::default().validate().is_ok());
         let bad = QuicClientConfig {
-            connections: 0,
+            lanes: LaneLayout {
+                connections: Some(0),
+                streams_per_connection: None,
+            },
             ..QuicClientConfig::default()
         };
         assert_eq!(bad.validate().map_err(|e| e.field), Err("connections"));
         let bad = QuicClientConfig {
-            streams_per_connection: 5000,
+            lanes: LaneLayout {
+                connections: None,
+                streams_per_connection: Some(5000),
+            },
             ..QuicClientConfig::default()
         };
         assert_eq!(

@@ -33,18 +33,14 @@ pub fn bind_udp(addr: SocketAddr, tuning: &QuicTuning) -> io::Result<(UdpSocket,
         // Dual-stack when bound to [::], as quinn does for its own sockets.
         let _ = socket.set_only_v6(false);
     }
-    set_buffer(
-        &socket,
-        Direction::Send,
-        tuning.udp_send_buffer,
-        tuning.force_buffers,
-    );
-    set_buffer(
-        &socket,
-        Direction::Recv,
-        tuning.udp_recv_buffer,
-        tuning.force_buffers,
-    );
+    let send = tuning.udp_send_buffer.and_then(|v| usize::try_from(v).ok());
+    let recv = tuning.udp_recv_buffer.and_then(|v| usize::try_from(v).ok());
+    if let Some(size) = send {
+        set_buffer(&socket, Direction::Send, size, tuning.force_buffers);
+    }
+    if let Some(size) = recv {
+        set_buffer(&socket, Direction::Recv, size, tuning.force_buffers);
+    }
     socket.bind(&addr.into())?;
     socket.set_nonblocking(true)?;
     let granted = SocketBuffers {
@@ -52,12 +48,13 @@ pub fn bind_udp(addr: SocketAddr, tuning: &QuicTuning) -> io::Result<(UdpSocket,
         recv: socket.recv_buffer_size().unwrap_or(0),
     };
     // The kernel reports double what was granted; less than the request means it clamped.
-    if (granted.send < tuning.udp_send_buffer || granted.recv < tuning.udp_recv_buffer)
+    let clamped = |asked: Option<usize>, got: usize| asked.is_some_and(|a| got < a);
+    if (clamped(send, granted.send) || clamped(recv, granted.recv))
         && !CLAMP_WARNED.swap(true, Ordering::Relaxed)
     {
         tracing::warn!(
-            requested_send = tuning.udp_send_buffer,
-            requested_recv = tuning.udp_recv_buffer,
+            requested_send = ?send,
+            requested_recv = ?recv,
             granted_send = granted.send,
             granted_recv = granted.recv,
             "kernel clamped the udp socket buffers; raise net.core.wmem_max/rmem_max or run \
@@ -80,8 +77,8 @@ mod tests {
     #[test]
     fn binds_loopback_and_reports_buffers() {
         let tuning = QuicTuning {
-            udp_send_buffer: 1 << 20,
-            udp_recv_buffer: 1 << 20,
+            udp_send_buffer: Some(1 << 20),
+            udp_recv_buffer: Some(1 << 20),
             ..QuicTuning::default()
         };
         let (sock, granted) =

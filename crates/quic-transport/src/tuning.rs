@@ -117,14 +117,16 @@ pub struct QuicTuning {
     /// itself when the kernel or NIC refuses it. Turn off for packet captures that must see
     /// individual datagrams or when a driver misbehaves.
     pub gso: bool,
-    /// `SO_SNDBUF` of the UDP socket, bytes. Default 32 MiB (2.5 BDPs). quinn leaves the
-    /// kernel default (~208 KiB), too small for bursts at 1 Gbit/s; the kernel clamps to
-    /// `net.core.wmem_max` unless [`QuicTuning::force_buffers`] succeeds. Allowed 64 KiB to 1 GiB.
-    pub udp_send_buffer: usize,
+    /// `SO_SNDBUF` of the UDP socket, bytes. Default 32 MiB (2.5 BDPs); `None` leaves the
+    /// kernel default (~208 KiB, what quinn uses), too small for bursts at 1 Gbit/s. The
+    /// kernel clamps to `net.core.wmem_max` unless [`QuicTuning::force_buffers`] succeeds.
+    /// Allowed 64 KiB to 1 GiB.
+    pub udp_send_buffer: Option<u64>,
     /// `SO_RCVBUF` of the UDP socket, bytes. Default 32 MiB: datagrams arriving while the
     /// receiving task is busy wait here; when it overflows they are dropped and read as
-    /// congestion. Clamped to `net.core.rmem_max` unless forced. Allowed 64 KiB to 1 GiB.
-    pub udp_recv_buffer: usize,
+    /// congestion. `None` leaves the kernel default. Clamped to `net.core.rmem_max` unless
+    /// forced. Allowed 64 KiB to 1 GiB.
+    pub udp_recv_buffer: Option<u64>,
     /// Try `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`) to exceed the sysctl
     /// maxima. Default on; when refused, the clamped size is used and a warning is logged once.
     pub force_buffers: bool,
@@ -142,8 +144,8 @@ impl Default for QuicTuning {
             mtu_discovery: true,
             mtu_discovery_upper_bound: 1452,
             gso: true,
-            udp_send_buffer: 32 << 20,
-            udp_recv_buffer: 32 << 20,
+            udp_send_buffer: Some(32 << 20),
+            udp_recv_buffer: Some(32 << 20),
             force_buffers: true,
         }
     }
@@ -154,8 +156,7 @@ const MAX_UDP_PAYLOAD: u16 = 65527;
 
 impl QuicTuning {
     /// quinn's own defaults (windows and buffers as quinn 0.11 ships them), for comparison in
-    /// benchmarks. UDP buffers are left at what the kernel gives (`None` is not expressible
-    /// here, so they are set to the usual Linux default of 208 KiB).
+    /// benchmarks. UDP buffers are left at what the kernel gives.
     pub fn quinn_defaults() -> Self {
         Self {
             stream_receive_window: 1_250_000,
@@ -167,8 +168,8 @@ impl QuicTuning {
             mtu_discovery: true,
             mtu_discovery_upper_bound: 1452,
             gso: true,
-            udp_send_buffer: 212_992,
-            udp_recv_buffer: 212_992,
+            udp_send_buffer: None,
+            udp_recv_buffer: None,
             force_buffers: false,
         }
     }
@@ -216,8 +217,10 @@ impl QuicTuning {
             ("udp_send_buffer", self.udp_send_buffer),
             ("udp_recv_buffer", self.udp_recv_buffer),
         ] {
-            if !(64 << 10..=1 << 30).contains(&v) {
-                return Err(ConfigError::new(field, v, "64 KiB to 1 GiB"));
+            if let Some(v) = v {
+                if !(64 << 10..=1 << 30).contains(&v) {
+                    return Err(ConfigError::new(field, v, "64 KiB to 1 GiB"));
+                }
             }
         }
         Ok(())
@@ -344,7 +347,7 @@ mod tests {
             ),
             (
                 QuicTuning {
-                    udp_recv_buffer: 1 << 31,
+                    udp_recv_buffer: Some(1 << 31),
                     ..QuicTuning::default()
                 },
                 "udp_recv_buffer",

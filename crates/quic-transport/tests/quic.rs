@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 use xfer_common::fault::FaultInjection;
 use xfer_common::synthetic;
 use xfer_common::tls::{self, ClientTlsOptions};
+use xfer_core::layout::LaneLayout;
 use xfer_core::transport::{RangeRequest, RemoteInfo, Transport};
 use xfer_core::{Sha256Digest, TransferError};
 use xfer_quic::wire::{self, ErrorCode, Method, Request, ResponseHead, ALPN};
@@ -82,8 +83,10 @@ impl Fixture {
         let config = QuicClientConfig {
             tuning: small_buffers(),
             tls: self.client_tls(),
-            connections: 2,
-            streams_per_connection: 2,
+            lanes: LaneLayout {
+                connections: Some(2),
+                streams_per_connection: Some(2),
+            },
             ..QuicClientConfig::default()
         };
         QuicTransport::new(&self.url(path), config).expect("client")
@@ -102,8 +105,8 @@ impl Fixture {
 /// Modest socket buffers: the tests move megabytes, not gigabytes.
 fn small_buffers() -> QuicTuning {
     QuicTuning {
-        udp_send_buffer: 4 << 20,
-        udp_recv_buffer: 4 << 20,
+        udp_send_buffer: Some(4 << 20),
+        udp_recv_buffer: Some(4 << 20),
         ..QuicTuning::default()
     }
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use xfer_common::tls::ClientTlsOptions;
+use xfer_core::layout::{LaneLayout, Lanes};
 
 use crate::config::{ConfigError, Http2Config, HttpVersion, TcpConfig};
 
@@ -14,11 +15,12 @@ pub struct HttpClientConfig {
     /// one connection HTTP/2 shares among its streams. [`HttpVersion::Auto`] lets ALPN decide
     /// over TLS (plain TCP is then HTTP/1.1).
     pub version: HttpVersion,
-    /// HTTP/1.1 lanes, one TCP connection each (1 to 1024). Default 8: on a lossy long path
-    /// several independent congestion windows recover faster than one; more connections cost a
-    /// handshake and a socket buffer each.
-    pub connections: usize,
-    /// HTTP/2 settings and the M connections × K streams layout.
+    /// Lanes as M connections × K streams. HTTP/1.1: one lane per connection, K ignored,
+    /// default M = 8 (on a lossy long path several independent congestion windows recover
+    /// faster than one; each costs a handshake and a socket buffer), 1 to 1024. HTTP/2:
+    /// default 1 × 8, M 1 to 256, K 1 to 1024.
+    pub lanes: LaneLayout,
+    /// HTTP/2 settings.
     pub http2: Http2Config,
     /// Socket options for every connection (client defaults: autotuned buffers, `bbr`).
     pub tcp: TcpConfig,
@@ -41,7 +43,7 @@ impl Default for HttpClientConfig {
     fn default() -> Self {
         Self {
             version: HttpVersion::Http1,
-            connections: 8,
+            lanes: LaneLayout::default(),
             http2: Http2Config::default(),
             tcp: TcpConfig::default(),
             tls: ClientTlsOptions::default(),
@@ -54,15 +56,28 @@ impl Default for HttpClientConfig {
 }
 
 impl HttpClientConfig {
+    /// The layout for the protocol in use, defaults filled in.
+    pub(crate) fn layout(&self, mode: crate::client::transport::Mode) -> Lanes {
+        use crate::client::transport::Mode;
+        match mode {
+            Mode::H1 => Lanes::new(self.lanes.connections.unwrap_or(8), 1),
+            Mode::H2 => self.lanes.resolve(Lanes::new(1, 8)),
+        }
+    }
+
     /// Reject values the client cannot work with, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=1024).contains(&self.connections) {
-            return Err(ConfigError::new(
-                "connections",
-                self.connections,
-                "1 to 1024",
-            ));
-        }
+        let max_connections = if self.version == HttpVersion::Http2 {
+            256
+        } else {
+            1024
+        };
+        self.lanes.validate(
+            max_connections,
+            1024,
+            "1 to 1024 (HTTP/1.1) or 1 to 256 (HTTP/2)",
+            "1 to 1024",
+        )?;
         self.http2.validate()?;
         self.tcp.validate()?;
         if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {
@@ -105,7 +120,10 @@ mod tests {
     fn defaults_validate_and_bad_values_are_named() {
         assert_eq!(HttpClientConfig::default().validate(), Ok(()));
         let bad = HttpClientConfig {
-            connections: 0,
+            lanes: LaneLayout {
+                connections: Some(0),
+                streams_per_connection: None,
+            },
             ..HttpClientConfig::default()
         };
         assert_eq!(bad.validate().map_err(|e| e.field), Err("connections"));

@@ -50,6 +50,8 @@ pub(crate) struct ConnectParams<'a> {
     pub version: HttpVersion,
     pub tcp: &'a TcpConfig,
     pub http2: &'a Http2Config,
+    /// Lanes each HTTP/2 connection carries.
+    pub streams_per_connection: usize,
     pub tls: &'a Arc<rustls::ClientConfig>,
     pub connect_timeout: Duration,
 }
@@ -159,7 +161,7 @@ where
 {
     let io = TokioIo::new(io);
     if h2 {
-        let (sender, conn) = h2_builder(p.http2)
+        let (sender, conn) = h2_builder(p.http2, p.streams_per_connection)
             .handshake(io)
             .await
             .map_err(|e| from_hyper(peer, "h2 handshake", &e))?;
@@ -187,22 +189,23 @@ where
 }
 
 /// The hyper HTTP/2 client builder with every [`Http2Config`] knob applied, as the transport
-/// uses it (public for tests and tools that drive hyper directly).
-pub fn h2_builder(cfg: &Http2Config) -> http2::Builder<TokioExecutor> {
+/// uses it for connections carrying `streams` lanes each (public for tests and tools that
+/// drive hyper directly).
+pub fn h2_builder(cfg: &Http2Config, streams: usize) -> http2::Builder<TokioExecutor> {
     let mut b = http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())
-        .max_frame_size(cfg.max_frame_size)
+        .max_frame_size(cfg.frame_size_u32())
         .max_concurrent_streams(cfg.max_concurrent_streams)
-        .max_send_buf_size(cfg.max_send_buffer)
+        .max_send_buf_size(cfg.send_buffer_usize())
         // Streams we open before the server's SETTINGS arrive; our lanes never exceed K.
-        .initial_max_send_streams(cfg.streams_per_connection)
+        .initial_max_send_streams(streams)
         // Lanes that give up on a chunk reset their stream; allow a burst of those per lane.
-        .max_concurrent_reset_streams(cfg.streams_per_connection.saturating_mul(4).max(16));
+        .max_concurrent_reset_streams(streams.saturating_mul(4).max(16));
     if cfg.adaptive_window {
         b.adaptive_window(true);
     } else {
-        b.initial_stream_window_size(cfg.stream_window)
-            .initial_connection_window_size(cfg.connection_window);
+        b.initial_stream_window_size(cfg.stream_window_u32())
+            .initial_connection_window_size(cfg.connection_window_u32());
     }
     b
 }

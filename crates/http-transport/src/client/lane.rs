@@ -284,8 +284,12 @@ impl Lane for HttpLane {
     fn label(&self) -> String {
         match self.inner.mode() {
             Some(Mode::H2) => {
-                let k = self.inner.cfg.http2.streams_per_connection;
-                format!("conn {} / stream slot {}", self.index / k, self.index % k)
+                let layout = self.inner.cfg.layout(Mode::H2);
+                format!(
+                    "conn {} / stream slot {}",
+                    layout.connection_of(self.index),
+                    layout.slot_of(self.index)
+                )
             }
             _ => format!("conn {}", self.index),
         }

@@ -96,6 +96,7 @@ impl Inner {
             version: self.cfg.version,
             tcp: &self.cfg.tcp,
             http2: &self.cfg.http2,
+            streams_per_connection: self.cfg.layout(Mode::H2).streams_per_connection,
             tls: &self.tls,
             connect_timeout: self.cfg.connect_timeout,
         }
@@ -105,13 +106,11 @@ impl Inner {
         self.stats.register(index, conn.record.clone());
     }
 
-    /// The connection lane `lane` rides on: its own for HTTP/1.1, `lane / K` (wrapping at M)
-    /// for HTTP/2.
+    /// The connection lane `lane` rides on: its own for HTTP/1.1, one of the M shared ones for
+    /// HTTP/2.
     pub fn connection_index(&self, lane: usize) -> usize {
         match self.mode() {
-            Some(Mode::H2) => {
-                (lane / self.cfg.http2.streams_per_connection) % self.cfg.http2.connections
-            }
+            Some(Mode::H2) => self.cfg.layout(Mode::H2).connection_of(lane),
             _ => lane,
         }
     }
@@ -224,7 +223,7 @@ impl HttpTransport {
         }
         let user_agent = HeaderValue::from_str(&cfg.user_agent)
             .map_err(|_| TransferError::Config("invalid user_agent".into()))?;
-        let slots = (0..cfg.http2.connections)
+        let slots = (0..cfg.layout(Mode::H2).connections)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
         Ok(Self {
@@ -395,7 +394,7 @@ impl HttpTransport {
         if inner.mode().is_none() {
             // Auto over TLS before any connection: connect now so the lane knows whether it
             // shares an HTTP/2 connection or owns an HTTP/1.1 one.
-            let slot = index / inner.cfg.http2.streams_per_connection;
+            let slot = inner.cfg.layout(Mode::H2).connection_of(index);
             match inner.shared_sender(slot, index).await? {
                 SharedPick::H2(..) => {}
                 SharedPick::H1(conn) => lane.adopt(conn),
@@ -434,11 +433,7 @@ impl Transport for HttpTransport {
     }
 
     fn default_lanes(&self) -> usize {
-        match self.inner.mode() {
-            Some(Mode::H2) => {
-                self.inner.cfg.http2.connections * self.inner.cfg.http2.streams_per_connection
-            }
-            _ => self.inner.cfg.connections,
-        }
+        let mode = self.inner.mode().unwrap_or(Mode::H1);
+        self.inner.cfg.layout(mode).count()
     }
 }

@@ -389,13 +389,13 @@ async fn drive<I>(
         let h2c = &cfg.http2;
         let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         b.timer(TokioTimer::new())
-            .initial_stream_window_size(h2c.stream_window)
-            .initial_connection_window_size(h2c.connection_window)
+            .initial_stream_window_size(h2c.stream_window_u32())
+            .initial_connection_window_size(h2c.connection_window_u32())
             // After the windows: setting a window turns the adaptive window off.
             .adaptive_window(h2c.adaptive_window)
-            .max_frame_size(h2c.max_frame_size)
+            .max_frame_size(h2c.frame_size_u32())
             .max_concurrent_streams(h2c.max_concurrent_streams)
-            .max_send_buf_size(h2c.max_send_buffer)
+            .max_send_buf_size(h2c.send_buffer_usize())
             .max_header_list_size(MAX_HEADER_BYTES as u32)
             .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESETS)
             .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESETS);

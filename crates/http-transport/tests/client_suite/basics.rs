@@ -3,9 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
+use xfer_core::layout::LaneLayout;
 use xfer_core::transport::{RangeRequest, Transport};
 use xfer_core::Sha256Digest;
-use xfer_http::{Http2Config, HttpClientConfig, HttpTransport, HttpVersion};
+use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
 
 use crate::support::{pattern, Script, TestResult, TestServer, Wire};
 use crate::{client_cfg, fetch, range_req};
@@ -120,7 +121,10 @@ async fn lanes_map_onto_connections() -> TestResult {
         (
             Wire::Http1,
             HttpClientConfig {
-                connections: 3,
+                lanes: LaneLayout {
+                    connections: Some(3),
+                    streams_per_connection: None,
+                },
                 ..client_cfg(HttpVersion::Http1)
             },
             3,
@@ -129,10 +133,9 @@ async fn lanes_map_onto_connections() -> TestResult {
         (
             Wire::H2c,
             HttpClientConfig {
-                http2: Http2Config {
-                    connections: 2,
-                    streams_per_connection: 3,
-                    ..Http2Config::default()
+                lanes: LaneLayout {
+                    connections: Some(2),
+                    streams_per_connection: Some(3),
                 },
                 ..client_cfg(HttpVersion::Http2)
             },

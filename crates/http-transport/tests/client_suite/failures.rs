@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use xfer_core::layout::LaneLayout;
 use xfer_core::transport::Transport;
 use xfer_core::{Sha256Digest, TransferError};
 use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
@@ -207,7 +208,10 @@ async fn silent_server_times_out() -> TestResult {
 #[tokio::test]
 async fn bad_configuration_is_refused_up_front() {
     let bad = HttpClientConfig {
-        connections: 0,
+        lanes: LaneLayout {
+            connections: Some(0),
+            streams_per_connection: None,
+        },
         ..HttpClientConfig::default()
     };
     assert!(matches!(

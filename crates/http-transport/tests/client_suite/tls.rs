@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use xfer_core::layout::LaneLayout;
 use xfer_core::transport::Transport;
 use xfer_core::TransferError;
 use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
@@ -71,7 +72,10 @@ async fn alpn_decides_under_auto() -> TestResult {
     let srv = TestServer::start(Wire::Tls, script).await?;
     let ca = srv.cert.iter().cloned().collect::<Vec<_>>();
     let mut cfg = HttpClientConfig {
-        connections: 2,
+        lanes: LaneLayout {
+            connections: Some(2),
+            streams_per_connection: None,
+        },
         ..client_cfg(HttpVersion::Auto)
     };
     cfg.tls.ca_certs = ca.clone();
