@@ -10,9 +10,9 @@ use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptio
 use xfer_core::error::ConfigError;
 
 use crate::body::{BodyStream, StreamPlan};
-use crate::{dav, directory};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
+use crate::{dav, directory};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
 /// numbers, so `xfer_core::error::is_transient_status` classifies both).

@@ -139,7 +139,10 @@ async fn propfind_depth_1_lists_members_with_get_validators() {
     let f = &members["f.bin"];
     assert_eq!(f.kind, EntryKind::File);
     assert_eq!(f.size, Some(10));
-    assert_eq!(f.etag.as_deref(), Some(etag_of(&fx.root, "/f.bin").as_str()));
+    assert_eq!(
+        f.etag.as_deref(),
+        Some(etag_of(&fx.root, "/f.bin").as_str())
+    );
     let meta = std::fs::metadata(fx.root.join("f.bin")).expect("stat");
     let whole_seconds = |t: std::time::SystemTime| {
         t.duration_since(std::time::UNIX_EPOCH)
@@ -161,7 +164,10 @@ async fn propfind_depth_1_lists_members_with_get_validators() {
             "{href}"
         );
     }
-    assert!(body.contains("<D:href>/100%25%20done.txt</D:href>"), "{body}");
+    assert!(
+        body.contains("<D:href>/100%25%20done.txt</D:href>"),
+        "{body}"
+    );
     assert!(body.contains("<D:href>/empty%20dir/</D:href>"), "{body}");
 }
 
@@ -259,7 +265,9 @@ async fn html_index_escapes_names_and_encodes_links() {
         "{page}"
     );
     assert!(
-        page.contains(r#"<a href="./%C3%BCn%C3%AFc%C3%B8d%C3%A9%20%E2%98%83.txt">ünïcødé ☃.txt</a>"#),
+        page.contains(
+            r#"<a href="./%C3%BCn%C3%AFc%C3%B8d%C3%A9%20%E2%98%83.txt">ünïcødé ☃.txt</a>"#
+        ),
         "{page}"
     );
     assert!(
@@ -270,11 +278,17 @@ async fn html_index_escapes_names_and_encodes_links() {
         page.contains(r#"<a href="./empty%20file">empty file</a></td><td>0</td>"#),
         "{page}"
     );
-    assert!(!page.contains("href=\"../\""), "the root has no parent link");
+    assert!(
+        !page.contains("href=\"../\""),
+        "the root has no parent link"
+    );
 
     let page = text_of(fx.svc.respond(&req(Method::Get, "/sub/")).await).await;
     assert!(page.contains("<title>Index of /sub/</title>"), "{page}");
-    assert!(page.contains(r#"<a href="./deeper/">deeper/</a>"#), "{page}");
+    assert!(
+        page.contains(r#"<a href="./deeper/">deeper/</a>"#),
+        "{page}"
+    );
     assert!(page.contains(r#"href="../""#), "{page}");
 }
 
@@ -416,10 +430,7 @@ async fn manifest_carries_sha256_only_once_the_cache_knows_it() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let tree = read_tree(&body_of(fx.svc.respond(&req(Method::List, "/")).await).await);
-    assert_eq!(
-        tree["f.bin"].sha256,
-        Some(Sha256Digest::of(b"0123456789"))
-    );
+    assert_eq!(tree["f.bin"].sha256, Some(Sha256Digest::of(b"0123456789")));
     assert_eq!(tree["100% done.txt"].sha256, None);
 }
 
@@ -437,21 +448,25 @@ async fn unnameable_entries_and_symlinks_out_are_left_out() {
     std::os::unix::fs::symlink(fx.root.join("f.bin"), fx.root.join("in-link")).expect("symlink");
     std::fs::write(fx.root.join("line\nbreak"), b"x").expect("write");
     std::fs::write(
-        fx.root
-            .join(std::ffi::OsStr::from_bytes(b"not-utf8-\xff")),
+        fx.root.join(std::ffi::OsStr::from_bytes(b"not-utf8-\xff")),
         b"x",
     )
     .expect("write");
     let tree = read_tree(&body_of(fx.svc.respond(&req(Method::List, "/")).await).await);
     assert!(!tree.contains_key("out-link") && !tree.contains_key("out-dir"));
-    assert!(tree.keys().all(|k| !k.contains("break") && !k.contains("utf8")));
+    assert!(tree
+        .keys()
+        .all(|k| !k.contains("break") && !k.contains("utf8")));
     assert_eq!(tree["in-link"].size, Some(10));
     assert_eq!(
         tree["in-link"].etag.as_deref(),
         Some(etag_of(&fx.root, "/f.bin").as_str())
     );
     let page = text_of(fx.svc.respond(&req(Method::Get, "/")).await).await;
-    assert!(!page.contains("out-link") && !page.contains("secret"), "{page}");
+    assert!(
+        !page.contains("out-link") && !page.contains("secret"),
+        "{page}"
+    );
     let body = text_of(fx.svc.respond(&propfind("/", Some("1"))).await).await;
     assert!(!body.contains("out-"), "{body}");
 }

@@ -41,7 +41,11 @@ impl<W: Write> HtmlIndexWriter<W> {
         size: Option<u64>,
         modified: Option<SystemTime>,
     ) -> std::io::Result<()> {
-        let slash = if kind == EntryKind::Directory { "/" } else { "" };
+        let slash = if kind == EntryKind::Directory {
+            "/"
+        } else {
+            ""
+        };
         let href = utf8_percent_encode(name, HREF_ENCODE).to_string();
         write!(
             self.out,
@@ -92,7 +96,10 @@ mod tests {
             page.contains("<a href=\"./%3Ca%26b%3E.txt\">&lt;a&amp;b&gt;.txt</a>"),
             "{page}"
         );
-        assert!(page.contains("<a href=\"./x:y%20%25/\">x:y %/</a>"), "{page}");
+        assert!(
+            page.contains("<a href=\"./x:y%20%25/\">x:y %/</a>"),
+            "{page}"
+        );
         assert!(page.contains("href=\"../\""));
         assert!(page.contains("first 2 entries"));
         assert!(!page.contains("<a&b>"));

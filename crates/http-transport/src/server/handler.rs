@@ -114,7 +114,10 @@ fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
         headers.insert(ALLOW, HeaderValue::from_static(allow));
     }
     if let Some(dav) = plan.dav {
-        headers.insert(HeaderName::from_static("dav"), HeaderValue::from_static(dav));
+        headers.insert(
+            HeaderName::from_static("dav"),
+            HeaderValue::from_static(dav),
+        );
     }
     if let Some(v) = plan
         .location
