@@ -3,8 +3,8 @@
 //! One test binary (modules under `tests/e2e/`) keeps link time low. Most cases run once per
 //! transport (HTTP/1.1 over TLS, HTTP/2 over TLS, h2c, QUIC) through the `each_transport!`
 //! macro, with the servers in-process on port 0. Cases that check the command line run the
-//! `xfer` binary built by `cargo build -p xfer-cli`; interop cases run nginx and curl as child
-//! processes and skip when they are missing, except under `CI=true`.
+//! `xfer` binary built by `cargo build -p xfer-cli`; interop cases run nginx, curl, davix-ls
+//! and rclone as child processes and skip when they are missing, except under `CI=true`.
 //!
 //! Kill-and-resume through the real binary lives in `crates/cli/tests/resume.rs`, where Cargo
 //! hands the test the binary's path.

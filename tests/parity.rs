@@ -1,6 +1,6 @@
-//! One table of requests — good, bad and hostile — sent through every server codec
-//! (HTTP/1.1 over TLS, HTTP/2 over TLS, h2c, QUIC), asserting the same answer: status,
-//! validators, Content-Range and length, digests, body bytes. The servers share one request
+//! One table of requests — good, bad and hostile, files and listings — sent through every
+//! server codec (HTTP/1.1 over TLS, HTTP/2 over TLS, h2c, QUIC), asserting the same answer:
+//! status, validators, Content-Range and length, digests, redirect location, body bytes. The servers share one request
 //! core (`xfer-service`), so any difference is a codec bug.
 //!
 //! The clients are deliberately raw (hyper's `client::conn`, the `xfer/1` wire codec over
@@ -46,11 +46,13 @@ enum IfRange {
 }
 
 /// How a case is said in `xfer/1`, which has no `Range` header, no `If-Range`, and only
-/// GET and STAT.
+/// GET, STAT and LIST.
 #[derive(Debug, Clone)]
 enum QuicForm {
     /// GET (or STAT when the HTTP method is HEAD) with this exact range.
     Same(Option<Range<u64>>),
+    /// LIST of the case's path: the manifest HTTP asks for with `?manifest` or `Accept`.
+    List,
     /// Not expressible; the case runs over the HTTP codecs only.
     None,
 }
@@ -65,6 +67,9 @@ struct Case {
     want_digest: bool,
     /// Send `TE: trailers` (HTTP/1.1 delivers a trailer only then).
     te_trailers: bool,
+    /// WebDAV `Depth`.
+    depth: Option<&'static str>,
+    accept: Option<&'static str>,
     quic: QuicForm,
     /// The status every codec must answer with; `None` only asserts they agree.
     status: Option<u16>,
@@ -79,6 +84,8 @@ fn case(name: &'static str, path: &str) -> Case {
         if_range: IfRange::None,
         want_digest: false,
         te_trailers: false,
+        depth: None,
+        accept: None,
         quic: QuicForm::Same(None),
         status: Some(200),
     }
@@ -101,6 +108,14 @@ fn table() -> Vec<Case> {
     };
     let refused = |name, path: &str, status| Case {
         status,
+        ..case(name, path)
+    };
+    // xfer/1 has no WebDAV: its listing is LIST.
+    let propfind = |name, path: &str, depth, status| Case {
+        method: "PROPFIND",
+        depth,
+        quic: QuicForm::None,
+        status: Some(status),
         ..case(name, path)
     };
     vec![
@@ -160,7 +175,46 @@ fn table() -> Vec<Case> {
         refused("encoded traversal", "/%2e%2e/secret.txt", Some(403)),
         refused("encoded slash", "/sub%2Finner.bin", None),
         refused("symlink out of the root", "/link.bin", Some(403)),
-        refused("directory", "/sub", Some(404)),
+        Case {
+            status: Some(301),
+            ..case("directory without its slash redirects", "/sub")
+        },
+        case("directory index", "/sub/"),
+        case("root index", "/"),
+        Case {
+            quic: QuicForm::List,
+            ..case("manifest", "/?manifest")
+        },
+        Case {
+            quic: QuicForm::List,
+            ..case("manifest of a subdirectory", "/sub?manifest")
+        },
+        Case {
+            accept: Some("application/x-xfer-manifest+jsonl"),
+            quic: QuicForm::List,
+            ..case("manifest by media type", "/")
+        },
+        Case {
+            quic: QuicForm::List,
+            status: Some(404),
+            ..case("manifest of a file", "/f.bin?manifest")
+        },
+        Case {
+            quic: QuicForm::List,
+            status: Some(403),
+            ..case("manifest outside the root", "/../?manifest")
+        },
+        propfind("propfind depth 0 of a file", "/f.bin", Some("0"), 207),
+        propfind("propfind depth 0 of a directory", "/sub/", Some("0"), 207),
+        propfind("propfind depth 1", "/", Some("1"), 207),
+        propfind("propfind depth infinity", "/", Some("infinity"), 403),
+        propfind("propfind without depth", "/", None, 403),
+        propfind("propfind of a missing file", "/missing.bin", Some("0"), 404),
+        Case {
+            method: "OPTIONS",
+            quic: QuicForm::None,
+            ..case("options", "/")
+        },
         refused(
             "over-long segment",
             &format!("/{}", "a".repeat(300)),
@@ -199,6 +253,8 @@ struct Outcome {
     length: Option<u64>,
     repr_digest: Option<String>,
     content_digest: Option<String>,
+    /// Where a 3xx points (HTTP `Location`, `xfer/1`'s message).
+    location: Option<String>,
     body: Option<Bytes>,
 }
 
@@ -291,6 +347,12 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
     if case.te_trailers {
         req = req.header(http::header::TE, "trailers");
     }
+    if let Some(d) = case.depth {
+        req = req.header("depth", d);
+    }
+    if let Some(a) = case.accept {
+        req = req.header(http::header::ACCEPT, a);
+    }
     let req = req.body(Empty::<Bytes>::new())?;
     let response = match codec {
         Codec::H2c => {
@@ -358,10 +420,13 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
         // xfer/1 has no Allow; HTTP must name the methods it serves.
         assert_eq!(
             header("allow").as_deref(),
-            Some("GET, HEAD"),
+            Some("GET, HEAD, OPTIONS, PROPFIND"),
             "{}",
             case.name
         );
+    }
+    if case.method == "OPTIONS" {
+        assert_eq!(header("dav").as_deref(), Some("1"), "{}", case.name);
     }
     Ok(Outcome {
         status,
@@ -371,6 +436,7 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
         length,
         repr_digest: header("repr-digest"),
         content_digest: header("content-digest").or(trailer_digest),
+        location: header("location"),
         body: (200..300).contains(&status).then_some(body),
     })
 }
@@ -379,10 +445,13 @@ async fn via_quic(
     conn: &quinn::Connection,
     case: &Case,
     range: Option<Range<u64>>,
+    list: bool,
 ) -> Result<Outcome, BoxError> {
     let head_only = case.method == "HEAD";
     let req = wire::Request {
-        method: if head_only {
+        method: if list {
+            wire::Method::List
+        } else if head_only {
             wire::Method::Stat
         } else {
             wire::Method::Get
@@ -430,6 +499,10 @@ async fn via_quic(
         length,
         repr_digest: head.repr_sha256.map(|d| d.to_header_value()),
         content_digest: trailer,
+        location: (300..400)
+            .contains(&status)
+            .then(|| head.message.clone())
+            .flatten(),
         body: (200..300)
             .contains(&status)
             .then(|| Bytes::copy_from_slice(body)),
@@ -481,8 +554,17 @@ async fn every_codec_answers_the_same() -> Result<(), BoxError> {
         for codec in [Codec::Http1Tls, Codec::Http2Tls, Codec::H2c] {
             outcomes.push((codec, via_http(&rig, codec, &case, &etag).await?));
         }
-        if let QuicForm::Same(range) = &case.quic {
-            outcomes.push((Codec::Quic, via_quic(&quic, &case, range.clone()).await?));
+        match &case.quic {
+            QuicForm::Same(range) => {
+                outcomes.push((
+                    Codec::Quic,
+                    via_quic(&quic, &case, range.clone(), false).await?,
+                ));
+            }
+            QuicForm::List => {
+                outcomes.push((Codec::Quic, via_quic(&quic, &case, None, true).await?));
+            }
+            QuicForm::None => {}
         }
         if case.want_digest && !case.te_trailers {
             // Without `TE: trailers` HTTP/1.1 cannot carry the trailer the others send:

@@ -1,17 +1,20 @@
 //! Interop with stock tools: `xfer get` from nginx (with ranges, and with ranges turned off),
-//! and curl fetching a range from `xfer serve` run as its own process.
+//! curl fetching a range from `xfer serve` run as its own process, and the field's WebDAV
+//! clients — `davix-ls` and rclone's webdav backend — listing an xfer server over https.
 //!
-//! nginx and curl come from Debian (`nginx-light`, `curl`). When missing, the tests print why
-//! and skip, except under `CI=true`, where they fail.
+//! nginx, curl, davix and rclone come from Debian (`nginx-light`, `curl`, `davix`, `rclone`).
+//! When missing, the tests print why and skip, except under `CI=true`, where they fail.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use std::collections::BTreeSet;
+
 use crate::support::{
     free_port, json_report, require_program, run_xfer, sha256_file, u64_field, wait_listening,
-    write_random_file, BoxError, ChildGuard, TestResult, MIB,
+    write_random_file, BoxError, ChildGuard, Fixture, Proto, TestResult, MIB,
 };
 
 /// nginx serving `dir/www` on a loopback port, as a child process.
@@ -225,4 +228,180 @@ async fn curl_fetches_a_range_from_xfer_serve() -> TestResult {
         return Ok(());
     }
     Err(format!("xfer serve did not start: {last}").into())
+}
+
+/// A tree with the names listings get wrong: spaces, `%`, XML metacharacters, unicode, an
+/// empty file and an empty directory. `None` is a directory.
+const LISTED_TREE: &[(&str, Option<&str>)] = &[
+    ("f.bin", Some("0123456789")),
+    ("empty file", Some("")),
+    ("100% done.txt", Some("pct")),
+    ("a&b <c>.txt", Some("xml")),
+    ("ünïcødé ☃.txt", Some("snow")),
+    ("empty dir", None),
+    ("sub", None),
+    ("sub/deeper", None),
+    ("sub/deeper/x y.bin", Some("xy")),
+];
+
+/// An xfer server over HTTP/1.1 with TLS, serving [`LISTED_TREE`].
+async fn listed_server() -> Result<Fixture, BoxError> {
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    for (name, content) in LISTED_TREE {
+        let path = fx.root().join(name);
+        match content {
+            Some(c) => std::fs::write(path, c)?,
+            None => std::fs::create_dir_all(path)?,
+        }
+    }
+    Ok(fx)
+}
+
+/// `(name, is_dir, size)` of the members of `dir` in [`LISTED_TREE`] (`""` is the root), or of
+/// everything below it when `recursive`.
+fn expected_members(dir: &str, recursive: bool) -> BTreeSet<(String, bool, u64)> {
+    LISTED_TREE
+        .iter()
+        .filter_map(|(name, content)| {
+            let rel = if dir.is_empty() {
+                *name
+            } else {
+                name.strip_prefix(dir)?.strip_prefix('/')?
+            };
+            (recursive || !rel.contains('/')).then(|| {
+                (
+                    rel.to_string(),
+                    content.is_none(),
+                    content.map_or(0, |c| c.len() as u64),
+                )
+            })
+        })
+        .collect()
+}
+
+async fn run_tool(
+    program: std::path::PathBuf,
+    args: Vec<String>,
+) -> Result<std::process::Output, BoxError> {
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(program)
+            .args(args)
+            // rclone reads no user configuration: the remote is all in the connection string.
+            .env("RCLONE_CONFIG", "/dev/null")
+            .stdin(Stdio::null())
+            .output()
+    })
+    .await??;
+    Ok(out)
+}
+
+/// `davix-ls -l` lines: `drwxrwxrwx 0 SIZE DATE TIME NAME`, the name percent-encoded as in the
+/// href.
+fn parse_davix(stdout: &[u8]) -> Result<BTreeSet<(String, bool, u64)>, BoxError> {
+    let text = std::str::from_utf8(stdout)?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [perms, _, size, _, _, name] = fields.as_slice() else {
+                return Err(format!("unexpected davix-ls line {line:?}").into());
+            };
+            let name = percent_encoding::percent_decode_str(name).decode_utf8()?;
+            let is_dir = perms.starts_with('d');
+            Ok((
+                name.trim_end_matches('/').to_string(),
+                is_dir,
+                if is_dir { 0 } else { size.parse()? },
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn davix_ls_lists_an_xfer_server() -> TestResult {
+    let Some(davix) = require_program("davix-ls", &["/usr/bin/davix-ls"], "davix") else {
+        return Ok(());
+    };
+    let fx = listed_server().await?;
+    // davix takes CAs only as a hashed directory (--capath); the certificate is a fresh
+    // self-signed one, so trust is left to the rclone case and this one checks the listing.
+    for (dir, path) in [("", "/"), ("sub/deeper", "/sub/deeper/"), ("sub", "/sub")] {
+        let out = run_tool(davix.clone(), vec!["-l".into(), "-k".into(), fx.url(path)]).await?;
+        assert!(
+            out.status.success(),
+            "davix-ls {path} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            parse_davix(&out.stdout)?,
+            expected_members(dir, false),
+            "{path}"
+        );
+    }
+    let out = run_tool(davix, vec!["-k".into(), fx.url("/missing/")]).await?;
+    assert!(
+        !out.status.success(),
+        "davix-ls of a missing directory succeeded"
+    );
+    fx.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rclone_lists_and_reads_an_xfer_server_over_webdav() -> TestResult {
+    let Some(rclone) = require_program("rclone", &["/usr/bin/rclone"], "rclone") else {
+        return Ok(());
+    };
+    let fx = listed_server().await?;
+    let ca = fx.ca_cert().ok_or("no certificate")?;
+    let remote = |path: &str| format!(":webdav,url='{}':{path}", fx.url("/"));
+    let with_trust = |mut args: Vec<String>| {
+        args.push("--ca-cert".into());
+        args.push(ca.display().to_string());
+        args
+    };
+    // Recursive: rclone walks with one PROPFIND Depth: 1 per directory.
+    let out = run_tool(
+        rclone.clone(),
+        with_trust(vec![
+            "lsf".into(),
+            "-R".into(),
+            "--format".into(),
+            "ps".into(),
+            "--separator".into(),
+            "|".into(),
+            remote(""),
+        ]),
+    )
+    .await?;
+    assert!(
+        out.status.success(),
+        "rclone lsf failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: BTreeSet<(String, bool, u64)> = std::str::from_utf8(&out.stdout)?
+        .lines()
+        .map(|line| {
+            let (path, size) = line.rsplit_once('|').ok_or("no separator")?;
+            let is_dir = path.ends_with('/');
+            let size = if is_dir { 0 } else { size.parse()? };
+            Ok::<_, BoxError>((path.trim_end_matches('/').to_string(), is_dir, size))
+        })
+        .collect::<Result<_, _>>()?;
+    assert_eq!(listed, expected_members("", true));
+
+    // The file a listing names reads back through the same remote.
+    let out = run_tool(
+        rclone,
+        with_trust(vec!["cat".into(), remote("sub/deeper/x y.bin")]),
+    )
+    .await?;
+    assert!(
+        out.status.success(),
+        "rclone cat failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"xy");
+    fx.shutdown().await;
+    Ok(())
 }

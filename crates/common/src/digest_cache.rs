@@ -166,7 +166,13 @@ impl DigestCache {
 
     /// The resource's SHA-256 if already computed.
     pub fn get(&self, resource: &Resource) -> Option<Sha256Digest> {
-        match self.shared.lock().entries.get(&resource.content_key()) {
+        self.get_by_key(&resource.content_key())
+    }
+
+    /// The SHA-256 of the content `key` names, if already computed; listings ask this way,
+    /// from a `stat`, without opening the file.
+    pub fn get_by_key(&self, key: &ContentKey) -> Option<Sha256Digest> {
+        match self.shared.lock().entries.get(key) {
             Some(Entry::Done(d)) => Some(*d),
             _ => None,
         }

@@ -10,6 +10,7 @@
 //! - [`resource`]: an opened file or synthetic spec with validators, positional reads and a
 //!   read-ahead block stream.
 //! - [`digest_cache`]: whole-resource SHA-256 computed in the background (`Repr-Digest`).
+//! - [`dir_walk`]: a served directory's entries, streamed, with the validators a GET gives.
 //! - [`tls`]: rustls server/client configurations (ring provider) and self-signed certificates.
 //! - [`listing`]: directory listings (WebDAV PROPFIND, nginx JSON, xfer's manifest) read as
 //!   untrusted input, and the names in them checked before they touch a local path.
@@ -23,6 +24,7 @@
 //!                          DigestCache::ensure ┘     Resource::stream(range) ─► Bytes blocks
 //! ```
 pub mod digest_cache;
+pub mod dir_walk;
 pub mod fault;
 pub mod listing;
 pub mod paths;
@@ -34,8 +36,10 @@ pub mod tls;
 
 pub use digest_cache::{DigestCache, DigestCacheConfig};
 pub use fault::FaultInjection;
-pub use paths::{resolve_under, PathError};
+pub use paths::{resolve_target_under, resolve_under, PathError, Target, TargetKind};
 pub use ranges::{content_range, parse_content_range, parse_range, RangeOutcome};
-pub use resource::{BlockStream, ErrorClass, Resource, ResourceError, StreamOptions};
+pub use resource::{
+    BlockStream, ContentKey, ErrorClass, FileStamp, Resource, ResourceError, StreamOptions,
+};
 pub use synthetic::{SyntheticSpec, SYNTHETIC_PATH};
 pub use tls::{ClientTlsOptions, SelfSigned, TlsError};

@@ -4,7 +4,8 @@
 //! (`%2e%2e` is `..`), split on `/` *and* `\` (so `..\..` is caught even though Linux would read
 //! it as a file name), and every segment is checked before touching the disk. The result is then
 //! canonicalized and must still lie inside the canonical root, which catches symlinks that lead
-//! out. Only regular files are served.
+//! out. Only regular files are served; [`resolve_target_under`] also resolves directories, for
+//! listings.
 //!
 //! What this does not do: it cannot stop a process with write access to the root from swapping
 //! a path component for a symlink between this check and the `open`; [`crate::resource`]
@@ -73,7 +74,39 @@ impl PathError {
 /// Resolve `request_path` (e.g. `/data/a%20b.bin`) to a canonical path of a regular file inside
 /// `root`. See the module docs for what is refused.
 pub fn resolve_under(root: &Path, request_path: &str) -> Result<PathBuf, PathError> {
-    let relative = sanitize(request_path)?;
+    let target = resolve_target_under(root, request_path)?;
+    if target.kind != TargetKind::File {
+        return Err(PathError::NotAFile {
+            path: request_path.to_string(),
+        });
+    }
+    Ok(target.canonical)
+}
+
+/// What a request path names: a regular file or a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    File,
+    Directory,
+}
+
+/// A request path resolved under the root, with the same checks as [`resolve_under`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub kind: TargetKind,
+    /// Canonical path on disk, inside the canonical root.
+    pub canonical: PathBuf,
+    /// The canonical root it lies in.
+    pub root: PathBuf,
+    /// The decoded path relative to the root, segments joined by `/` (empty for the root).
+    pub relative: String,
+}
+
+/// Resolve `request_path` to a regular file or a directory inside `root` (the root itself is
+/// `/`). Everything [`resolve_under`] refuses is refused here too; sockets, devices and FIFOs
+/// are [`PathError::NotAFile`].
+pub fn resolve_target_under(root: &Path, request_path: &str) -> Result<Target, PathError> {
+    let relative = sanitize_relative(request_path)?;
     let canonical_root = root.canonicalize().map_err(|source| PathError::Root {
         root: root.to_path_buf(),
         source,
@@ -100,17 +133,43 @@ pub fn resolve_under(root: &Path, request_path: &str) -> Result<PathBuf, PathErr
         path: request_path.to_string(),
         source,
     })?;
-    if !meta.is_file() {
+    let kind = if meta.is_file() {
+        TargetKind::File
+    } else if meta.is_dir() {
+        TargetKind::Directory
+    } else {
         return Err(PathError::NotAFile {
             path: request_path.to_string(),
         });
-    }
-    Ok(canonical)
+    };
+    // `sanitize_relative` only pushes segments of a UTF-8 string, so this is lossless.
+    let relative = relative
+        .iter()
+        .map(|s| s.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    Ok(Target {
+        kind,
+        canonical,
+        root: canonical_root,
+        relative,
+    })
 }
 
 /// Decode and check the request path without touching the disk; returns the path relative to
 /// the root (never empty, never absolute, no `.`/`..` components).
 pub fn sanitize(request_path: &str) -> Result<PathBuf, PathError> {
+    let out = sanitize_relative(request_path)?;
+    if out.as_os_str().is_empty() {
+        return Err(PathError::NotAFile {
+            path: request_path.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// [`sanitize`], but the root itself (`/`) is allowed and comes back empty.
+fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
     let malformed = |reason| PathError::Malformed {
         path: request_path.to_string(),
         reason,
@@ -150,11 +209,6 @@ pub fn sanitize(request_path: &str) -> Result<PathBuf, PathError> {
             (Some(Component::Normal(_)), None) => out.push(segment),
             _ => return Err(traversal("segment is not a plain name")),
         }
-    }
-    if out.as_os_str().is_empty() {
-        return Err(PathError::NotAFile {
-            path: request_path.to_string(),
-        });
     }
     Ok(out)
 }
@@ -239,6 +293,22 @@ mod tests {
             let err = resolve_under(dir.path(), p).expect_err(p);
             assert!(err.is_not_found(), "{p}: {err}");
         }
+    }
+
+    #[test]
+    fn directories_resolve_as_targets() {
+        let dir = root_with_file();
+        let root = resolve_target_under(dir.path(), "/").expect("root");
+        assert_eq!(root.kind, TargetKind::Directory);
+        assert_eq!(root.relative, "");
+        let sub = resolve_target_under(dir.path(), "/sub/").expect("sub");
+        assert_eq!(sub.kind, TargetKind::Directory);
+        assert_eq!(sub.relative, "sub");
+        let file = resolve_target_under(dir.path(), "/space%20name.txt").expect("file");
+        assert_eq!(file.kind, TargetKind::File);
+        assert_eq!(file.relative, "space name.txt");
+        let err = resolve_target_under(dir.path(), "/sub/../..").expect_err("traversal");
+        assert!(err.is_forbidden(), "{err}");
     }
 
     #[cfg(unix)]

@@ -86,6 +86,12 @@ impl ResourceError {
         }
     }
 
+    /// The path names something that exists but is not a regular file (a directory, for
+    /// one), as opposed to nothing at all.
+    pub fn is_not_a_file(&self) -> bool {
+        matches!(self, Self::Path(PathError::NotAFile { .. }))
+    }
+
     fn is_name_too_long(&self) -> bool {
         let source = match self {
             Self::Path(PathError::Io { source, .. }) | Self::Open { source, .. } => source,
@@ -116,6 +122,52 @@ pub enum ContentKey {
         ctime_ns: i128,
     },
     Synthetic(SyntheticSpec),
+}
+
+/// What identifies a file's content as of one `stat`: the inputs of its ETag and of its
+/// [`ContentKey`]. Listings take it from the directory walk, so they give the same ETag and
+/// find the same cached digest as a GET of the file, without opening it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl FileStamp {
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            ino: inode(meta),
+            size: meta.len(),
+            mtime_ns: mtime_ns(meta),
+            ctime_ns: ctime_ns(meta),
+        }
+    }
+
+    /// The strong ETag, with its quotes.
+    pub fn etag(&self) -> String {
+        // The change time is in the tag so that a file rewritten in place with its mtime put
+        // back gets a new tag: a client resuming with the old one must not mix the two.
+        format!(
+            "\"{:x}-{:x}-{:x}-{:x}\"",
+            self.ino,
+            self.size,
+            u64::try_from(self.mtime_ns).unwrap_or(0),
+            u64::try_from(self.ctime_ns).unwrap_or(0)
+        )
+    }
+
+    /// The cache key of the file at `canonical` with this stamp.
+    pub fn content_key(&self, canonical: PathBuf) -> ContentKey {
+        ContentKey::File {
+            path: canonical,
+            ino: self.ino,
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -169,30 +221,18 @@ impl Resource {
             });
         }
         check_fd_under_root(&file, root, &canonical)?;
-        let ino = inode(&meta);
-        let mtime_ns = mtime_ns(&meta);
-        let ctime_ns = ctime_ns(&meta);
-        let size = meta.len();
-        // The change time is in the tag so that a file rewritten in place with its mtime put
-        // back gets a new tag: a client resuming with the old one must not mix the two.
-        let etag = format!(
-            "\"{:x}-{:x}-{:x}-{:x}\"",
-            ino,
-            size,
-            u64::try_from(mtime_ns).unwrap_or(0),
-            u64::try_from(ctime_ns).unwrap_or(0)
-        );
+        let stamp = FileStamp::of(&meta);
         let last_modified = meta.modified().ok().map(httpdate::fmt_http_date);
         Ok(Self {
             source: Source::File(Arc::new(OpenFile {
                 file,
                 path: canonical,
-                ino,
-                mtime_ns,
-                ctime_ns,
+                ino: stamp.ino,
+                mtime_ns: stamp.mtime_ns,
+                ctime_ns: stamp.ctime_ns,
             })),
-            size,
-            etag,
+            size: stamp.size,
+            etag: stamp.etag(),
             last_modified,
         })
     }
@@ -257,13 +297,13 @@ impl Resource {
     /// What identifies these bytes, for caches.
     pub fn content_key(&self) -> ContentKey {
         match &self.source {
-            Source::File(f) => ContentKey::File {
-                path: f.path.clone(),
+            Source::File(f) => FileStamp {
                 ino: f.ino,
                 size: self.size,
                 mtime_ns: f.mtime_ns,
                 ctime_ns: f.ctime_ns,
-            },
+            }
+            .content_key(f.path.clone()),
             Source::Synthetic(s) => ContentKey::Synthetic(*s),
         }
     }

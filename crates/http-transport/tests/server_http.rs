@@ -320,14 +320,23 @@ async fn head_gives_headers_only_and_other_methods_get_405() {
     assert!(r.header("etag").is_some());
     assert!(r.body.is_empty());
 
-    for method in ["POST", "PUT", "DELETE", "OPTIONS"] {
+    for method in ["POST", "PUT", "DELETE", "MKCOL"] {
         let req = format!(
             "{method} /data.bin HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
         let r = raw(srv.addr, req.as_bytes()).await;
         assert_eq!(r.status, 405, "{method}");
-        assert_eq!(r.header("allow"), Some("GET, HEAD"));
+        assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS, PROPFIND"));
     }
+    // OPTIONS is how WebDAV clients probe: read-only class 1.
+    let r = raw(
+        srv.addr,
+        b"OPTIONS /data.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("dav"), Some("1"));
+    assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS, PROPFIND"));
     // The file is untouched by all of that.
     assert_eq!(
         std::fs::read(fx.root.join("data.bin")).expect("read"),
@@ -588,8 +597,6 @@ async fn traversal_never_leaks_outside_the_root() {
         "/link".to_string(),
         "/sub/out/secret.txt".to_string(),
         "/%00".to_string(),
-        "/sub".to_string(),
-        "/".to_string(),
     ];
     for path in &attempts {
         let r = raw(srv.addr, &get(path, "")).await;
@@ -602,6 +609,15 @@ async fn traversal_never_leaks_outside_the_root() {
             !r.body.windows(SECRET.len()).any(|w| w == SECRET),
             "{path} leaked the secret"
         );
+    }
+    // Directories inside the root are listed; no listing names what lies outside.
+    for path in ["/", "/sub/", "/sub/?manifest"] {
+        let r = raw(srv.addr, &get(path, "")).await;
+        assert_eq!(r.status, 200, "{path}");
+        let body = String::from_utf8_lossy(&r.body);
+        for leak in ["secret", outside_name.as_str(), "link", "./out", "\"out\""] {
+            assert!(!body.contains(leak), "{path} names {leak:?}: {body}");
+        }
     }
     // Absolute-form request target, as sent to proxies.
     let req = format!(

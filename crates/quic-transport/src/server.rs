@@ -7,7 +7,9 @@
 //! limits, the request timeout, and stream aborts. One task per connection accepts streams;
 //! one task per stream reads the request and answers it.
 //!
-//! What it does not do: client authentication, 0-RTT, directory listings, compression.
+//! LIST answers with the core's manifest of a directory, streamed to FIN.
+//!
+//! What it does not do: client authentication, 0-RTT, WebDAV, compression.
 
 use std::future::Future;
 use std::io;
@@ -27,7 +29,8 @@ use xfer_service::{Body, BodyEvent, ResponsePlan, Service, ServiceConfig};
 use crate::socket::{bind_udp, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
 use crate::wire::{
-    encode_trailer, status, ErrorCode, Method, Request, ResponseHead, ALPN, MAX_REQUEST_LEN,
+    encode_trailer, fit_message, status, ErrorCode, Method, Request, ResponseHead, ALPN,
+    MAX_REQUEST_LEN,
 };
 
 /// How long a client may take to send its whole request once it opened a stream.
@@ -341,6 +344,7 @@ fn decode(req: &Request, peer: SocketAddr) -> xfer_service::Request {
     let method = match req.method {
         Method::Get => xfer_service::Method::Get,
         Method::Stat => xfer_service::Method::Head,
+        Method::List => xfer_service::Method::List,
     };
     let mut r = xfer_service::Request::new(method, "", peer, "quic").with_target(&req.path);
     r.exact_range = req.range.clone();
@@ -351,8 +355,15 @@ fn decode(req: &Request, peer: SocketAddr) -> xfer_service::Request {
 }
 
 fn encode_head(plan: &ResponsePlan) -> ResponseHead {
+    // A redirect's location is all a client can act on; otherwise the refusal's detail.
+    let message = plan.location.clone().or_else(|| plan.detail.clone());
     let Some(size) = plan.size else {
-        return ResponseHead::error(plan.status, plan.detail.clone().unwrap_or_default());
+        return ResponseHead {
+            status: plan.status,
+            streamed: matches!(plan.body, Body::Listing(_)),
+            message: message.map(fit_message),
+            ..ResponseHead::default()
+        };
     };
     ResponseHead {
         status: plan.status,
@@ -362,7 +373,8 @@ fn encode_head(plan: &ResponsePlan) -> ResponseHead {
         repr_sha256: plan.repr_digest,
         range: plan.range.clone(),
         trailer: plan.trailer,
-        message: plan.detail.clone(),
+        streamed: false,
+        message: message.map(fit_message),
     }
 }
 
@@ -374,17 +386,25 @@ async fn respond(
 ) -> Result<(), SendError> {
     let plan = state.service.respond(&decode(req, peer)).await;
     send_head(send, &encode_head(&plan)).await?;
-    // A refusal's text travels in the head's message; only streams have a body.
-    if let Body::Stream(mut body) = plan.body {
-        while let Some(event) = body.next().await {
-            match event.map_err(SendError::Read)? {
-                BodyEvent::Data(block) => send.write_chunk(block).await?,
-                BodyEvent::Trailer(digest) => {
-                    send.write_chunk(Bytes::copy_from_slice(&encode_trailer(&digest)))
-                        .await?
+    // A refusal's text travels in the head's message; only streams and listings have a body.
+    match plan.body {
+        Body::Stream(mut body) => {
+            while let Some(event) = body.next().await {
+                match event.map_err(SendError::Read)? {
+                    BodyEvent::Data(block) => send.write_chunk(block).await?,
+                    BodyEvent::Trailer(digest) => {
+                        send.write_chunk(Bytes::copy_from_slice(&encode_trailer(&digest)))
+                            .await?
+                    }
                 }
             }
         }
+        Body::Listing(mut listing) => {
+            while let Some(chunk) = listing.next().await {
+                send.write_chunk(chunk.map_err(SendError::Read)?).await?;
+            }
+        }
+        Body::Empty | Body::Message(_) => {}
     }
     let _ = send.finish();
     Ok(())

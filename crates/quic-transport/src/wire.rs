@@ -44,6 +44,8 @@ pub enum Method {
     Get,
     /// Metadata only: size, validators, known whole-resource digest.
     Stat,
+    /// The recursive manifest of a directory (docs/listing.md), streamed to FIN.
+    List,
 }
 
 impl Method {
@@ -51,6 +53,7 @@ impl Method {
         match self {
             Self::Get => 0x01,
             Self::Stat => 0x02,
+            Self::List => 0x03,
         }
     }
 }
@@ -74,12 +77,18 @@ const REQ_WANT_DIGEST: u8 = 0x01;
 const REQ_RANGE: u8 = 0x02;
 const REQ_VALIDATOR: u8 = 0x04;
 const REQ_KNOWN_FLAGS: u8 = REQ_WANT_DIGEST | REQ_RANGE | REQ_VALIDATOR;
+const LIST_HAS_NO_FLAGS: &str = "a LIST request carries no range, validator or digest wish";
 
 impl Request {
     /// Encode, refusing values the protocol cannot carry (so a client never sends what a
     /// server would reject as malformed).
     pub fn encode(&self) -> Result<Vec<u8>, WireError> {
         check_path(&self.path)?;
+        if self.method == Method::List
+            && (self.range.is_some() || self.validator.is_some() || self.want_digest)
+        {
+            return Err(WireError::Invalid(LIST_HAS_NO_FLAGS));
+        }
         if let Some(r) = &self.range {
             check_range(r)?;
             if self.method == Method::Stat {
@@ -138,11 +147,15 @@ impl Request {
         let method = match r.u8("method")? {
             0x01 => Method::Get,
             0x02 => Method::Stat,
+            0x03 => Method::List,
             _ => return Err(WireError::Invalid("unknown method")),
         };
         let flags = r.u8("flags")?;
         if flags & !REQ_KNOWN_FLAGS != 0 {
             return Err(WireError::Invalid("unknown request flag"));
+        }
+        if method == Method::List && flags != 0 {
+            return Err(WireError::Invalid(LIST_HAS_NO_FLAGS));
         }
         let path = r.text(MAX_PATH_LEN, "path")?;
         check_path(&path)?;
@@ -198,7 +211,10 @@ pub struct ResponseHead {
     pub range: Option<Range<u64>>,
     /// Whether a SHA-256 trailer follows the body.
     pub trailer: bool,
-    /// Human-readable reason for an error status.
+    /// A body of unannounced length follows and runs to FIN (a listing: the answer to LIST,
+    /// or a directory index). Never together with RANGE or TRAILER.
+    pub streamed: bool,
+    /// Human-readable reason for an error status; the location of a 301.
     pub message: Option<String>,
 }
 
@@ -208,23 +224,22 @@ const HEAD_REPR_SHA256: u8 = 0x04;
 const HEAD_RANGE: u8 = 0x08;
 const HEAD_TRAILER: u8 = 0x10;
 const HEAD_MESSAGE: u8 = 0x20;
-const HEAD_KNOWN_FLAGS: u8 =
-    HEAD_ETAG | HEAD_LAST_MODIFIED | HEAD_REPR_SHA256 | HEAD_RANGE | HEAD_TRAILER | HEAD_MESSAGE;
+const HEAD_STREAMED: u8 = 0x40;
+const HEAD_KNOWN_FLAGS: u8 = HEAD_ETAG
+    | HEAD_LAST_MODIFIED
+    | HEAD_REPR_SHA256
+    | HEAD_RANGE
+    | HEAD_TRAILER
+    | HEAD_MESSAGE
+    | HEAD_STREAMED;
+const STREAMED_ALONE: &str = "a streamed body has no range and no trailer";
 
 impl ResponseHead {
     /// An error head with a message (truncated to the protocol limit at a char boundary).
     pub fn error(status: u16, message: impl Into<String>) -> Self {
-        let mut message = message.into();
-        if message.len() > MAX_MESSAGE_LEN {
-            let mut cut = MAX_MESSAGE_LEN;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-        }
         Self {
             status,
-            message: Some(message),
+            message: Some(fit_message(message.into())),
             ..Self::default()
         }
     }
@@ -267,6 +282,12 @@ impl ResponseHead {
         }
         if self.trailer {
             flags |= HEAD_TRAILER;
+        }
+        if self.streamed {
+            if self.range.is_some() || self.trailer {
+                return Err(WireError::Invalid(STREAMED_ALONE));
+            }
+            flags |= HEAD_STREAMED;
         }
         if let Some(m) = &self.message {
             if m.len() > MAX_MESSAGE_LEN {
@@ -368,6 +389,10 @@ impl ResponseHead {
         } else {
             None
         };
+        let streamed = flags & HEAD_STREAMED != 0;
+        if streamed && flags & (HEAD_RANGE | HEAD_TRAILER) != 0 {
+            return Err(WireError::Invalid(STREAMED_ALONE));
+        }
         r.finish()?;
         Ok(Self {
             status,
@@ -377,9 +402,22 @@ impl ResponseHead {
             repr_sha256,
             range,
             trailer: flags & HEAD_TRAILER != 0,
+            streamed,
             message,
         })
     }
+}
+
+/// `message` cut to [`MAX_MESSAGE_LEN`] bytes at a character boundary.
+pub fn fit_message(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_LEN {
+        let mut cut = MAX_MESSAGE_LEN;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    message
 }
 
 /// Encode the trailer that follows the body when the head announced one.
@@ -659,6 +697,7 @@ mod tests {
             repr_sha256: Some(Sha256Digest::of(b"whole")),
             range: Some(0..16384),
             trailer: true,
+            streamed: false,
             message: None,
         }
     }
@@ -690,6 +729,13 @@ mod tests {
                 validator: None,
                 ..sample_request()
             },
+            Request {
+                method: Method::List,
+                path: "/run-42/".to_string(),
+                range: None,
+                want_digest: false,
+                validator: None,
+            },
         ];
         for req in reqs {
             let bytes = req.encode().expect("valid request encodes");
@@ -706,6 +752,11 @@ mod tests {
                 status: status::OK,
                 size: 0,
                 range: Some(0..0),
+                ..ResponseHead::default()
+            },
+            ResponseHead {
+                status: status::OK,
+                streamed: true,
                 ..ResponseHead::default()
             },
         ];
@@ -800,6 +851,12 @@ mod tests {
                 method: Method::Stat,
                 ..sample_request()
             },
+            Request {
+                method: Method::List,
+                range: None,
+                validator: None,
+                ..sample_request()
+            },
         ];
         for req in bad {
             assert!(req.encode().is_err(), "{req:?}");
@@ -810,6 +867,22 @@ mod tests {
         );
         assert!(Request::decode(&[VERSION, 9, 0, 1, b'/']).is_err());
         assert!(Request::decode(&[VERSION, 1, 0x80, 1, b'/']).is_err());
+        assert!(Request::decode(&[VERSION, 3, REQ_WANT_DIGEST, 1, b'/']).is_err());
+        let streamed_with_range = ResponseHead {
+            streamed: true,
+            range: Some(0..1),
+            ..ResponseHead::default()
+        };
+        assert!(streamed_with_range.encode().is_err());
+        let mut raw = ResponseHead {
+            status: status::OK,
+            range: Some(0..1),
+            ..ResponseHead::default()
+        }
+        .encode()
+        .expect("encodes");
+        raw[5] |= HEAD_STREAMED;
+        assert!(ResponseHead::decode(&raw[2..]).is_err());
         assert!(Request::decode(&[VERSION, 1, 0, 2, 0xff, 0xfe]).is_err());
     }
 

@@ -16,17 +16,31 @@
 //!                                                        │  flips the test fault byte
 //!                                                        └▶ Trailer(digest) ─▶ DigestCache
 //!                                                           (whole resource, still the same)
+//!
+//!  directory ──▶ dav / directory ──▶ ResponsePlan ── body: ListingStream ◀── walk on the blocking
+//!                (PROPFIND, HTML index, manifest)                            pool, bounded channel
 //! ```
+//!
+//! Listings (WebDAV `PROPFIND`, the HTML index, xfer's manifest) are decided here too, and
+//! stream: their bodies are produced while they are sent, in bounded memory.
 //!
 //! What it does not do: sockets, framing, TLS, connection limits or timeouts (the codecs'
 //! business), authentication (the [`Identity`] hook is there; only `Anonymous` exists).
 
 mod body;
+mod dav;
+mod directory;
+mod listing_body;
 mod plan;
 mod request;
 mod respond;
 
 pub use body::{BodyEvent, BodyStream};
-pub use plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES, CONTENT_TYPE_TEXT};
+pub use directory::MAX_HTML_ENTRIES;
+pub use listing_body::ListingStream;
+pub use plan::{
+    Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES, CONTENT_TYPE_HTML, CONTENT_TYPE_TEXT,
+    CONTENT_TYPE_XML,
+};
 pub use request::{Identity, Method, Request};
 pub use respond::{check_stream_options, status, Service, ServiceConfig};

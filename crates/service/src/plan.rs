@@ -6,9 +6,12 @@ use bytes::Bytes;
 use xfer_core::digest::Sha256Digest;
 
 use crate::body::BodyStream;
+use crate::listing_body::ListingStream;
 
 pub const CONTENT_TYPE_BYTES: &str = "application/octet-stream";
 pub const CONTENT_TYPE_TEXT: &str = "text/plain; charset=utf-8";
+pub const CONTENT_TYPE_HTML: &str = "text/html; charset=utf-8";
+pub const CONTENT_TYPE_XML: &str = "application/xml; charset=utf-8";
 
 /// `Content-Range` of a 206 or a 416.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,17 +35,22 @@ pub struct ResponsePlan {
     /// Range of the resource the body carries (`None` for HEAD and refusals).
     pub range: Option<Range<u64>>,
     pub content_range: Option<ContentRange>,
-    /// Bytes of the body. Codecs that cannot frame a length together with a trailer
-    /// (HTTP/1.1 chunked) drop it when [`ResponsePlan::trailer`] is set.
-    pub content_length: u64,
+    /// Bytes of the body; `None` when not known up front (listings, which stream). Codecs
+    /// that cannot frame a length together with a trailer (HTTP/1.1 chunked) drop it when
+    /// [`ResponsePlan::trailer`] is set.
+    pub content_length: Option<u64>,
     /// Whole-resource SHA-256 (`Repr-Digest`).
     pub repr_digest: Option<Sha256Digest>,
     /// SHA-256 of the body, known up front (`Content-Digest` in the head).
     pub content_digest: Option<Sha256Digest>,
     /// A `Content-Digest` trailer follows the body.
     pub trailer: bool,
-    /// Methods allowed, for a 405.
+    /// Methods allowed, for a 405 and `OPTIONS`.
     pub allow: Option<&'static str>,
+    /// WebDAV compliance classes (`DAV`), for `OPTIONS`.
+    pub dav: Option<&'static str>,
+    /// Where a redirect points: a path, percent-encoded as received.
+    pub location: Option<String>,
     /// Why a request was refused, in more detail than the status (never file contents).
     pub detail: Option<String>,
     pub body: Body,
@@ -56,11 +64,24 @@ pub enum Body {
     Message(Bytes),
     /// Boxed: the stream state is large and refusals should stay small.
     Stream(Box<BodyStream>),
+    /// A listing, produced on the blocking pool while it is sent; its length is not known.
+    Listing(ListingStream),
 }
 
 impl ResponsePlan {
     /// A refusal with a short text body.
     pub(crate) fn refusal(status: u16, text: &'static str, detail: Option<String>) -> Self {
+        Self {
+            content_type: CONTENT_TYPE_TEXT,
+            content_length: Some(text.len() as u64),
+            detail,
+            body: Body::Message(Bytes::from_static(text.as_bytes())),
+            ..Self::empty(status)
+        }
+    }
+
+    /// `status` with no body and no resource.
+    pub(crate) fn empty(status: u16) -> Self {
         Self {
             status,
             size: None,
@@ -70,13 +91,15 @@ impl ResponsePlan {
             accept_ranges: false,
             range: None,
             content_range: None,
-            content_length: text.len() as u64,
+            content_length: Some(0),
             repr_digest: None,
             content_digest: None,
             trailer: false,
             allow: None,
-            detail,
-            body: Body::Message(Bytes::from_static(text.as_bytes())),
+            dav: None,
+            location: None,
+            detail: None,
+            body: Body::Empty,
         }
     }
 }

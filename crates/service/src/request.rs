@@ -11,6 +11,12 @@ pub enum Method {
     Get,
     /// HTTP `HEAD`; `xfer/1`'s `STAT`.
     Head,
+    /// HTTP `OPTIONS`: which methods and which WebDAV class the server speaks.
+    Options,
+    /// WebDAV `PROPFIND` (RFC 4918 §9.1), `Depth: 0` or `1`.
+    Propfind,
+    /// `xfer/1`'s `LIST`: the manifest of a directory (HTTP asks with `GET <dir>/?manifest`).
+    List,
     Other(String),
 }
 
@@ -21,6 +27,8 @@ impl Method {
         match name {
             "GET" => Self::Get,
             "HEAD" => Self::Head,
+            "OPTIONS" => Self::Options,
+            "PROPFIND" => Self::Propfind,
             other => Self::Other(other.to_string()),
         }
     }
@@ -30,6 +38,9 @@ impl Method {
         match self {
             Self::Get => "GET",
             Self::Head => "HEAD",
+            Self::Options => "OPTIONS",
+            Self::Propfind => "PROPFIND",
+            Self::List => "LIST",
             Self::Other(m) => m,
         }
     }
@@ -57,6 +68,10 @@ pub struct Request {
     pub if_range: Option<String>,
     /// A strong ETag that must match or the answer is 412 (`xfer/1`'s validator).
     pub if_match: Option<String>,
+    /// WebDAV `Depth` field value, verbatim (`PROPFIND` only; absent means infinity).
+    pub depth: Option<String>,
+    /// Every `Accept` field value, in order (asks for the manifest by media type).
+    pub accept: Vec<String>,
     /// `Want-Content-Digest` asks for SHA-256.
     pub want_content_digest: bool,
     /// `Want-Repr-Digest` asks for SHA-256. The representation digest is sent whenever known,
@@ -87,6 +102,8 @@ impl Request {
             exact_range: None,
             if_range: None,
             if_match: None,
+            depth: None,
+            accept: Vec::new(),
             want_content_digest: false,
             want_repr_digest: false,
             trailers_ok: false,

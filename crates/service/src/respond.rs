@@ -1,4 +1,5 @@
-//! The decisions: resource, status, range, validators, digests, hashing, fault, logging.
+//! The decisions: method, resource, status, range, validators, digests, hashing, fault,
+//! logging. Directories and WebDAV are decided in [`crate::directory`] and [`crate::dav`].
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use xfer_core::error::ConfigError;
 use crate::body::{BodyStream, StreamPlan};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
+use crate::{dav, directory};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
 /// numbers, so `xfer_core::error::is_transient_status` classifies both).
@@ -19,13 +21,18 @@ pub mod status {
     pub const OK: u16 = 200;
     /// The requested range follows.
     pub const PARTIAL_CONTENT: u16 = 206;
+    /// A WebDAV `PROPFIND` answer (RFC 4918 §13).
+    pub const MULTI_STATUS: u16 = 207;
+    /// A directory asked for without its trailing `/`; the plan carries the location.
+    pub const MOVED_PERMANENTLY: u16 = 301;
     /// The request names something unusable (malformed path, bad synthetic spec).
     pub const BAD_REQUEST: u16 = 400;
-    /// The path leaves the served root (traversal, symlink out) or may not be read.
+    /// The path leaves the served root (traversal, symlink out) or may not be read; also
+    /// `PROPFIND` with `Depth: infinity`.
     pub const FORBIDDEN: u16 = 403;
     /// No such resource, or not a regular file.
     pub const NOT_FOUND: u16 = 404;
-    /// A method other than GET and HEAD; the plan carries `Allow`.
+    /// A method the core does not serve; the plan carries `Allow`.
     pub const METHOD_NOT_ALLOWED: u16 = 405;
     /// The validator does not match the resource's current ETag.
     pub const PRECONDITION_FAILED: u16 = 412;
@@ -40,7 +47,7 @@ pub mod status {
 }
 
 /// Methods the core serves, for `Allow`.
-const ALLOWED: &str = "GET, HEAD";
+pub(crate) const ALLOWED: &str = "GET, HEAD, OPTIONS, PROPFIND";
 
 /// What the core serves and how.
 #[derive(Debug, Clone)]
@@ -124,10 +131,13 @@ impl Service {
         let head = match req.method {
             Method::Get => false,
             Method::Head => true,
+            Method::Options => return dav::options(),
+            Method::Propfind => return dav::propfind(&self.cfg, req).await,
+            Method::List => return directory::manifest(&self.cfg, req, false).await,
             Method::Other(_) => {
                 let mut plan = ResponsePlan::refusal(
                     status::METHOD_NOT_ALLOWED,
-                    "only GET and HEAD\n",
+                    "only GET, HEAD, OPTIONS and PROPFIND\n",
                     Some(format!("method {} not allowed", req.method.as_str())),
                 );
                 plan.allow = Some(ALLOWED);
@@ -135,11 +145,21 @@ impl Service {
             }
         };
         let cfg = &self.cfg;
+        if directory::wants_manifest(req) {
+            return directory::manifest(cfg, req, head).await;
+        }
         let resource =
             match Resource::open_async(cfg.root.clone(), req.path.clone(), req.query.clone()).await
             {
                 Ok(r) => r,
                 Err(e) => {
+                    // Only a path that is not a file costs the second look, so serving files
+                    // stays one resolution per request.
+                    if e.is_not_a_file() {
+                        if let Some(plan) = directory::index(cfg, req, head).await {
+                            return plan;
+                        }
+                    }
                     let (code, text) = refusal_for(e.class());
                     return ResponsePlan::refusal(code, text, Some(e.to_string()));
                 }
@@ -163,18 +183,20 @@ impl Service {
             accept_ranges: true,
             range: None,
             content_range: None,
-            content_length: size,
+            content_length: Some(size),
             repr_digest: repr,
             content_digest: None,
             trailer: false,
             allow: None,
+            dav: None,
+            location: None,
             detail: None,
             body: Body::Empty,
         };
         if let Some(v) = &req.if_match {
             if !resource.matches_strong_etag(v) {
                 plan.status = status::PRECONDITION_FAILED;
-                plan.content_length = 0;
+                plan.content_length = Some(0);
                 plan.detail = Some("validator does not match the current etag".into());
                 return plan;
             }
@@ -196,13 +218,13 @@ impl Service {
             RangeOutcome::Unsatisfiable => {
                 plan.status = status::RANGE_NOT_SATISFIABLE;
                 plan.content_range = Some(ContentRange::Unsatisfied { size });
-                plan.content_length = 0;
+                plan.content_length = Some(0);
                 plan.detail = Some(format!("range outside a resource of {size} bytes"));
                 return plan;
             }
         };
         let len = range.end - range.start;
-        plan.content_length = len;
+        plan.content_length = Some(len);
         plan.range = Some(range.clone());
         let whole = range == (0..size);
         let hash = req.want_content_digest && req.trailers_ok;
@@ -236,7 +258,7 @@ impl Service {
     }
 }
 
-fn refusal_for(class: ErrorClass) -> (u16, &'static str) {
+pub(crate) fn refusal_for(class: ErrorClass) -> (u16, &'static str) {
     match class {
         ErrorClass::BadRequest => (status::BAD_REQUEST, "bad request\n"),
         ErrorClass::Forbidden => (status::FORBIDDEN, "forbidden\n"),

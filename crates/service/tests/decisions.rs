@@ -33,6 +33,7 @@ async fn drain(plan: ResponsePlan) -> (Vec<u8>, Option<String>) {
     match plan.body {
         Body::Empty => (Vec::new(), None),
         Body::Message(m) => (m.to_vec(), None),
+        Body::Listing(_) => panic!("a file request answered with a listing"),
         Body::Stream(mut s) => {
             let mut bytes = BytesMut::new();
             let mut trailer = None;
@@ -58,7 +59,7 @@ async fn whole_get_streams_the_file() {
     let (_d, svc) = setup();
     let plan = svc.respond(&get("/f.bin")).await;
     assert_eq!(plan.status, status::OK);
-    assert_eq!(plan.content_length, CONTENT.len() as u64);
+    assert_eq!(plan.content_length, Some(CONTENT.len() as u64));
     assert!(plan.etag.is_some());
     assert!(plan.content_range.is_none());
     assert!(!plan.trailer);
@@ -72,7 +73,7 @@ async fn head_has_length_and_no_body_and_ignores_range() {
     req.range_headers = vec!["bytes=0-1".into()];
     let plan = svc.respond(&req).await;
     assert_eq!(plan.status, status::OK);
-    assert_eq!(plan.content_length, CONTENT.len() as u64);
+    assert_eq!(plan.content_length, Some(CONTENT.len() as u64));
     assert!(matches!(plan.body, Body::Empty));
 }
 
@@ -120,7 +121,7 @@ async fn multiple_or_malformed_ranges_serve_the_whole() {
         req.range_headers = values.clone();
         let plan = svc.respond(&req).await;
         assert_eq!(plan.status, status::OK, "{values:?}");
-        assert_eq!(plan.content_length, 20);
+        assert_eq!(plan.content_length, Some(20));
     }
 }
 
@@ -135,7 +136,7 @@ async fn unsatisfiable_range_is_416_with_the_size() {
         plan.content_range,
         Some(ContentRange::Unsatisfied { size: 20 })
     );
-    assert_eq!(plan.content_length, 0);
+    assert_eq!(plan.content_length, Some(0));
     assert!(matches!(plan.body, Body::Empty));
 }
 
@@ -188,7 +189,7 @@ async fn other_methods_are_405_with_allow() {
     let req = Request::new(Method::Other("DELETE".into()), "/f.bin", peer(), "test");
     let plan = svc.respond(&req).await;
     assert_eq!(plan.status, status::METHOD_NOT_ALLOWED);
-    assert_eq!(plan.allow, Some("GET, HEAD"));
+    assert_eq!(plan.allow, Some("GET, HEAD, OPTIONS, PROPFIND"));
 }
 
 #[tokio::test]
@@ -248,7 +249,6 @@ async fn refusals_map_to_statuses() {
         ("/missing", status::NOT_FOUND),
         ("/../etc/passwd", status::FORBIDDEN),
         ("/%2e%2e/etc/passwd", status::FORBIDDEN),
-        ("/sub", status::NOT_FOUND),
         (long.as_str(), status::URI_TOO_LONG),
     ] {
         let plan = svc.respond(&get(path)).await;

@@ -5,6 +5,7 @@
 //!   `resourcetype`, `getcontentlength`, `getlastmodified`, `getetag`; what davix, gfal2,
 //!   rclone's webdav backend and every WebDAV server speak.
 //! - [`autoindex`]: nginx's `autoindex_format json`.
+//! - [`html`]: a plain HTML index for browsers (written only).
 //! - [`manifest`]: xfer's own streamed, recursive manifest (one JSON object per line, with an
 //!   end record so a truncated listing is never taken for a complete one).
 //!
@@ -18,6 +19,7 @@
 //! ```
 
 pub mod autoindex;
+pub mod html;
 pub mod manifest;
 pub mod name;
 pub mod propfind;

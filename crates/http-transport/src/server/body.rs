@@ -1,6 +1,6 @@
-//! The response body hyper sends: nothing, a short message, or a pump over the core's
+//! The response body hyper sends: nothing, a short message, a pump over the core's
 //! [`BodyStream`] that turns its blocks into data frames and its digest into a
-//! `Content-Digest` trailer.
+//! `Content-Digest` trailer, or a pump over a [`ListingStream`] of unknown length.
 
 use std::io;
 use std::pin::Pin;
@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use xfer_core::digest::CONTENT_DIGEST;
-use xfer_service::{BodyEvent, BodyStream};
+use xfer_service::{BodyEvent, BodyStream, ListingStream};
 
 /// Body of every response the server sends.
 pub(crate) struct ServeBody {
@@ -21,6 +21,7 @@ enum Kind {
     Empty,
     Message(Option<Bytes>),
     Stream(Box<BodyStream>),
+    Listing(ListingStream),
 }
 
 impl ServeBody {
@@ -39,6 +40,12 @@ impl ServeBody {
             kind: Kind::Stream(stream),
         }
     }
+
+    pub(crate) fn listing(listing: ListingStream) -> Self {
+        Self {
+            kind: Kind::Listing(listing),
+        }
+    }
 }
 
 impl Body for ServeBody {
@@ -52,6 +59,9 @@ impl Body for ServeBody {
         match &mut self.kind {
             Kind::Empty => Poll::Ready(None),
             Kind::Message(m) => Poll::Ready(m.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Listing(l) => l
+                .poll_next(cx)
+                .map(|chunk| chunk.map(|r| r.map(Frame::data))),
             Kind::Stream(s) => match s.poll_next(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(None) => Poll::Ready(None),
@@ -78,6 +88,7 @@ impl Body for ServeBody {
             Kind::Empty => true,
             Kind::Message(m) => m.is_none(),
             Kind::Stream(s) => s.is_done(),
+            Kind::Listing(l) => l.is_done(),
         }
     }
 
@@ -89,6 +100,7 @@ impl Body for ServeBody {
             // encoding, and trailers need chunked encoding.
             Kind::Stream(s) if s.is_hashed() => SizeHint::default(),
             Kind::Stream(s) => SizeHint::with_exact(s.remaining()),
+            Kind::Listing(_) => SizeHint::default(),
         }
     }
 }

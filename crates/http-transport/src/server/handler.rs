@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::{
-    ACCEPT_RANGES, ALLOW, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_RANGE,
-    LAST_MODIFIED, RANGE, TE, TRAILER,
+    ACCEPT, ACCEPT_RANGES, ALLOW, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_RANGE,
+    LAST_MODIFIED, LOCATION, RANGE, TE, TRAILER,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
 use xfer_common::ranges::{content_range, unsatisfied_content_range};
@@ -57,6 +57,10 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
     r.if_range = headers
         .get(IF_RANGE)
         .map(|v| v.to_str().unwrap_or("").to_string());
+    r.depth = headers
+        .get(HeaderName::from_static("depth"))
+        .map(|v| v.to_str().unwrap_or("").to_string());
+    r.accept = values(headers, ACCEPT).map(str::to_string).collect();
     r.trailers_ok = match req.version() {
         Version::HTTP_2 => true,
         Version::HTTP_11 => te_has_trailers(headers),
@@ -109,18 +113,35 @@ fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
     if let Some(allow) = plan.allow {
         headers.insert(ALLOW, HeaderValue::from_static(allow));
     }
+    if let Some(dav) = plan.dav {
+        headers.insert(
+            HeaderName::from_static("dav"),
+            HeaderValue::from_static(dav),
+        );
+    }
+    if let Some(v) = plan
+        .location
+        .as_deref()
+        .and_then(|l| HeaderValue::from_str(l).ok())
+    {
+        headers.insert(LOCATION, v);
+    }
     if plan.trailer {
         headers.insert(TRAILER, HeaderValue::from_static(CONTENT_DIGEST));
     }
     // HTTP/1.1 cannot have both a length and trailers (trailers need chunked encoding);
     // HTTP/2 frames the body itself and can.
-    if !plan.trailer || version == Version::HTTP_2 {
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(plan.content_length));
+    // A listing's length is not known before it is produced: HTTP/1.1 sends it chunked.
+    if let Some(len) = plan.content_length {
+        if !plan.trailer || version == Version::HTTP_2 {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+        }
     }
     let body = match plan.body {
         Body::Empty => ServeBody::empty(),
         Body::Message(text) => ServeBody::message(text),
         Body::Stream(stream) => ServeBody::stream(stream),
+        Body::Listing(listing) => ServeBody::listing(listing),
     };
     let mut r = Response::new(body);
     *r.status_mut() =

@@ -1,0 +1,131 @@
+//! The body of a listing: a writer on the blocking pool produces it, a small bounded channel
+//! carries it to the codec's pump, so a listing of a million entries never sits in memory.
+//!
+//! ```text
+//!  blocking pool: walk ─► format writer ─► ChannelWriter ─(LISTING_CHUNKS_IN_FLIGHT × ~32 KiB)─►
+//!  codec pump:    ListingStream::poll_next ─► wire
+//! ```
+//!
+//! Back-pressure runs all the way: a slow client fills the channel, the writer blocks in
+//! `blocking_send`, the walk pauses. A client that goes away closes the channel, the next
+//! send fails and the walk stops. A walk that fails part-way sends the error as the last item,
+//! and the codec aborts the body, so the client never takes a cut listing for a whole one.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+/// Bytes the writer gathers before handing them over: large enough that a frame carries
+/// hundreds of entries, small enough that the channel holds little.
+const LISTING_CHUNK_BYTES: usize = 32 * 1024;
+/// Chunks queued between the writer and the pump.
+const LISTING_CHUNKS_IN_FLIGHT: usize = 4;
+
+/// The bytes of a listing, as they are produced.
+pub struct ListingStream {
+    rx: mpsc::Receiver<io::Result<Bytes>>,
+    done: bool,
+}
+
+impl fmt::Debug for ListingStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListingStream")
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl ListingStream {
+    /// Run `produce` on the blocking pool, writing into the returned stream. An error it
+    /// returns becomes the stream's last item.
+    pub(crate) fn spawn<F>(produce: F) -> Self
+    where
+        F: FnOnce(&mut ChannelWriter) -> io::Result<()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(LISTING_CHUNKS_IN_FLIGHT);
+        tokio::task::spawn_blocking(move || {
+            let mut writer = ChannelWriter {
+                buf: Vec::with_capacity(LISTING_CHUNK_BYTES),
+                tx,
+            };
+            let result = produce(&mut writer).and_then(|()| writer.flush());
+            if let Err(e) = result {
+                if e.kind() == io::ErrorKind::BrokenPipe {
+                    tracing::debug!(error = %e, "listing abandoned by the client");
+                } else {
+                    tracing::warn!(error = %e, "listing failed part-way; aborting the response");
+                    let _ = writer.tx.blocking_send(Err(e));
+                }
+            }
+        });
+        Self { rx, done: false }
+    }
+
+    /// Next chunk; `None` once the listing is complete. After an error the stream ends.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(b))),
+        }
+    }
+
+    /// Await the next chunk.
+    pub async fn next(&mut self) -> Option<io::Result<Bytes>> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// Nothing more to yield.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+/// `io::Write` into the channel, in chunks; blocks while the channel is full. Only for use on
+/// the blocking pool.
+pub(crate) struct ChannelWriter {
+    buf: Vec<u8>,
+    tx: mpsc::Sender<io::Result<Bytes>>,
+}
+
+impl ChannelWriter {
+    fn send_buffered(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(LISTING_CHUNK_BYTES),
+        ));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "listing receiver gone"))
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= LISTING_CHUNK_BYTES {
+            self.send_buffered()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send_buffered()
+    }
+}
