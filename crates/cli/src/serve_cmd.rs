@@ -74,6 +74,13 @@ pub struct ServeArgs {
     /// Do not compute whole-file digests in the background (no Repr-Digest).
     #[arg(long)]
     pub no_repr_digest: bool,
+    /// Access file (TOML): bearer tokens and client certificates with their scopes (read or
+    /// write, under a path prefix). Reloaded when it changes and on SIGHUP. See docs/access.md.
+    #[arg(long, alias = "tokens", value_name = "FILE")]
+    pub access: Option<PathBuf>,
+    /// Refuse reads without credentials (writes always need them).
+    #[arg(long)]
+    pub no_anonymous_read: bool,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -97,6 +104,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .into());
     };
     let mut cfg = ServeConfig::new(&args.dir, tls);
+    cfg.access_file = args.access.clone();
+    cfg.anonymous_read = !args.no_anonymous_read;
     cfg.http.listen = args.listen;
     cfg.http.tcp.send_buffer = Some(args.tcp_send_buffer);
     if let Some(cc) = &args.congestion {

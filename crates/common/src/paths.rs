@@ -169,7 +169,7 @@ pub fn sanitize(request_path: &str) -> Result<PathBuf, PathError> {
 }
 
 /// [`sanitize`], but the root itself (`/`) is allowed and comes back empty.
-fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
+pub fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
     let malformed = |reason| PathError::Malformed {
         path: request_path.to_string(),
         reason,

@@ -22,7 +22,7 @@ pub enum TransferError {
     #[error("TLS handshake with {peer} failed: {message}")]
     Tls { peer: String, message: String },
     /// The peer answered with a status that is not a success for this request.
-    #[error("{peer} answered {status} for {what}")]
+    #[error("{peer} answered {status} for {what}{}", status_hint(*status))]
     Status {
         peer: String,
         status: u16,
@@ -101,5 +101,14 @@ impl ConfigError {
             value: value.to_string(),
             allowed,
         }
+    }
+}
+
+/// What a user can do about a status, where there is something.
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 => " (the server wants credentials: pass --token-file FILE, or set BEARER_TOKEN)",
+        403 => " (your credentials do not cover this path, or the server may not read it)",
+        _ => "",
     }
 }

@@ -5,6 +5,8 @@ use std::ops::Range;
 
 use xfer_core::digest::wants_sha256;
 
+use crate::access::Credentials;
+
 /// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Method {
@@ -46,13 +48,6 @@ impl Method {
     }
 }
 
-/// Who is asking. Access control will add token and certificate identities.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Identity {
-    #[default]
-    Anonymous,
-}
-
 /// A request, independent of the wire it came over.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -83,7 +78,8 @@ pub struct Request {
     pub peer: SocketAddr,
     /// `http/1.1`, `h2`, `h2c` or `quic`, for logs.
     pub protocol: &'static str,
-    pub identity: Identity,
+    /// What the caller presented; the core turns it into an identity or a refusal.
+    pub credentials: Credentials,
 }
 
 impl Request {
@@ -109,7 +105,7 @@ impl Request {
             trailers_ok: false,
             peer,
             protocol,
-            identity: Identity::Anonymous,
+            credentials: Credentials::default(),
         }
     }
 

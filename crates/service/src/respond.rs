@@ -9,6 +9,7 @@ use xfer_common::ranges::{parse_range, RangeOutcome};
 use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptions};
 use xfer_core::error::ConfigError;
 
+use crate::access::{AccessControl, Denied, Identity, Operation};
 use crate::body::{BodyStream, StreamPlan};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
@@ -27,8 +28,11 @@ pub mod status {
     pub const MOVED_PERMANENTLY: u16 = 301;
     /// The request names something unusable (malformed path, bad synthetic spec).
     pub const BAD_REQUEST: u16 = 400;
-    /// The path leaves the served root (traversal, symlink out) or may not be read; also
-    /// `PROPFIND` with `Depth: infinity`.
+    /// Credentials are needed and none were given, or they match nothing; the plan carries
+    /// `WWW-Authenticate`.
+    pub const UNAUTHORIZED: u16 = 401;
+    /// The path leaves the served root (traversal, symlink out) or may not be read; the
+    /// request is outside the caller's scope; or `PROPFIND` with `Depth: infinity`.
     pub const FORBIDDEN: u16 = 403;
     /// No such resource, or not a regular file.
     pub const NOT_FOUND: u16 = 404;
@@ -62,6 +66,8 @@ pub struct ServiceConfig {
     pub stream: StreamOptions,
     /// Test hook: corrupt a byte after the digest is computed. Never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
+    /// Who may read and write what. Default: anonymous reads, no writes.
+    pub access: Arc<AccessControl>,
 }
 
 impl ServiceConfig {
@@ -73,6 +79,7 @@ impl ServiceConfig {
             repr_digest: true,
             stream: StreamOptions::default(),
             dangerous_fault: None,
+            access: Arc::new(AccessControl::anonymous(true)),
         }
     }
 }
@@ -113,16 +120,23 @@ impl Service {
 
     /// Decide the response to `req`, and log it once.
     pub async fn respond(&self, req: &Request) -> ResponsePlan {
-        let plan = self.decide(req).await;
+        let (plan, who) = match self.cfg.access.policy().check(
+            &req.credentials,
+            operation(&req.method),
+            &req.path,
+        ) {
+            Ok(who) => (self.decide(req).await, who),
+            Err(denied) => denial(denied),
+        };
         let range = match &plan.content_range {
             Some(ContentRange::Satisfied { range, .. }) => format!("{}-{}", range.start, range.end),
             Some(ContentRange::Unsatisfied { size }) => format!("*/{size}"),
             None => "-".to_string(),
         };
         if plan.status < 400 {
-            tracing::debug!(peer = %req.peer, proto = req.protocol, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
+            tracing::debug!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
         } else {
-            tracing::info!(peer = %req.peer, proto = req.protocol, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
+            tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
         }
         plan
     }
@@ -175,23 +189,14 @@ impl Service {
             None
         };
         let mut plan = ResponsePlan {
-            status: status::OK,
             size: Some(size),
             etag: Some(resource.etag().to_string()),
             last_modified: resource.last_modified().map(str::to_string),
             content_type: CONTENT_TYPE_BYTES,
             accept_ranges: true,
-            range: None,
-            content_range: None,
             content_length: Some(size),
             repr_digest: repr,
-            content_digest: None,
-            trailer: false,
-            allow: None,
-            dav: None,
-            location: None,
-            detail: None,
-            body: Body::Empty,
+            ..ResponsePlan::empty(status::OK)
         };
         if let Some(v) = &req.if_match {
             if !resource.matches_strong_etag(v) {
@@ -255,6 +260,48 @@ impl Service {
             stream_plan,
         )));
         plan
+    }
+}
+
+/// What a request does, for access control.
+fn operation(method: &Method) -> Operation {
+    match method {
+        Method::Get | Method::Head | Method::Options | Method::Propfind | Method::List => {
+            Operation::Read
+        }
+        // Answered 405 once the caller is known to be allowed to read.
+        Method::Other(_) => Operation::Read,
+    }
+}
+
+/// The answer to a caller the access rules refuse; the identity is what the log shows.
+fn denial(denied: Denied) -> (ResponsePlan, Identity) {
+    match denied {
+        Denied::Unauthenticated { invalid_token } => {
+            let mut plan = ResponsePlan::refusal(
+                status::UNAUTHORIZED,
+                "authentication required: pass a token (--token-file) or a client certificate\n",
+                Some(if invalid_token {
+                    "the token matches no entry of the access file".into()
+                } else {
+                    "no credentials".into()
+                }),
+            );
+            plan.www_authenticate = Some(if invalid_token {
+                r#"Bearer realm="xfer", error="invalid_token""#
+            } else {
+                r#"Bearer realm="xfer""#
+            });
+            (plan, Identity::Anonymous)
+        }
+        Denied::OutOfScope { identity, reason } => {
+            let plan = ResponsePlan::refusal(
+                status::FORBIDDEN,
+                "forbidden: outside the scope of your credentials\n",
+                Some(format!("{identity}: {reason}")),
+            );
+            (plan, identity)
+        }
     }
 }
 

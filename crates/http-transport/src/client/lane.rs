@@ -334,21 +334,27 @@ async fn send_on(
     };
     let before = |e: hyper::Error| SendError::BeforeAnswer(from_hyper(peer, what, &e));
     let user_agent = inner.user_agent.clone();
+    let auth = inner.authorization_for(target);
+    let headers = &Head {
+        extra: headers,
+        user_agent,
+        auth,
+    };
     let fut = async {
         match sender {
             SenderRef::Shared(s, _) => {
                 s.ready().await.map_err(before)?;
-                let req = build(method, target, headers, user_agent, true)?;
+                let req = build(method, target, headers, true)?;
                 s.send_request(req).await.map_err(classify(peer, what))
             }
             SenderRef::Own(Sender::H2(s)) => {
                 s.ready().await.map_err(before)?;
-                let req = build(method, target, headers, user_agent, true)?;
+                let req = build(method, target, headers, true)?;
                 s.send_request(req).await.map_err(classify(peer, what))
             }
             SenderRef::Own(Sender::H1(s)) => {
                 s.ready().await.map_err(before)?;
-                let req = build(method, target, headers, user_agent, false)?;
+                let req = build(method, target, headers, false)?;
                 s.send_request(req).await.map_err(classify(peer, what))
             }
         }
@@ -371,11 +377,17 @@ fn classify<'a>(peer: &'a str, what: &'a str) -> impl Fn(hyper::Error) -> SendEr
     }
 }
 
+/// Header fields of a request besides method and target.
+struct Head<'a> {
+    extra: &'a [(HeaderName, HeaderValue)],
+    user_agent: HeaderValue,
+    auth: Option<HeaderValue>,
+}
+
 fn build(
     method: &Method,
     target: &Target,
-    headers: &[(HeaderName, HeaderValue)],
-    user_agent: HeaderValue,
+    head: &Head<'_>,
     h2: bool,
 ) -> Result<Request<Empty<Bytes>>, SendError> {
     let mut b = Request::builder().method(method.clone());
@@ -393,13 +405,16 @@ fn build(
             .header(header::HOST, target.origin.authority());
     }
     b = b
-        .header(header::USER_AGENT, user_agent)
+        .header(header::USER_AGENT, head.user_agent.clone())
         // Ranges address the stored bytes; a compressed answer would address something else.
         .header(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
-    for (k, v) in headers {
+    if let Some(auth) = &head.auth {
+        b = b.header(header::AUTHORIZATION, auth.clone());
+    }
+    for (k, v) in head.extra {
         b = b.header(k, v);
     }
     b.body(Empty::new()).map_err(|e| {

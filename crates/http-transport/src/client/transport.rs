@@ -55,6 +55,9 @@ pub(crate) enum SharedPick {
 pub(crate) struct Inner {
     pub cfg: HttpClientConfig,
     pub user_agent: HeaderValue,
+    /// `Authorization: Bearer ...` and the origin it belongs to: the one the user named. A
+    /// redirect to another origin does not carry it.
+    authorization: Option<(Origin, HeaderValue)>,
     tls: Arc<rustls::ClientConfig>,
     target: RwLock<Target>,
     mode: OnceLock<Mode>,
@@ -66,6 +69,14 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The `Authorization` value for a request to `target`, if any.
+    pub fn authorization_for(&self, target: &Target) -> Option<HeaderValue> {
+        match &self.authorization {
+            Some((origin, value)) if *origin == target.origin => Some(value.clone()),
+            _ => None,
+        }
+    }
+
     pub fn target(&self) -> Target {
         self.target
             .read()
@@ -223,6 +234,16 @@ impl HttpTransport {
         }
         let user_agent = HeaderValue::from_str(&cfg.user_agent)
             .map_err(|_| TransferError::Config("invalid user_agent".into()))?;
+        let authorization = match &cfg.token {
+            Some(token) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                    .map_err(|_| TransferError::Config("the token is not visible ASCII".into()))?;
+                // Kept out of HTTP/2's header compression table (HPACK never-index).
+                value.set_sensitive(true);
+                Some((target.origin.clone(), value))
+            }
+            None => None,
+        };
         let slots = (0..cfg.layout(Mode::H2).connections)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
@@ -230,6 +251,7 @@ impl HttpTransport {
             inner: Arc::new(Inner {
                 cfg,
                 user_agent,
+                authorization,
                 tls: Arc::new(tls),
                 target: RwLock::new(target),
                 mode,

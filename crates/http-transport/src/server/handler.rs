@@ -6,15 +6,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::{
-    ACCEPT, ACCEPT_RANGES, ALLOW, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_RANGE,
-    LAST_MODIFIED, LOCATION, RANGE, TE, TRAILER,
+    ACCEPT, ACCEPT_RANGES, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
+    IF_RANGE, LAST_MODIFIED, LOCATION, RANGE, TE, TRAILER, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
 use xfer_common::ranges::{content_range, unsatisfied_content_range};
 use xfer_core::digest::{
     Sha256Digest, CONTENT_DIGEST, REPR_DIGEST, WANT_CONTENT_DIGEST, WANT_REPR_DIGEST,
 };
-use xfer_service::{Body, ContentRange, Method, ResponsePlan};
+use xfer_service::access::MAX_TOKEN_LEN;
+use xfer_service::{Body, ContentRange, Credentials, Method, ResponsePlan, Secret};
 
 use super::body::ServeBody;
 use super::Shared;
@@ -24,6 +25,8 @@ pub(crate) struct ConnCtx {
     pub peer: SocketAddr,
     /// `http/1.1`, `h2` or `h2c`, for logs.
     pub protocol: &'static str,
+    /// The client certificate the TLS handshake verified, when the server asks for one.
+    pub client_certificate: Option<Arc<Vec<u8>>>,
     pub shared: Arc<Shared>,
 }
 
@@ -61,12 +64,33 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
         .get(HeaderName::from_static("depth"))
         .map(|v| v.to_str().unwrap_or("").to_string());
     r.accept = values(headers, ACCEPT).map(str::to_string).collect();
+    r.credentials = Credentials {
+        bearer: bearer_token(headers),
+        client_certificate: ctx.client_certificate.clone(),
+    };
     r.trailers_ok = match req.version() {
         Version::HTTP_2 => true,
         Version::HTTP_11 => te_has_trailers(headers),
         _ => false,
     };
     r
+}
+
+/// `Authorization: Bearer <token>` (RFC 6750 §2.1). Any other scheme, or a token too long
+/// or not visible ASCII, counts as a token that matches nothing, so the caller learns it
+/// was not accepted rather than being treated as anonymous.
+fn bearer_token(headers: &HeaderMap) -> Option<Secret> {
+    let value = headers.get(AUTHORIZATION)?;
+    let text = value.to_str().unwrap_or("");
+    let token = match text.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+        _ => "",
+    };
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        // Never a valid token: hashes to nothing in the access file.
+        return Some(Secret::new("\0unusable"));
+    }
+    Some(Secret::new(token))
 }
 
 fn values(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
@@ -109,6 +133,9 @@ fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
     };
     if let Some(v) = content_range.and_then(|c| HeaderValue::from_str(&c).ok()) {
         headers.insert(CONTENT_RANGE, v);
+    }
+    if let Some(challenge) = plan.www_authenticate {
+        headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
     }
     if let Some(allow) = plan.allow {
         headers.insert(ALLOW, HeaderValue::from_static(allow));
