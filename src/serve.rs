@@ -11,7 +11,7 @@ use xfer_common::tls::{self, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{QuicServer, QuicServerConfig, QuicTuning};
-use xfer_service::{AccessControl, AccessFileError};
+use xfer_service::{AccessControl, AccessFileError, UploadConfig, Uploads};
 
 pub use xfer_http::server::ServerConfig as HttpConfig;
 
@@ -45,6 +45,8 @@ pub struct ServeConfig {
     pub access_file: Option<PathBuf>,
     /// Serve reads without credentials. Default on.
     pub anonymous_read: bool,
+    /// Accept uploads from callers the access file gives write access. Default off.
+    pub uploads: Option<UploadConfig>,
 }
 
 impl ServeConfig {
@@ -59,6 +61,7 @@ impl ServeConfig {
             dangerous_fault: None,
             access_file: None,
             anonymous_read: true,
+            uploads: None,
         }
     }
 }
@@ -112,6 +115,15 @@ impl Servers {
         let mut http_cfg = cfg.http.clone();
         http_cfg.tls = server_tls.clone();
         http_cfg.access = access.clone();
+        let upload_state = Uploads::default();
+        if let Some(up) = &cfg.uploads {
+            if !access.policy().allows_writes() {
+                tracing::warn!("uploads are on but no token or certificate has write access: every PUT will be refused");
+            }
+            upload_state.spawn_sweeper(up.expiry);
+        }
+        http_cfg.uploads = cfg.uploads.clone();
+        http_cfg.upload_state = upload_state.clone();
         if cfg.dangerous_fault.is_some() {
             http_cfg.dangerous_fault = cfg.dangerous_fault.clone();
         }
@@ -129,6 +141,8 @@ impl Servers {
             qc.stream = cfg.http.stream_options();
             qc.digest_cache = Some(http.digest_cache());
             qc.access = access.clone();
+            qc.uploads = cfg.uploads.clone();
+            qc.upload_state = upload_state.clone();
             let quic = QuicServer::bind(qc).await?;
             quic_addr = Some(quic.local_addr());
             let rx = stop_rx.clone();

@@ -24,7 +24,9 @@ use quinn::{Endpoint, ReadToEndError, RecvStream, SendStream, WriteError};
 use xfer_common::fault::FaultInjection;
 use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
-use xfer_service::{AccessControl, Body, BodyEvent, ResponsePlan, Service, ServiceConfig};
+use xfer_service::{
+    AccessControl, Body, BodyEvent, ResponsePlan, Service, ServiceConfig, UploadConfig, Uploads,
+};
 
 use crate::socket::{bind_udp, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
@@ -73,6 +75,11 @@ pub struct QuicServerConfig {
     pub dangerous_fault: Option<Arc<FaultInjection>>,
     /// Who may read and write what; the same rules as the HTTP server's when both run.
     pub access: Arc<AccessControl>,
+    /// Accept uploads. Default off. (`xfer/1` has no upload request yet; the core answers
+    /// its status queries the same as HTTP's.)
+    pub uploads: Option<UploadConfig>,
+    /// Parallel uploads in progress, shared with the HTTP server.
+    pub upload_state: Uploads,
 }
 
 impl QuicServerConfig {
@@ -90,6 +97,8 @@ impl QuicServerConfig {
             stream: StreamOptions::default(),
             dangerous_fault: None,
             access: Arc::new(AccessControl::anonymous(true)),
+            uploads: None,
+            upload_state: Uploads::default(),
         }
     }
 
@@ -192,6 +201,8 @@ impl QuicServer {
                     stream: config.stream,
                     dangerous_fault: config.dangerous_fault,
                     access: config.access,
+                    uploads: config.uploads,
+                    upload_state: config.upload_state,
                 }),
             }),
         })

@@ -37,6 +37,7 @@ mod listing_body;
 mod plan;
 mod request;
 mod respond;
+pub mod upload;
 
 pub use access::{
     AccessControl, AccessFileError, Credentials, Denied, Identity, Operation, Policy, Secret,
@@ -50,3 +51,4 @@ pub use plan::{
 };
 pub use request::{Method, Request};
 pub use respond::{check_stream_options, status, Service, ServiceConfig};
+pub use upload::{UploadBody, UploadConfig, UploadHead, Uploads};

@@ -6,6 +6,7 @@ use std::ops::Range;
 use xfer_core::digest::wants_sha256;
 
 use crate::access::Credentials;
+use crate::upload::UploadHead;
 
 /// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,8 @@ pub enum Method {
     Propfind,
     /// `xfer/1`'s `LIST`: the manifest of a directory (HTTP asks with `GET <dir>/?manifest`).
     List,
+    /// HTTP `PUT`: a whole file, or a chunk or the completion of a parallel upload.
+    Put,
     Other(String),
 }
 
@@ -31,6 +34,7 @@ impl Method {
             "HEAD" => Self::Head,
             "OPTIONS" => Self::Options,
             "PROPFIND" => Self::Propfind,
+            "PUT" => Self::Put,
             other => Self::Other(other.to_string()),
         }
     }
@@ -43,6 +47,7 @@ impl Method {
             Self::Options => "OPTIONS",
             Self::Propfind => "PROPFIND",
             Self::List => "LIST",
+            Self::Put => "PUT",
             Self::Other(m) => m,
         }
     }
@@ -80,6 +85,8 @@ pub struct Request {
     pub protocol: &'static str,
     /// What the caller presented; the core turns it into an identity or a refusal.
     pub credentials: Credentials,
+    /// What an upload (`PUT`, or the `HEAD` of an upload's status) said about itself.
+    pub upload: UploadHead,
 }
 
 impl Request {
@@ -106,6 +113,7 @@ impl Request {
             peer,
             protocol,
             credentials: Credentials::default(),
+            upload: UploadHead::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use crate::access::{AccessControl, Denied, Identity, Operation};
 use crate::body::{BodyStream, StreamPlan};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
+use crate::upload::{self, NoBody, UploadBody, UploadConfig, Uploads};
 use crate::{dav, directory};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
@@ -20,6 +21,10 @@ use crate::{dav, directory};
 pub mod status {
     /// Whole resource follows.
     pub const OK: u16 = 200;
+    /// An upload created a new file.
+    pub const CREATED: u16 = 201;
+    /// An upload replaced a file, or a chunk of a parallel upload was stored.
+    pub const NO_CONTENT: u16 = 204;
     /// The requested range follows.
     pub const PARTIAL_CONTENT: u16 = 206;
     /// A WebDAV `PROPFIND` answer (RFC 4918 §13).
@@ -38,8 +43,13 @@ pub mod status {
     pub const NOT_FOUND: u16 = 404;
     /// A method the core does not serve; the plan carries `Allow`.
     pub const METHOD_NOT_ALLOWED: u16 = 405;
+    /// An upload conflicts with the tree (a directory has its name) or with another upload
+    /// (an id reused for another file, a completion with bytes missing).
+    pub const CONFLICT: u16 = 409;
     /// The validator does not match the resource's current ETag.
     pub const PRECONDITION_FAILED: u16 = 412;
+    /// An upload larger than the server accepts.
+    pub const PAYLOAD_TOO_LARGE: u16 = 413;
     /// A path segment is longer than the filesystem allows. Permanent, unlike 500.
     pub const URI_TOO_LONG: u16 = 414;
     /// The range starts at or beyond the end of the resource.
@@ -48,10 +58,15 @@ pub mod status {
     pub const INTERNAL_ERROR: u16 = 500;
     /// The server is shutting down or over a limit; retry later.
     pub const SERVICE_UNAVAILABLE: u16 = 503;
+    /// The server's disk is full (or a quota reached); nothing was stored under the final
+    /// name. Retry once space is freed.
+    pub const INSUFFICIENT_STORAGE: u16 = 507;
 }
 
 /// Methods the core serves, for `Allow`.
 pub(crate) const ALLOWED: &str = "GET, HEAD, OPTIONS, PROPFIND";
+/// The same when uploads are on.
+pub(crate) const ALLOWED_WITH_PUT: &str = "GET, HEAD, OPTIONS, PROPFIND, PUT";
 
 /// What the core serves and how.
 #[derive(Debug, Clone)]
@@ -68,6 +83,10 @@ pub struct ServiceConfig {
     pub dangerous_fault: Option<Arc<FaultInjection>>,
     /// Who may read and write what. Default: anonymous reads, no writes.
     pub access: Arc<AccessControl>,
+    /// Accept uploads (`PUT`) from callers with write access. Default off: `None`.
+    pub uploads: Option<UploadConfig>,
+    /// Parallel uploads in progress, shared by every codec.
+    pub upload_state: Uploads,
 }
 
 impl ServiceConfig {
@@ -80,6 +99,8 @@ impl ServiceConfig {
             stream: StreamOptions::default(),
             dangerous_fault: None,
             access: Arc::new(AccessControl::anonymous(true)),
+            uploads: None,
+            upload_state: Uploads::default(),
         }
     }
 }
@@ -120,12 +141,28 @@ impl Service {
 
     /// Decide the response to `req`, and log it once.
     pub async fn respond(&self, req: &Request) -> ResponsePlan {
-        let (plan, who) = match self.cfg.access.policy().check(
-            &req.credentials,
-            operation(&req.method),
-            &req.path,
-        ) {
-            Ok(who) => (self.decide(req).await, who),
+        self.respond_with_body(req, &mut NoBody).await
+    }
+
+    /// As [`Service::respond`], for a request with a body (an upload).
+    pub async fn respond_with_body(
+        &self,
+        req: &Request,
+        body: &mut dyn UploadBody,
+    ) -> ResponsePlan {
+        // With uploads off a PUT is answered 405 whoever asks, rather than asking for
+        // credentials that could not help.
+        let op = match (&req.method, &self.cfg.uploads) {
+            (Method::Put, None) => Operation::Read,
+            _ => operation(req),
+        };
+        let (plan, who) = match self
+            .cfg
+            .access
+            .policy()
+            .check(&req.credentials, op, &req.path)
+        {
+            Ok(who) => (self.decide(req, body).await, who),
             Err(denied) => denial(denied),
         };
         let range = match &plan.content_range {
@@ -141,11 +178,39 @@ impl Service {
         plan
     }
 
-    async fn decide(&self, req: &Request) -> ResponsePlan {
+    async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
+        let cfg = &self.cfg;
         let head = match req.method {
             Method::Get => false,
-            Method::Head => true,
-            Method::Options => return dav::options(),
+            Method::Head => match (&req.upload.id, &cfg.uploads) {
+                (Some(id), Some(_)) => {
+                    return upload::status_of(&cfg.root, &cfg.upload_state, &req.path, id).await
+                }
+                _ => true,
+            },
+            Method::Put => match &cfg.uploads {
+                Some(up) => {
+                    return upload::put(
+                        &cfg.root,
+                        &cfg.upload_state,
+                        up,
+                        &req.path,
+                        &req.upload,
+                        body,
+                    )
+                    .await
+                }
+                None => {
+                    let mut plan = ResponsePlan::refusal(
+                        status::METHOD_NOT_ALLOWED,
+                        "this server does not accept uploads (xfer serve --allow-upload)\n",
+                        Some("PUT while uploads are off".into()),
+                    );
+                    plan.allow = Some(ALLOWED);
+                    return plan;
+                }
+            },
+            Method::Options => return dav::options(cfg.uploads.is_some()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
             Method::Other(_) => {
@@ -158,7 +223,6 @@ impl Service {
                 return plan;
             }
         };
-        let cfg = &self.cfg;
         if directory::wants_manifest(req) {
             return directory::manifest(cfg, req, head).await;
         }
@@ -264,8 +328,11 @@ impl Service {
 }
 
 /// What a request does, for access control.
-fn operation(method: &Method) -> Operation {
-    match method {
+fn operation(req: &Request) -> Operation {
+    match &req.method {
+        Method::Put => Operation::Write,
+        // An upload's status is for its uploader.
+        Method::Head if req.upload.id.is_some() => Operation::Write,
         Method::Get | Method::Head | Method::Options | Method::Propfind | Method::List => {
             Operation::Read
         }

@@ -4,7 +4,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use xfer_service::AccessControl;
+use xfer_service::{AccessControl, UploadConfig, Uploads};
 
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
 use xfer_common::{DigestCacheConfig, FaultInjection};
@@ -61,6 +61,10 @@ pub struct ServerConfig {
     /// Who may read and write what (tokens, client certificates). Default: anonymous reads,
     /// no writes. Shared with the QUIC server by `xfer serve`.
     pub access: Arc<AccessControl>,
+    /// Accept uploads (`PUT`). Default off.
+    pub uploads: Option<UploadConfig>,
+    /// Parallel uploads in progress; shared with the QUIC server by `xfer serve`.
+    pub upload_state: Uploads,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +93,8 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             dangerous_fault: None,
             access: Arc::new(AccessControl::anonymous(true)),
+            uploads: None,
+            upload_state: Uploads::default(),
         }
     }
 

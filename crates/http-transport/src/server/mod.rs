@@ -166,6 +166,8 @@ impl HttpServer {
                     stream: cfg.stream_options(),
                     dangerous_fault: cfg.dangerous_fault.clone(),
                     access: cfg.access.clone(),
+                    uploads: cfg.uploads.clone(),
+                    upload_state: cfg.upload_state.clone(),
                 }),
                 cfg,
                 tls,
