@@ -263,9 +263,7 @@ fn resolve_for_write(root: &Path, request_path: &str) -> Result<WriteTarget, Ref
             Refusal::new(status::FORBIDDEN, "forbidden\n", e.to_string())
         }
         // A staging name: no such thing as far as requests go.
-        PathError::NotFound { .. } => {
-            Refusal::new(status::NOT_FOUND, "not found\n", e.to_string())
-        }
+        PathError::NotFound { .. } => Refusal::new(status::NOT_FOUND, "not found\n", e.to_string()),
         _ => Refusal::new(status::BAD_REQUEST, "bad request\n", e.to_string()),
     })?;
     let name = rel
@@ -445,15 +443,31 @@ async fn blocking<T: Send + 'static>(
     f: fn(&Path, &str) -> Result<T, Refusal>,
 ) -> Result<T, Refusal> {
     let (root, path) = (root.to_path_buf(), request_path.to_string());
-    tokio::task::spawn_blocking(move || f(&root, &path))
-        .await
-        .unwrap_or_else(|e| {
-            Err(Refusal::new(
-                status::INTERNAL_ERROR,
-                "server error\n",
-                format!("upload task failed: {e}"),
-            ))
-        })
+    off_runtime(move || f(&root, &path)).await
+}
+
+/// Run file work on the blocking pool; a panic there answers 500.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+) -> Result<T, Refusal> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(Refusal::new(
+            status::INTERNAL_ERROR,
+            "server error\n",
+            format!("upload task failed: {e}"),
+        ))
+    })
+}
+
+/// The answer to a stored upload: 201 for a new file, 204 for a replaced one.
+fn stored(existed: bool, digest: Sha256Digest) -> ResponsePlan {
+    let mut plan = ResponsePlan::empty(if existed {
+        status::NO_CONTENT
+    } else {
+        status::CREATED
+    });
+    plan.repr_digest = Some(digest);
+    plan
 }
 
 /// The upload `id` for `target`: in memory, or restored from its sidecar after a restart, or
@@ -490,16 +504,7 @@ async fn open_part(
         .dir
         .join(format!("{}.ranges", staging_name(id, &target.name)));
     let path = target.path.clone();
-    let opened =
-        tokio::task::spawn_blocking(move || restore_or_create(path, staging, sidecar, create))
-            .await
-            .unwrap_or_else(|e| {
-                Err(Refusal::new(
-                    status::INTERNAL_ERROR,
-                    "server error\n",
-                    format!("upload task failed: {e}"),
-                ))
-            })?;
+    let opened = off_runtime(move || restore_or_create(path, staging, sidecar, create)).await?;
     let part = Arc::new(opened);
     let mut parts = uploads.parts.lock().unwrap_or_else(|p| p.into_inner());
     // Two first chunks raced: keep the one registered first.
@@ -662,15 +667,14 @@ async fn chunk(
     // this chunk.
     let line = format!("{start}-{end}\n");
     let sidecar = part.sidecar.clone();
-    tokio::task::spawn_blocking(move || {
+    off_runtime(move || {
         OpenOptions::new()
             .append(true)
             .open(&sidecar)
             .and_then(|mut f| f.write_all(line.as_bytes()))
             .map_err(|e| Refusal::io("recording", &sidecar, &e))
     })
-    .await
-    .map_err(|e| Refusal::new(status::INTERNAL_ERROR, "server error\n", e.to_string()))??;
+    .await?;
     {
         let mut s = part.lock();
         insert_range(&mut s.received, start, end);
@@ -718,26 +722,12 @@ async fn complete(
         ));
     }
     let p = Arc::clone(&part);
-    let finished = tokio::task::spawn_blocking(move || finish(&p, declared))
-        .await
-        .unwrap_or_else(|e| {
-            Err(Refusal::new(
-                status::INTERNAL_ERROR,
-                "server error\n",
-                format!("upload task failed: {e}"),
-            ))
-        });
+    let finished = off_runtime(move || finish(&p, declared)).await;
     match finished {
         Ok(()) => {
             uploads.remove(id);
             tracing::info!(path = %target.path.display(), size = part.size, sha256 = %declared, "upload complete");
-            let mut plan = ResponsePlan::empty(if target.existed {
-                status::NO_CONTENT
-            } else {
-                status::CREATED
-            });
-            plan.repr_digest = Some(declared);
-            Ok(plan)
+            Ok(stored(target.existed, declared))
         }
         Err(r) => {
             if r.status == status::BAD_REQUEST {
@@ -908,7 +898,7 @@ async fn whole(
     let staging = target.dir.join(staging_name(&unique_id(), &target.name));
     let file = {
         let s = staging.clone();
-        tokio::task::spawn_blocking(move || {
+        off_runtime(move || {
             OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -916,8 +906,7 @@ async fn whole(
                 .open(&s)
                 .map_err(|e| Refusal::io("creating", &s, &e))
         })
-        .await
-        .map_err(|e| Refusal::new(status::INTERNAL_ERROR, "server error\n", e.to_string()))??
+        .await?
     };
     let keep = file
         .try_clone()
@@ -938,22 +927,14 @@ async fn whole(
             }
         }
         let (s, t) = (staging.clone(), target.path.clone());
-        tokio::task::spawn_blocking(move || commit(&keep, &s, &t))
-            .await
-            .map_err(|e| Refusal::new(status::INTERNAL_ERROR, "server error\n", e.to_string()))??;
+        off_runtime(move || commit(&keep, &s, &t)).await?;
         Ok((actual, n))
     }
     .await;
     match outcome {
         Ok((digest, n)) => {
             tracing::info!(path = %target.path.display(), size = n, sha256 = %digest, "upload complete");
-            let mut plan = ResponsePlan::empty(if target.existed {
-                status::NO_CONTENT
-            } else {
-                status::CREATED
-            });
-            plan.repr_digest = Some(digest);
-            Ok(plan)
+            Ok(stored(target.existed, digest))
         }
         Err(r) => {
             let _ = std::fs::remove_file(&staging);
