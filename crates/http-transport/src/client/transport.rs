@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::Empty;
+use http_body_util::Full;
 use hyper::client::conn::http2;
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{BoxFuture, ConnectionStats, Lane, RemoteInfo, Transport};
@@ -33,7 +33,7 @@ pub(crate) enum Mode {
 /// A shared HTTP/2 connection to the transport's origin.
 struct SharedSlot {
     origin: Origin,
-    sender: http2::SendRequest<Empty<Bytes>>,
+    sender: http2::SendRequest<Full<Bytes>>,
     generation: u64,
 }
 
@@ -48,7 +48,7 @@ pub(crate) struct ShareTicket {
 /// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
 /// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Empty<Bytes>>, bool, ShareTicket),
+    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket),
     H1(Connection),
 }
 
