@@ -32,3 +32,6 @@ mod disk_full;
 
 #[path = "e2e/access.rs"]
 mod access;
+
+#[path = "e2e/upload.rs"]
+mod upload;

@@ -60,7 +60,8 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            let e = anyhow::Error::from(e).context(format!("xfer put {} {url}", args.file.display()));
+            let e =
+                anyhow::Error::from(e).context(format!("xfer put {} {url}", args.file.display()));
             if args.json {
                 let doc = serde_json::json!({
                     "status": "failed",
@@ -82,7 +83,10 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
         );
     } else if !args.quiet {
         let resumed = if report.resumed_bytes > 0 {
-            format!(", {} already on the server", HumanBytes(report.resumed_bytes))
+            format!(
+                ", {} already on the server",
+                HumanBytes(report.resumed_bytes)
+            )
         } else {
             String::new()
         };
@@ -104,10 +108,12 @@ fn target_url(url: &str, file: &std::path::Path) -> Result<String, UsageError> {
     if !url.ends_with('/') {
         return Ok(url.to_string());
     }
-    let name = file
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| UsageError(format!("{} has no usable file name; give the full URL", file.display())))?;
+    let name = file.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        UsageError(format!(
+            "{} has no usable file name; give the full URL",
+            file.display()
+        ))
+    })?;
     let encoded: String = name
         .bytes()
         .map(|b| {

@@ -82,7 +82,9 @@ impl TransferError {
 /// HTTP statuses worth retrying: server errors, 408 Request Timeout, 429 Too Many Requests.
 /// The QUIC protocol reuses HTTP's status numbers, so this serves both.
 pub fn is_transient_status(status: u16) -> bool {
-    status >= 500 || status == 408 || status == 429
+    // 507: the server's disk is full; that does not pass in a few seconds of backoff, and
+    // the user should hear of it at once.
+    (status >= 500 && status != 507) || status == 408 || status == 429
 }
 
 /// A knob set to a value outside what it accepts; every crate's configuration reports this.
@@ -109,6 +111,7 @@ fn status_hint(status: u16) -> &'static str {
     match status {
         401 => " (the server wants credentials: pass --token-file FILE, or set BEARER_TOKEN)",
         403 => " (your credentials do not cover this path, or the server may not read it)",
+        507 => " (the server's disk is full; run the same command again once it has space)",
         _ => "",
     }
 }

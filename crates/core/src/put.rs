@@ -150,7 +150,10 @@ impl Upload {
 
     /// Run until done or until `shutdown` resolves; chunks the server acknowledged stay
     /// acknowledged, so a re-run resumes.
-    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<PutReport, PutError> {
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<PutReport, PutError> {
         let started = Instant::now();
         let cfg = &self.config;
         if cfg.lanes == Some(0) || cfg.max_attempts == 0 {
@@ -239,9 +242,12 @@ impl Upload {
         let missing: VecDeque<ChunkIndex> = (0..plan.chunk_count())
             .filter(|&c| {
                 let r = plan.range(c);
-                !held
-                    .as_ref()
-                    .is_some_and(|h| h.size == size && h.received.iter().any(|g| g.start <= r.start && r.end <= g.end))
+                !held.as_ref().is_some_and(|h| {
+                    h.size == size
+                        && h.received
+                            .iter()
+                            .any(|g| g.start <= r.start && r.end <= g.end)
+                })
             })
             .collect();
         let resumed: u64 = size - missing.iter().map(|&c| plan.len(c)).sum::<u64>();
@@ -254,7 +260,16 @@ impl Upload {
         });
 
         let sent = self
-            .send_chunks(&plan, &file, &id, missing, lanes, first, size, &mut shutdown)
+            .send_chunks(
+                &plan,
+                &file,
+                &id,
+                missing,
+                lanes,
+                first,
+                size,
+                &mut shutdown,
+            )
             .await?;
         let mut last = sent;
 
@@ -339,11 +354,15 @@ impl Upload {
         }
         match spare {
             Some(lane) => Ok(lane),
-            None => self.transport.open_lane(0).await.map_err(|source| PutError::Remote {
-                path: self.source.clone(),
-                url: self.url.clone(),
-                source,
-            }),
+            None => self
+                .transport
+                .open_lane(0)
+                .await
+                .map_err(|source| PutError::Remote {
+                    path: self.source.clone(),
+                    url: self.url.clone(),
+                    source,
+                }),
         }
     }
 
@@ -413,7 +432,11 @@ impl LaneCtx {
         });
     }
 
-    async fn work(&self, lane: usize, opened: Option<Box<dyn Lane>>) -> Result<Box<dyn Lane>, PutError> {
+    async fn work(
+        &self,
+        lane: usize,
+        opened: Option<Box<dyn Lane>>,
+    ) -> Result<Box<dyn Lane>, PutError> {
         let mut conn = match opened {
             Some(l) => l,
             None => self
@@ -425,12 +448,17 @@ impl LaneCtx {
         let label = conn.label();
         self.progress.lane(lane, |s| s.label = label);
         loop {
-            let next = self.queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+            let next = self
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
             let Some(chunk) = next else {
                 return Ok(conn);
             };
             let range = self.plan.range(chunk);
-            let data = read_at(&self.file, &self.path, range.start, range.end - range.start).await?;
+            let data =
+                read_at(&self.file, &self.path, range.start, range.end - range.start).await?;
             let up = ChunkUpload {
                 id: self.id.clone(),
                 range: range.clone(),

@@ -27,10 +27,7 @@ impl HttpLane {
         data: Bytes,
         sha256: Sha256Digest,
     ) -> Result<(), TransferError> {
-        let headers = [
-            digest_header(CONTENT_DIGEST, &sha256)?,
-            octet_stream(),
-        ];
+        let headers = [digest_header(CONTENT_DIGEST, &sha256)?, octet_stream()];
         let answer = self
             .request_with_body(Method::PUT, self.target(), &headers, data, "")
             .await?;
@@ -52,7 +49,13 @@ impl HttpLane {
         ];
         let suffix = format!(" {range}");
         let answer = self
-            .request_with_body(Method::PUT, self.target(), &headers, c.data.clone(), &suffix)
+            .request_with_body(
+                Method::PUT,
+                self.target(),
+                &headers,
+                c.data.clone(),
+                &suffix,
+            )
             .await?;
         self.expect_success(answer, &format!("PUT{suffix}")).await
     }
@@ -62,7 +65,12 @@ impl HttpLane {
         id: &str,
     ) -> Result<Option<UploadStatus>, TransferError> {
         let answer = self
-            .request(Method::HEAD, self.target(), &[id_header(id)?], " (upload status)")
+            .request(
+                Method::HEAD,
+                self.target(),
+                &[id_header(id)?],
+                " (upload status)",
+            )
             .await?;
         if answer.response.status() == StatusCode::NOT_FOUND {
             return Ok(None);

@@ -48,12 +48,37 @@ pub(crate) async fn handle(
         .service
         .respond_with_body(&request, &mut body)
         .await;
+    if plan.status >= 400 && request.method == Method::Put {
+        body.discard().await;
+    }
     Ok(encode(plan, version))
 }
+
+/// A refused upload's body is read and dropped, up to this much, before the answer goes out:
+/// over HTTP/2 an answer that leaves the body unread resets the stream, which clients such as
+/// curl report as a framing error instead of showing the 401 or 403.
+const DISCARD_LIMIT: u64 = 8 << 20;
+/// How long reading a refused body may take.
+const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A request body as the core pulls it: data frames only (an upload's trailers carry
 /// nothing the core uses).
 struct RequestBody(Incoming);
+
+impl RequestBody {
+    async fn discard(&mut self) {
+        let mut seen = 0u64;
+        let read = async {
+            while let Some(Ok(piece)) = self.next_chunk().await {
+                seen += piece.len() as u64;
+                if seen > DISCARD_LIMIT {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DISCARD_TIME, read).await;
+    }
+}
 
 impl UploadBody for RequestBody {
     fn next_chunk(
