@@ -1,4 +1,5 @@
-//! `xfer put` and plain `PUT` against xfer's server over real sockets and TLS: identical bytes,
+//! `xfer put` and plain `PUT` against xfer's server over real sockets and TLS (HTTP/1.1,
+//! HTTP/2, h2c and QUIC): identical bytes,
 //! resume after the client is killed and after the server restarts, access refusals that write
 //! nothing, a full disk answered 507 while the server keeps serving, and `curl -T`.
 
@@ -9,8 +10,8 @@ use std::time::{Duration, Instant};
 use xfer::serve::{ServeConfig, Servers};
 
 use crate::support::{
-    json_report, require_program, run_xfer, sha256_file, u64_field, write_random_file, xfer_bin,
-    BoxError, Fixture, Proto, TestResult, MIB,
+    each_transport, json_report, require_program, run_xfer, sha256_file, u64_field,
+    write_random_file, xfer_bin, BoxError, Fixture, Proto, TestResult, MIB,
 };
 
 const ACCESS: &str = r#"
@@ -204,32 +205,9 @@ async fn killed_client_resumes(proto: Proto) -> TestResult {
     Ok(())
 }
 
-macro_rules! each_http {
-    ($($name:ident => $case:path;)*) => {$(
-        mod $name {
-            use crate::support::{Proto, TestResult};
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn http1_tls() -> TestResult {
-                $case(Proto::Http1Tls).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn http2_tls() -> TestResult {
-                $case(Proto::Http2Tls).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn h2c() -> TestResult {
-                $case(Proto::H2c).await
-            }
-        }
-    )*};
-}
-
-each_http! {
-    put_identical => super::identical_and_refusals;
-    put_killed_then_resumed => super::killed_client_resumes;
+each_transport! {
+    put_identical => identical_and_refusals;
+    put_killed_then_resumed => killed_client_resumes;
 }
 
 /// The server restarts mid-upload (same root, same port): the re-run finishes from what the

@@ -104,6 +104,9 @@ pub struct QuicTransport {
     inner: Arc<Inner>,
 }
 
+#[path = "client_upload.rs"]
+mod upload;
+
 struct Inner {
     url: String,
     target: QuicUrl,
@@ -246,6 +249,16 @@ impl Inner {
         conn: usize,
         req: &Request,
     ) -> Result<(ResponseHead, RecvStream), TransferError> {
+        self.exchange_with(conn, req, None).await
+    }
+
+    /// [`Inner::exchange`], with an upload's body sent after the request.
+    pub(crate) async fn exchange_with(
+        &self,
+        conn: usize,
+        req: &Request,
+        body: Option<Bytes>,
+    ) -> Result<(ResponseHead, RecvStream), TransferError> {
         let wire = req
             .encode()
             .map_err(|e| TransferError::Config(format!("cannot send {}: {e}", req.path)))?;
@@ -261,6 +274,9 @@ impl Inner {
         send.write_chunk(Bytes::from(wire))
             .await
             .map_err(|e| io_err(e.into()))?;
+        if let Some(body) = body {
+            send.write_chunk(body).await.map_err(|e| io_err(e.into()))?;
+        }
         // The request is complete; FIN tells the server so (it reads to the end).
         send.finish()
             .map_err(|e| io_err(io::Error::other(e.to_string())))?;
@@ -403,6 +419,7 @@ impl Transport for QuicTransport {
         Box::pin(async move {
             let inner = &self.inner;
             let req = Request {
+                upload: None,
                 token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
                 method: Method::Stat,
                 path: inner.target.path_and_query.clone(),
@@ -482,6 +499,36 @@ struct QuicLane {
 }
 
 impl Lane for QuicLane {
+    fn put_whole<'a>(
+        &'a mut self,
+        data: Bytes,
+        sha256: xfer_core::Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.inner.put_whole(self.conn, data, sha256))
+    }
+
+    fn put_chunk<'a>(
+        &'a mut self,
+        chunk: &'a xfer_core::transport::ChunkUpload,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.inner.put_chunk(self.conn, chunk))
+    }
+
+    fn upload_status<'a>(
+        &'a mut self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<xfer_core::transport::UploadStatus>, TransferError>> {
+        Box::pin(self.inner.upload_status(self.conn, id))
+    }
+
+    fn complete_upload<'a>(
+        &'a mut self,
+        id: &'a str,
+        sha256: xfer_core::Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.inner.complete_upload(self.conn, id, sha256))
+    }
+
     fn fetch<'a>(
         &'a mut self,
         req: &'a RangeRequest,
@@ -489,6 +536,7 @@ impl Lane for QuicLane {
         Box::pin(async move {
             let inner = &self.inner;
             let wire_req = Request {
+                upload: None,
                 token: self
                     .inner
                     .config
