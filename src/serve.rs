@@ -45,6 +45,9 @@ pub struct ServeConfig {
     pub access_file: Option<PathBuf>,
     /// Serve reads without credentials. Default on.
     pub anonymous_read: bool,
+    /// Ask clients for a certificate signed by a CA in this PEM file; its subjectAltName
+    /// names map to scopes in the access file. Needs TLS.
+    pub client_ca: Option<PathBuf>,
     /// Accept uploads from callers the access file gives write access. Default off.
     pub uploads: Option<UploadConfig>,
 }
@@ -61,6 +64,7 @@ impl ServeConfig {
             dangerous_fault: None,
             access_file: None,
             anonymous_read: true,
+            client_ca: None,
             uploads: None,
         }
     }
@@ -97,16 +101,24 @@ impl Servers {
     /// Bind and start serving in the background.
     pub async fn start(cfg: ServeConfig) -> Result<Self, ServeError> {
         let mut self_signed = None;
-        let server_tls = match &cfg.tls {
-            ServerTls::Plain => None,
-            ServerTls::Files { cert, key } => Some(Arc::new(tls::server_config(cert, key, &[])?)),
-            ServerTls::SelfSigned { dir, names } => {
-                let made = tls::self_signed(names, dir)?;
-                let config = tls::server_config(&made.cert_path, &made.key_path, &[])?;
-                self_signed = Some(made);
-                Some(Arc::new(config))
-            }
-        };
+        let server_tls =
+            match &cfg.tls {
+                ServerTls::Plain => None,
+                ServerTls::Files { cert, key } => Some(Arc::new(
+                    tls::server_config_with_client_ca(cert, key, &[], cfg.client_ca.as_deref())?,
+                )),
+                ServerTls::SelfSigned { dir, names } => {
+                    let made = tls::self_signed(names, dir)?;
+                    let config = tls::server_config_with_client_ca(
+                        &made.cert_path,
+                        &made.key_path,
+                        &[],
+                        cfg.client_ca.as_deref(),
+                    )?;
+                    self_signed = Some(made);
+                    Some(Arc::new(config))
+                }
+            };
         let access = Arc::new(match &cfg.access_file {
             Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?,
             None => AccessControl::anonymous(cfg.anonymous_read),

@@ -300,6 +300,7 @@ async fn rig() -> Result<Rig, BoxError> {
         .clone();
     let client_tls = client_config(
         &ClientTlsOptions {
+            client_identity: None,
             ca_certs: vec![ca],
             dangerous_insecure: false,
         },

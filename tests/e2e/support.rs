@@ -100,6 +100,7 @@ impl Fixture {
         let mut client = ClientConfig::default();
         if let Some(ss) = &servers.self_signed {
             client = client.with_tls(ClientTlsOptions {
+                client_identity: None,
                 ca_certs: vec![ss.cert_path.clone()],
                 dangerous_insecure: false,
             });

@@ -87,6 +87,12 @@ pub struct ClientArgs {
     /// WLCG bearer token discovery.
     #[arg(long, env = "XFER_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Client certificate (PEM chain) to present when the server asks for one.
+    #[arg(long, requires = "client_key", value_name = "PEM")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "client_cert", value_name = "PEM")]
+    pub client_key: Option<PathBuf>,
 
     /// TCP send buffer (SO_SNDBUF); default: kernel autotuning.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
@@ -195,6 +201,13 @@ impl ClientArgs {
             .with_tls(ClientTlsOptions {
                 ca_certs: self.ca_cert.clone(),
                 dangerous_insecure: self.insecure,
+                client_identity: match (&self.client_cert, &self.client_key) {
+                    (Some(cert), Some(key)) => Some(xfer::crates::common::tls::ClientIdentity {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                    }),
+                    _ => None,
+                },
             })
             .with_lanes(LaneLayout {
                 connections: self.connections,

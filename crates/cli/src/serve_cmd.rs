@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// Refuse reads without credentials (writes always need them).
     #[arg(long)]
     pub no_anonymous_read: bool,
+    /// Ask clients for a certificate signed by a CA in this PEM file; the access file maps
+    /// its DNS names to scopes. Clients without one connect as anonymous.
+    #[arg(long, value_name = "PEM", conflicts_with = "plain")]
+    pub client_ca: Option<PathBuf>,
     /// Accept uploads (PUT, and xfer put's parallel uploads) from callers the access file
     /// gives write access.
     #[arg(long)]
@@ -114,6 +118,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = ServeConfig::new(&args.dir, tls);
     cfg.access_file = args.access.clone();
     cfg.anonymous_read = !args.no_anonymous_read;
+    cfg.client_ca = args.client_ca.clone();
     if args.allow_upload {
         cfg.uploads = Some(xfer::crates::service::UploadConfig {
             expiry: args.upload_expiry,

@@ -34,6 +34,7 @@ pub mod secret;
 pub mod sockbuf;
 pub mod synthetic;
 pub mod tls;
+mod tls_identity;
 
 pub use digest_cache::{DigestCache, DigestCacheConfig};
 pub use fault::FaultInjection;

@@ -264,12 +264,21 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
             return;
         }
     };
-    tracing::debug!(%peer, "quic connection accepted");
+    // Verified against the client CA during the handshake, when the server asks for one.
+    let client_certificate = connection
+        .peer_identity()
+        .and_then(|id| {
+            id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .and_then(|chain| chain.first().map(|c| Arc::new(c.as_ref().to_vec())));
+    tracing::debug!(%peer, client_certificate = client_certificate.is_some(), "quic connection accepted");
     loop {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
                 let state = state.clone();
-                tokio::spawn(async move { handle_stream(send, recv, &state, peer).await });
+                let cert = client_certificate.clone();
+                tokio::spawn(async move { handle_stream(send, recv, &state, peer, cert).await });
             }
             Err(e) => {
                 tracing::debug!(%peer, reason = %e, "quic connection ended");
@@ -284,6 +293,7 @@ async fn handle_stream(
     mut recv: RecvStream,
     state: &State,
     peer: SocketAddr,
+    client_certificate: Option<Arc<Vec<u8>>>,
 ) {
     let read = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut recv)).await;
     let (request, leftover) = match read {
@@ -305,7 +315,11 @@ async fn handle_stream(
         leftover: Some(leftover).filter(|b| !b.is_empty()),
         recv,
     };
-    if let Err(e) = respond(&mut send, &request, &mut body, state, peer).await {
+    let caller = Caller {
+        peer,
+        client_certificate,
+    };
+    if let Err(e) = respond(&mut send, &request, &mut body, state, &caller).await {
         match e {
             SendError::Write(WriteError::Stopped(code)) => {
                 tracing::debug!(%peer, path = %request.path, code = %code, "client stopped the stream");
@@ -429,7 +443,14 @@ async fn send_head(send: &mut SendStream, head: &ResponseHead) -> Result<(), Sen
 
 /// Decode `xfer/1` into the core's request; `STAT` is the core's HEAD and the validator its
 /// `If-Match` (a mismatch is 412).
-fn decode(req: &Request, peer: SocketAddr) -> xfer_service::Request {
+/// Who sent a request.
+struct Caller {
+    peer: SocketAddr,
+    client_certificate: Option<Arc<Vec<u8>>>,
+}
+
+fn decode(req: &Request, caller: &Caller) -> xfer_service::Request {
+    let peer = caller.peer;
     let method = match req.method {
         Method::Get => xfer_service::Method::Get,
         Method::Stat => xfer_service::Method::Head,
@@ -442,6 +463,7 @@ fn decode(req: &Request, peer: SocketAddr) -> xfer_service::Request {
     r.want_content_digest = req.want_digest;
     r.trailers_ok = true;
     r.credentials.bearer = req.token.clone().map(xfer_service::Secret::new);
+    r.credentials.client_certificate = caller.client_certificate.clone();
     if let Some(u) = &req.upload {
         r.upload = UploadHead {
             content_length: None,
@@ -510,11 +532,11 @@ async fn respond(
     req: &Request,
     body: &mut StreamBody,
     state: &State,
-    peer: SocketAddr,
+    caller: &Caller,
 ) -> Result<(), SendError> {
     let plan = state
         .service
-        .respond_with_body(&decode(req, peer), body)
+        .respond_with_body(&decode(req, caller), body)
         .await;
     send_head(send, &encode_head(&plan)).await?;
     // A refusal's text travels in the head's message; only streams and listings have a body.

@@ -74,6 +74,7 @@ impl Fixture {
 
     fn client_tls(&self) -> ClientTlsOptions {
         ClientTlsOptions {
+            client_identity: None,
             ca_certs: vec![self.ca.clone()],
             dangerous_insecure: false,
         }
