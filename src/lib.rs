@@ -36,9 +36,14 @@
 //! ([`QuicTuning`]), and [`GetConfig`] (chunk size, lanes, retries). `docs/tuning.md` explains
 //! each knob with measured figures.
 //!
-//! What this crate does not do: upload (xfer pulls), directory trees, or HTTP/3.
+//! Whole directory trees: [`tree::TreeDownload`] lists a directory URL (xfer's manifest,
+//! WebDAV `PROPFIND` or nginx's JSON index) and fetches every file with the same checks, over
+//! one transport's connections.
+//!
+//! What this crate does not do: upload (xfer pulls), or HTTP/3.
 
 pub mod serve;
+pub mod tree;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -99,6 +104,21 @@ pub enum Error {
     /// The transfer itself failed; see [`GetError`].
     #[error(transparent)]
     Get(#[from] GetError),
+}
+
+/// `e` and its sources on one line, each cause once: `fetching X: chunk 3: connection reset`.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let msg = c.to_string();
+        if !s.contains(&msg) {
+            s.push_str(": ");
+            s.push_str(&msg);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// The URL schemes xfer speaks, and which transport each selects.
