@@ -13,6 +13,8 @@ mod get_cmd;
 mod lab_cmd;
 mod progress_bar;
 mod serve_cmd;
+mod tree_cmd;
+mod tree_progress;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
