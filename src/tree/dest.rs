@@ -231,7 +231,11 @@ mod tests {
             root.create_dir(&rel("link")),
             Err(DestError::Symlink { .. })
         ));
-        assert_eq!(std::fs::read_dir(&outside)?.count(), 0, "nothing written outside");
+        assert_eq!(
+            std::fs::read_dir(&outside)?.count(),
+            0,
+            "nothing written outside"
+        );
         Ok(())
     }
 

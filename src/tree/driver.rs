@@ -20,8 +20,8 @@ use xfer_core::Sha256Digest;
 use super::lane_map::LaneMap;
 use super::lister::{self, url_of, ListError};
 use super::{
-    file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter,
-    TreeConfig, TreeError, TreeJournal, TreeProgress, TreeReport,
+    file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter, TreeConfig,
+    TreeError, TreeJournal, TreeProgress, TreeReport,
 };
 
 /// Entries buffered between the listing and the driver.
@@ -96,6 +96,8 @@ pub(super) async fn run(
             break;
         }
         tokio::select! {
+            // Ctrl-C first: no new file starts once it is seen.
+            biased;
             _ = &mut shutdown, if !d.interrupted => {
                 tracing::info!("interrupted: stopping every file");
                 d.interrupted = true;
@@ -303,7 +305,9 @@ impl Driver {
             return;
         };
         self.release(&lanes);
-        self.s.progress.update(|c| c.running.retain(|(i, _)| *i != id));
+        self.s
+            .progress
+            .update(|c| c.running.retain(|(i, _)| *i != id));
         let path = job.path.as_str().to_string();
         match result {
             Ok(report) => {
@@ -354,18 +358,36 @@ impl Driver {
         // The task's id is lost with its panic: count it failed, free nothing (its lanes
         // stay out of the budget, which only shrinks parallelism).
         tracing::error!(error = %e, "a file's task panicked");
-        self.fail(String::new(), FailureKind::Local, format!("a file's task panicked: {e}"), true);
+        self.fail(
+            String::new(),
+            FailureKind::Local,
+            format!("a file's task panicked: {e}"),
+            true,
+        );
     }
 
-    fn handle_listing_end(&mut self, listed: Result<Result<super::ListingFormat, ListError>, tokio::task::JoinError>) {
+    fn handle_listing_end(
+        &mut self,
+        listed: Result<Result<super::ListingFormat, ListError>, tokio::task::JoinError>,
+    ) {
         match listed {
             Ok(Ok(format)) => self.report.listing = Some(format),
             Ok(Err(_)) if self.interrupted => {}
             Ok(Err(e)) => {
                 tracing::error!(error = %crate::error_chain(&e), "listing failed");
-                self.fail(String::new(), FailureKind::Remote, crate::error_chain(&e), false);
+                self.fail(
+                    String::new(),
+                    FailureKind::Remote,
+                    crate::error_chain(&e),
+                    false,
+                );
             }
-            Err(e) => self.fail(String::new(), FailureKind::Local, format!("the listing task failed: {e}"), false),
+            Err(e) => self.fail(
+                String::new(),
+                FailureKind::Local,
+                format!("the listing task failed: {e}"),
+                false,
+            ),
         }
     }
 

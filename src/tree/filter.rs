@@ -104,7 +104,9 @@ mod tests {
 
     #[test]
     fn bad_globs_are_named() {
-        let err = PathFilter::new(&["a[".to_string()], &[]).err().map(|e| e.to_string());
+        let err = PathFilter::new(&["a[".to_string()], &[])
+            .err()
+            .map(|e| e.to_string());
         assert!(err.unwrap_or_default().contains("a["));
     }
 }

@@ -111,7 +111,11 @@ pub async fn list_tree(
                             (ListingFormat::NginxJson, r)
                         }
                         other => {
-                            let last = if other.is_ok() { describe(&other) } else { last };
+                            let last = if other.is_ok() {
+                                describe(&other)
+                            } else {
+                                last
+                            };
                             return Err(ListError::NoFormat { url: root, last });
                         }
                     }
@@ -130,8 +134,7 @@ pub async fn list_tree(
         return Ok(format);
     }
     // One directory per request, breadth first.
-    let mut pending: VecDeque<(Option<RelPath>, ListResponse)> =
-        VecDeque::from([(None, response)]);
+    let mut pending: VecDeque<(Option<RelPath>, ListResponse)> = VecDeque::from([(None, response)]);
     let mut dirs: VecDeque<RelPath> = VecDeque::new();
     loop {
         let Some((prefix, response)) = pending.pop_front() else {
@@ -143,7 +146,10 @@ pub async fn list_tree(
                 ListingFormat::Propfind => ListRequest::Propfind,
                 _ => ListRequest::Index,
             };
-            pending.push_back((Some(dir), list_once(transport.as_ref(), &url, request).await?));
+            pending.push_back((
+                Some(dir),
+                list_once(transport.as_ref(), &url, request).await?,
+            ));
             continue;
         };
         let tx = out.clone();
@@ -192,10 +198,7 @@ fn forward(
 
 fn describe(r: &Result<ListResponse, ListError>) -> String {
     match r {
-        Ok(r) => format!(
-            "a {} body",
-            r.media_type.as_deref().unwrap_or("untyped")
-        ),
+        Ok(r) => format!("a {} body", r.media_type.as_deref().unwrap_or("untyped")),
         Err(e) => match e {
             ListError::Request { source, .. } => source.to_string(),
             other => other.to_string(),

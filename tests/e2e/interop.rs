@@ -23,7 +23,8 @@ struct Nginx {
     addr: SocketAddr,
 }
 
-fn start_nginx(bin: &Path, dir: &Path, ranges: bool) -> Result<Nginx, BoxError> {
+/// `directives` go into the `server` block (`max_ranges 0;`, `autoindex on;`).
+fn start_nginx(bin: &Path, dir: &Path, directives: &str) -> Result<Nginx, BoxError> {
     for sub in ["www", "client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
         std::fs::create_dir_all(dir.join(sub))?;
     }
@@ -38,8 +39,7 @@ fn start_nginx(bin: &Path, dir: &Path, ranges: bool) -> Result<Nginx, BoxError> 
              http {{\n  access_log off;\n  client_body_temp_path {d}/client_body;\n\
              proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
              uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  default_type application/octet-stream;\n\
-             server {{\n    listen 127.0.0.1:{port};\n    root {d}/www;\n    {}\n  }}\n}}\n",
-            if ranges { "" } else { "max_ranges 0;" }
+             server {{\n    listen 127.0.0.1:{port};\n    root {d}/www;\n    {directives}\n  }}\n}}\n"
         );
         let conf_path = dir.join("nginx.conf");
         std::fs::write(&conf_path, conf)?;
@@ -90,7 +90,7 @@ async fn get_from_nginx(ranges: bool) -> Result<Option<serde_json::Value>, BoxEr
     let size = 20 * MIB + 999;
     std::fs::create_dir_all(dir.path().join("www"))?;
     let expected = write_random_file(&dir.path().join("www/data.bin"), size, 9)?;
-    let server = start_nginx(&bin, dir.path(), ranges)?;
+    let server = start_nginx(&bin, dir.path(), if ranges { "" } else { "max_ranges 0;" })?;
     let dest = dir.path().join("got.bin");
     let out = run_xfer(vec![
         "get".into(),
@@ -403,5 +403,65 @@ async fn rclone_lists_and_reads_an_xfer_server_over_webdav() -> TestResult {
     );
     assert_eq!(out.stdout, b"xy");
     fx.shutdown().await;
+    Ok(())
+}
+
+/// `xfer get URL/ DEST/` from nginx's `autoindex_format json`: the whole tree (nested, empty
+/// files and directories, spaces, `%`, unicode) arrives with its mtimes, one directory listed
+/// per request; a re-run fetches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xfer_get_a_tree_from_nginx_autoindex_json() -> TestResult {
+    let Some(bin) = nginx() else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(www.join("run"))?;
+    let files = crate::tree::build_tree(&www.join("run"))?;
+    let server = start_nginx(&bin, dir.path(), "autoindex on; autoindex_format json;")?;
+    let dest = dir.path().join("got");
+    let args = vec![
+        "get".to_string(),
+        format!("http://{}/run/", server.addr),
+        dest.display().to_string(),
+        "--chunk-size".into(),
+        "256KiB".into(),
+        "--json".into(),
+    ];
+    let out = run_xfer(args.clone()).await?;
+    assert!(
+        out.status.success(),
+        "xfer get of an nginx tree failed: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_report(&out)?;
+    assert_eq!(report["listing"].as_str(), Some("nginx_json"), "{report}");
+    assert_eq!(u64_field(&report, "fetched")?, files, "{report}");
+    // nginx's index has whole seconds: the copies carry the server's mtimes to the second.
+    let (got, want) = (
+        crate::tree::snapshot(&dest)?,
+        crate::tree::snapshot(&www.join("run"))?,
+    );
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (name, entry) in &want {
+        let (Some((data, mtime)), Some(Some((got_data, got_mtime)))) = (entry, got.get(name))
+        else {
+            continue;
+        };
+        assert_eq!(data, got_data, "{name} differs");
+        let secs = |t: &std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        };
+        assert_eq!(secs(mtime), secs(got_mtime), "{name}: mtime");
+    }
+    let again = json_report(&run_xfer(args).await?)?;
+    assert_eq!(u64_field(&again, "fetched")?, 0, "{again}");
+    assert_eq!(u64_field(&again, "skipped")?, files, "{again}");
     Ok(())
 }

@@ -77,7 +77,13 @@ pub struct GetArgs {
 }
 
 pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
-    if args.recursive || args.url.split(['?', '#']).next().is_some_and(|p| p.ends_with('/')) {
+    if args.recursive
+        || args
+            .url
+            .split(['?', '#'])
+            .next()
+            .is_some_and(|p| p.ends_with('/'))
+    {
         let mut get = GetConfig {
             chunk_size: args.chunk_size,
             lanes: args.lanes,

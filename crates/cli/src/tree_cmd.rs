@@ -82,7 +82,11 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
     }
     for f in &report.failed {
-        let what = if f.path.is_empty() { "listing" } else { &f.path };
+        let what = if f.path.is_empty() {
+            "listing"
+        } else {
+            &f.path
+        };
         eprintln!("xfer: failed: {what}: {}", f.error);
     }
     if code == exit::INTERRUPTED {

@@ -28,7 +28,11 @@ pub(crate) async fn list(
     let base = Target::parse(dir_url).map_err(TransferError::Config)?;
     let (method, target, headers, ok) = match request {
         ListRequest::Manifest => {
-            let sep = if base.path.query().is_some() { '&' } else { '?' };
+            let sep = if base.path.query().is_some() {
+                '&'
+            } else {
+                '?'
+            };
             let with_query =
                 Target::parse(&format!("{base}{sep}manifest")).map_err(TransferError::Config)?;
             let accept = (
@@ -40,7 +44,10 @@ pub(crate) async fn list(
         ListRequest::Propfind => {
             // No body: RFC 4918 §9.1 reads an empty PROPFIND as `allprop`, which includes the
             // four properties a tree needs; the request path stays free of a body type.
-            let depth = (HeaderName::from_static("depth"), HeaderValue::from_static("1"));
+            let depth = (
+                HeaderName::from_static("depth"),
+                HeaderValue::from_static("1"),
+            );
             let method = Method::from_bytes(b"PROPFIND")
                 .map_err(|e| TransferError::Config(format!("PROPFIND: {e}")))?;
             (method, base, vec![depth], StatusCode::MULTI_STATUS)

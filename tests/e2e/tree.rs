@@ -1,0 +1,528 @@
+//! Whole trees: `xfer get URL/ DEST/` over every transport, re-runs that fetch only what is
+//! missing, an interrupted tree resumed, and hostile listings and destinations refused.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::Notify;
+use xfer::crates::core::transport::{
+    BoxFuture, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
+};
+use xfer::tree::{FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
+use xfer::{transport_for, ClientConfig, TransferError};
+
+use crate::support::{
+    each_transport, json_report, run_xfer, u64_field, write_random_file, BoxError, Fixture, Proto,
+    TestResult, MIB,
+};
+
+/// Small chunks so the one big file of the tree is cut across lanes.
+const CHUNK: u64 = 256 * 1024;
+
+fn config() -> TreeConfig {
+    let mut c = TreeConfig::default();
+    c.get.chunk_size = CHUNK;
+    c
+}
+
+/// Every regular file and directory under `root`: relative path → `Some((content, mtime))` for
+/// files, `None` for directories.
+type Snapshot = BTreeMap<String, Option<(Vec<u8>, SystemTime)>>;
+
+pub fn snapshot(root: &Path) -> Result<Snapshot, BoxError> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(root)?
+                .to_str()
+                .ok_or("non-UTF-8 name")?
+                .to_string();
+            let meta = std::fs::symlink_metadata(&path)?;
+            if meta.is_dir() {
+                out.insert(rel, None);
+                stack.push(path);
+            } else {
+                out.insert(rel, Some((std::fs::read(&path)?, meta.modified()?)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A tree with nested and empty directories, empty files, names with spaces, `%` and
+/// unicode, small files and one file of several chunks; returns its file count.
+pub fn build_tree(root: &Path) -> Result<u64, BoxError> {
+    let dirs = [
+        "a",
+        "a/b c",
+        "a/b c/d%20e",
+        "ünïcødé",
+        "empty",
+        "empty/deeper",
+    ];
+    for d in dirs {
+        std::fs::create_dir_all(root.join(d))?;
+    }
+    let mut files = 0;
+    for (i, name) in [
+        "top.bin",
+        "a/one file.txt",
+        "a/b c/100%.dat",
+        "a/b c/d%20e/x",
+        "ünïcødé/π.bin",
+        "a/#hash?.bin",
+    ]
+    .iter()
+    .enumerate()
+    {
+        write_random_file(&root.join(name), 1000 + 7919 * i as u64, i as u64)?;
+        files += 1;
+    }
+    std::fs::write(root.join("a/empty file"), b"")?;
+    write_random_file(&root.join("a/big.bin"), 3 * MIB + 17, 99)?;
+    for i in 0..20 {
+        write_random_file(
+            &root.join(format!("a/b c/small-{i:02}")),
+            100 * i + 1,
+            1000 + i,
+        )?;
+    }
+    Ok(files + 2 + 20)
+}
+
+async fn fetch(fx: &Fixture, dest: &Path, config: TreeConfig) -> Result<TreeReport, BoxError> {
+    let url = fx.url("/");
+    let transport = transport_for(&url, &fx.client)?;
+    Ok(TreeDownload::new(transport, url, dest, config)
+        .run()
+        .await?)
+}
+
+each_transport! {
+    tree_round_trip => round_trip;
+    tree_interrupted_resumes => interrupted_resumes;
+}
+
+/// The tree arrives identical (contents, mtimes, empty files and directories); a re-run
+/// fetches nothing; files new or changed on the server are the only ones a later run fetches.
+async fn round_trip(proto: Proto) -> TestResult {
+    let fx = Fixture::start(proto).await?;
+    let files = build_tree(&fx.root())?;
+    let dest = fx.out().join("tree");
+
+    let report = fetch(&fx, &dest, config()).await?;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(
+        (report.files, report.fetched, report.skipped),
+        (files, files, 0)
+    );
+    assert_eq!(report.protocol, proto.report_name());
+    assert_eq!(snapshot(&dest)?, snapshot(&fx.root())?, "tree differs");
+
+    let again = fetch(&fx, &dest, config()).await?;
+    assert_eq!((again.fetched, again.skipped), (0, files), "{again:?}");
+
+    write_random_file(&fx.root().join("a/b c/new one.bin"), 12_345, 7)?;
+    std::fs::write(fx.root().join("top.bin"), b"changed on the server")?;
+    let third = fetch(&fx, &dest, config()).await?;
+    assert!(third.failed.is_empty(), "{:?}", third.failed);
+    assert_eq!((third.fetched, third.skipped), (2, files - 1), "{third:?}");
+    assert_eq!(
+        snapshot(&dest)?,
+        snapshot(&fx.root())?,
+        "tree differs after the update"
+    );
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// A transport that counts the files started over it (one sibling each) and wakes `started`
+/// once `after` have begun: the test's Ctrl-C, at a point fixed by count, not by time.
+struct CountingTransport {
+    inner: Arc<dyn Transport>,
+    started: Arc<AtomicUsize>,
+    after: usize,
+    reached: Arc<Notify>,
+}
+
+impl Transport for CountingTransport {
+    fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
+        self.inner.stat()
+    }
+    fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
+        self.inner.open_lane(index)
+    }
+    fn protocol(&self) -> String {
+        self.inner.protocol()
+    }
+    fn default_lanes(&self) -> usize {
+        self.inner.default_lanes()
+    }
+    fn list<'a>(
+        &'a self,
+        dir_url: &'a str,
+        request: ListRequest,
+    ) -> BoxFuture<'a, Result<ListResponse, TransferError>> {
+        self.inner.list(dir_url, request)
+    }
+    fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
+        if self.started.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
+            self.reached.notify_one();
+        }
+        self.inner.sibling(url)
+    }
+}
+
+/// Interrupted after a few files, one file at a time: the re-run keeps what was finished and
+/// fetches only the rest.
+async fn interrupted_resumes(proto: Proto) -> TestResult {
+    let fx = Fixture::start(proto).await?;
+    let files = build_tree(&fx.root())?;
+    let dest = fx.out().join("tree");
+    let url = fx.url("/");
+    let reached = Arc::new(Notify::new());
+    let transport = Arc::new(CountingTransport {
+        inner: transport_for(&url, &fx.client)?,
+        started: Arc::new(AtomicUsize::new(0)),
+        after: 5,
+        reached: Arc::clone(&reached),
+    });
+    let one_at_a_time = TreeConfig {
+        max_files: 1,
+        ..config()
+    };
+    let first = TreeDownload::new(transport, url.clone(), &dest, one_at_a_time)
+        .run_until(async move { reached.notified().await })
+        .await;
+    let done = match first {
+        Err(TreeError::Interrupted { report }) => report.fetched,
+        other => return Err(format!("expected an interruption, got {other:?}").into()),
+    };
+    assert!(done <= 5, "{done} files finished after the 5th started");
+
+    let second = fetch(&fx, &dest, config()).await?;
+    assert!(second.failed.is_empty(), "{:?}", second.failed);
+    assert_eq!(second.skipped, done, "{second:?}");
+    assert_eq!(second.fetched, files - done, "{second:?}");
+    assert_eq!(
+        snapshot(&dest)?,
+        snapshot(&fx.root())?,
+        "tree differs after the resume"
+    );
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// Links placed in the destination beforehand never lead a write outside it; names that differ
+/// only by case fail on a case-insensitive destination. The other files still arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn links_and_case_collisions_in_the_destination_are_refused() -> TestResult {
+    let fx = Fixture::start(Proto::Http2Tls).await?;
+    let root = fx.root();
+    std::fs::create_dir_all(root.join("sub"))?;
+    std::fs::write(root.join("sub/inside.txt"), b"inside")?;
+    std::fs::write(root.join("linked.txt"), b"target")?;
+    std::fs::write(root.join("Case.txt"), b"upper")?;
+    std::fs::write(root.join("case.txt"), b"lower")?;
+    std::fs::write(root.join("plain.txt"), b"plain")?;
+    let outside = fx.out().join("outside");
+    std::fs::create_dir_all(&outside)?;
+    let dest = fx.out().join("tree");
+    std::fs::create_dir_all(&dest)?;
+    std::os::unix::fs::symlink(&outside, dest.join("sub"))?;
+    std::os::unix::fs::symlink(outside.join("linked.txt"), dest.join("linked.txt"))?;
+
+    let cfg = TreeConfig {
+        case_insensitive: Some(true),
+        ..config()
+    };
+    let report = fetch(&fx, &dest, cfg).await?;
+    assert_eq!(
+        std::fs::read_dir(&outside)?.count(),
+        0,
+        "wrote through a link"
+    );
+    let failed: BTreeMap<&str, FailureKind> = report
+        .failed
+        .iter()
+        .map(|f| (f.path.as_str(), f.kind))
+        .collect();
+    // The directory fails, and the file listed inside it.
+    assert_eq!(failed.get("sub"), Some(&FailureKind::Local));
+    assert_eq!(failed.get("sub/inside.txt"), Some(&FailureKind::Local));
+    assert_eq!(failed.get("linked.txt"), Some(&FailureKind::Local));
+    let case_failures = ["Case.txt", "case.txt"]
+        .iter()
+        .filter(|n| failed.contains_key(*n))
+        .count();
+    assert_eq!(case_failures, 1, "{:?}", report.failed);
+    assert_eq!(failed.len(), 4, "{:?}", report.failed);
+    assert_eq!(std::fs::read(dest.join("plain.txt"))?, b"plain");
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// A one-connection HTTP/1.1 server that answers every request with the listing it was given
+/// (for the first request) and 404 afterwards: enough to hand a client a crafted listing.
+async fn hostile_server(
+    content_type: &'static str,
+    status: &'static str,
+    body: String,
+) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                let mut seen = Vec::new();
+                let mut served = false;
+                loop {
+                    let Ok(n) = sock.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let answer = if served {
+                            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_string()
+                        } else {
+                            served = true;
+                            format!(
+                                "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                        };
+                        if sock.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok((format!("http://{addr}/run/"), task))
+}
+
+/// Every hostile name, in each format that can carry it, ends the listing with an error
+/// naming it, and nothing appears outside the destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_listings_are_refused() -> TestResult {
+    let manifest = |path: &str| {
+        format!(
+            "{{\"xfer_manifest\":1}}\n{}\n{{\"end\":{{\"entries\":1}}}}\n",
+            serde_json::json!({"path": path, "type": "file", "size": 3})
+        )
+    };
+    let propfind = |href: &str| {
+        format!(
+            r#"<?xml version="1.0"?><D:multistatus xmlns:D="DAV:"><D:response><D:href>{href}</D:href><D:propstat><D:prop><D:getcontentlength>3</D:getcontentlength><D:resourcetype/></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response></D:multistatus>"#
+        )
+    };
+    let autoindex =
+        |name: &str| serde_json::json!([{"name": name, "type": "file", "size": 3}]).to_string();
+    let manifest_type = "application/x-xfer-manifest+jsonl";
+    let cases: Vec<(&str, &str, String, &str)> = vec![
+        (manifest_type, "200 OK", manifest("../escape"), "escape"),
+        (
+            manifest_type,
+            "200 OK",
+            manifest("a/../../escape"),
+            "escape",
+        ),
+        (
+            manifest_type,
+            "200 OK",
+            manifest("/tmp/absolute"),
+            "absolute",
+        ),
+        (manifest_type, "200 OK", manifest("a\\..\\escape"), "escape"),
+        (manifest_type, "200 OK", manifest("nul\u{0}name"), "nul"),
+        (
+            "application/json",
+            "200 OK",
+            autoindex("../escape"),
+            "escape",
+        ),
+        ("application/json", "200 OK", autoindex("a/b"), "a/b"),
+        ("application/json", "200 OK", autoindex("a\\b"), "a\\\\b"),
+        (
+            "application/xml",
+            "207 Multi-Status",
+            propfind("/run/%2e%2e/escape"),
+            "escape",
+        ),
+        (
+            "application/xml",
+            "207 Multi-Status",
+            propfind("/elsewhere/escape"),
+            "escape",
+        ),
+    ];
+    for (content_type, status, body, needle) in cases {
+        let dir = tempfile::tempdir()?;
+        let dest = dir.path().join("dest");
+        // A PROPFIND answer is reached after the manifest and index requests fail.
+        let (url, server) = if status.starts_with("207") {
+            propfind_server(body.clone()).await?
+        } else {
+            hostile_server(content_type, status, body.clone()).await?
+        };
+        let transport = transport_for(&url, &ClientConfig::default())?;
+        let report = TreeDownload::new(transport, url, &dest, config())
+            .run()
+            .await?;
+        server.abort();
+        let listing = report
+            .failed
+            .iter()
+            .find(|f| f.path.is_empty())
+            .ok_or_else(|| format!("listing {body:?} was accepted: {report:?}"))?;
+        assert!(
+            listing.error.contains(needle),
+            "{body:?}: error {:?} does not name {needle:?}",
+            listing.error
+        );
+        assert_eq!(report.fetched, 0);
+        let left: Vec<PathBuf> = std::fs::read_dir(dir.path())?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        let mut names: Vec<String> = left
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["dest", "dest.xfer-tree-journal"], "{body:?}");
+        assert_eq!(
+            std::fs::read_dir(&dest)?.count(),
+            0,
+            "{body:?} wrote in dest"
+        );
+    }
+    Ok(())
+}
+
+/// A server for the PROPFIND path: 404 to the manifest, the multistatus to PROPFIND.
+async fn propfind_server(body: String) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                let mut seen = Vec::new();
+                loop {
+                    let Ok(n) = sock.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = seen.drain(..end + 4).collect();
+                        let answer = if head.starts_with(b"PROPFIND") {
+                            format!(
+                                "HTTP/1.1 207 Multi-Status\r\ncontent-type: application/xml\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                        } else {
+                            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_string()
+                        };
+                        if sock.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok((format!("http://{addr}/run/"), task))
+}
+
+/// The command: a link in the destination fails that file alone; the run says which and why
+/// in `--json`, exits 5, and every other file is in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_reports_failed_files_and_exits_nonzero() -> TestResult {
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    let files = build_tree(&fx.root())?;
+    let dest = fx.out().join("tree");
+    std::fs::create_dir_all(&dest)?;
+    let outside = fx.out().join("outside");
+    std::fs::create_dir_all(&outside)?;
+    std::os::unix::fs::symlink(&outside, dest.join("ünïcødé"))?;
+    let ca = fx.ca_cert().ok_or("no CA")?;
+    let args = |json: bool| {
+        let mut a = vec![
+            "get".to_string(),
+            fx.url("/"),
+            dest.display().to_string(),
+            "--ca-cert".into(),
+            ca.display().to_string(),
+            "--chunk-size".into(),
+            "256KiB".into(),
+        ];
+        if json {
+            a.push("--json".into());
+        }
+        a
+    };
+    let out = run_xfer(args(true)).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_report(&out)?;
+    assert_eq!(report["status"].as_str(), Some("failed"));
+    assert_eq!(u64_field(&report, "files")?, files);
+    assert_eq!(u64_field(&report, "fetched")?, files - 1);
+    let failed = report["failed"].as_array().ok_or("no failed list")?;
+    // The linked directory and the file listed in it, each with its reason.
+    let paths: Vec<&str> = failed.iter().filter_map(|f| f["path"].as_str()).collect();
+    assert_eq!(paths.len(), 2, "{report}");
+    assert!(
+        paths.contains(&"ünïcødé") && paths.contains(&"ünïcødé/π.bin"),
+        "{report}"
+    );
+    for f in failed {
+        assert!(
+            f["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("symbolic link"),
+            "{report}"
+        );
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("failed: ünïcødé/π.bin"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&outside)?.count(), 0);
+
+    // With the link gone, a re-run fetches that one file.
+    std::fs::remove_file(dest.join("ünïcødé"))?;
+    let out = run_xfer(args(true)).await?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_report(&out)?;
+    assert_eq!(u64_field(&report, "fetched")?, 1, "{report}");
+    assert_eq!(snapshot(&dest)?, snapshot(&fx.root())?);
+    fx.shutdown().await;
+    Ok(())
+}
