@@ -106,21 +106,6 @@ pub enum Error {
     Get(#[from] GetError),
 }
 
-/// `e` and its sources on one line, each cause once: `fetching X: chunk 3: connection reset`.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let msg = c.to_string();
-        if !s.contains(&msg) {
-            s.push_str(": ");
-            s.push_str(&msg);
-        }
-        cur = c.source();
-    }
-    s
-}
-
 /// The URL schemes xfer speaks, and which transport each selects.
 pub const SCHEMES: &[(&str, &str)] = &[
     (

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xfer_common::listing::{CaseFold, ListingEntry};
+use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
 use xfer_core::progress::Report;
 use xfer_core::transport::Transport;
@@ -339,7 +340,7 @@ impl Driver {
             Err(GetError::Interrupted) => {}
             Err(e) => {
                 let kind = classify(&e);
-                let error = crate::error_chain(&e);
+                let error = error_chain(&e);
                 job.attempts += 1;
                 if kind == FailureKind::Remote
                     && job.attempts < self.s.config.file_attempts
@@ -374,13 +375,8 @@ impl Driver {
             Ok(Ok(format)) => self.report.listing = Some(format),
             Ok(Err(_)) if self.interrupted => {}
             Ok(Err(e)) => {
-                tracing::error!(error = %crate::error_chain(&e), "listing failed");
-                self.fail(
-                    String::new(),
-                    FailureKind::Remote,
-                    crate::error_chain(&e),
-                    false,
-                );
+                tracing::error!(error = %error_chain(&e), "listing failed");
+                self.fail(String::new(), FailureKind::Remote, error_chain(&e), false);
             }
             Err(e) => self.fail(
                 String::new(),

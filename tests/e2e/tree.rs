@@ -270,22 +270,20 @@ async fn links_and_case_collisions_in_the_destination_are_refused() -> TestResul
     Ok(())
 }
 
-/// A one-connection HTTP/1.1 server that answers every request with the listing it was given
-/// (for the first request) and 404 afterwards: enough to hand a client a crafted listing.
-async fn hostile_server(
-    content_type: &'static str,
-    status: &'static str,
-    body: String,
+/// A small HTTP/1.1 server on loopback (plain TCP) that answers each request head with what
+/// `answer` makes of it: enough to hand a client a crafted listing.
+async fn crafted_server(
+    answer: impl Fn(&[u8]) -> String + Send + Sync + 'static,
 ) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    let answer = Arc::new(answer);
     let task = tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
-            let body = body.clone();
+            let answer = Arc::clone(&answer);
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 16 * 1024];
                 let mut seen = Vec::new();
-                let mut served = false;
                 loop {
                     let Ok(n) = sock.read(&mut buf).await else {
                         return;
@@ -295,17 +293,8 @@ async fn hostile_server(
                     }
                     seen.extend_from_slice(&buf[..n]);
                     while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        let answer = if served {
-                            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_string()
-                        } else {
-                            served = true;
-                            format!(
-                                "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
-                                body.len()
-                            )
-                        };
-                        if sock.write_all(answer.as_bytes()).await.is_err() {
+                        let head: Vec<u8> = seen.drain(..end + 4).collect();
+                        if sock.write_all(answer(&head).as_bytes()).await.is_err() {
                             return;
                         }
                     }
@@ -314,6 +303,13 @@ async fn hostile_server(
         }
     });
     Ok((format!("http://{addr}/run/"), task))
+}
+
+fn response(status: &str, content_type: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// Every hostile name, in each format that can carry it, ends the listing with an error
@@ -374,12 +370,18 @@ async fn hostile_listings_are_refused() -> TestResult {
     for (content_type, status, body, needle) in cases {
         let dir = tempfile::tempdir()?;
         let dest = dir.path().join("dest");
-        // A PROPFIND answer is reached after the manifest and index requests fail.
-        let (url, server) = if status.starts_with("207") {
-            propfind_server(body.clone()).await?
-        } else {
-            hostile_server(content_type, status, body.clone()).await?
-        };
+        // The listing answers the request for its format (PROPFIND is asked after the
+        // manifest request fails); every other request is 404.
+        let listing = response(status, content_type, &body);
+        let is_dav = status.starts_with("207");
+        let (url, server) = crafted_server(move |head| {
+            if head.starts_with(b"PROPFIND") == is_dav {
+                listing.clone()
+            } else {
+                response("404 Not Found", "text/plain", "")
+            }
+        })
+        .await?;
         let transport = transport_for(&url, &ClientConfig::default())?;
         let report = TreeDownload::new(transport, url, &dest, config())
             .run()
@@ -412,45 +414,6 @@ async fn hostile_listings_are_refused() -> TestResult {
         );
     }
     Ok(())
-}
-
-/// A server for the PROPFIND path: 404 to the manifest, the multistatus to PROPFIND.
-async fn propfind_server(body: String) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let task = tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 16 * 1024];
-                let mut seen = Vec::new();
-                loop {
-                    let Ok(n) = sock.read(&mut buf).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head: Vec<u8> = seen.drain(..end + 4).collect();
-                        let answer = if head.starts_with(b"PROPFIND") {
-                            format!(
-                                "HTTP/1.1 207 Multi-Status\r\ncontent-type: application/xml\r\ncontent-length: {}\r\n\r\n{body}",
-                                body.len()
-                            )
-                        } else {
-                            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_string()
-                        };
-                        if sock.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    Ok((format!("http://{addr}/run/"), task))
 }
 
 /// The command: a link in the destination fails that file alone; the run says which and why

@@ -10,7 +10,6 @@ use xfer::GetConfig;
 
 use crate::exit::{self, UsageError};
 use crate::get_cmd::GetArgs;
-use crate::tree_progress::TreeDisplay;
 
 pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
     let client = args.client.to_config()?;
@@ -44,7 +43,7 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
     };
     let transport = xfer::transport_for(&root_url, &client).map_err(xfer::Error::from)?;
     let tree = TreeDownload::new(transport, &root_url, &dest, config);
-    let display = TreeDisplay::start(tree.progress(), args.quiet || args.json);
+    let display = crate::tree_progress::start(tree.progress(), args.quiet || args.json);
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
