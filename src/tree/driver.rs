@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
@@ -15,11 +15,11 @@ use xfer_common::listing::{CaseFold, ListingEntry};
 use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
 use xfer_core::progress::Report;
-use xfer_core::transport::Transport;
+use xfer_core::transport::{RemoteInfo, Transport};
 use xfer_core::Sha256Digest;
 
 use super::lane_map::LaneMap;
-use super::lister::{self, url_of, ListError};
+use super::lister::{self, url_of, ListError, ListingFormat};
 use super::{
     file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter, TreeConfig,
     TreeError, TreeJournal, TreeProgress, TreeReport,
@@ -51,6 +51,8 @@ type Finished = (u64, Result<Report, GetError>);
 
 struct Driver {
     s: Setup,
+    /// The listing's format, once the lister has chosen it.
+    format: Arc<OnceLock<ListingFormat>>,
     queue: VecDeque<FileJob>,
     running: HashMap<u64, Running>,
     tasks: JoinSet<Finished>,
@@ -68,9 +70,11 @@ pub(super) async fn run(
 ) -> Result<TreeReport, TreeError> {
     let started = Instant::now();
     let (tx, mut entries) = mpsc::channel(ENTRY_CHANNEL);
+    let format = Arc::new(OnceLock::new());
     let mut lister = tokio::spawn(lister::list_tree(
         Arc::clone(&setup.transport),
         setup.root_url.clone(),
+        Arc::clone(&format),
         tx,
     ));
     let mut d = Driver {
@@ -81,6 +85,7 @@ pub(super) async fn run(
         },
         free_lanes: (0..setup.config.lanes).collect(),
         s: setup,
+        format,
         queue: VecDeque::new(),
         running: HashMap::new(),
         tasks: JoinSet::new(),
@@ -268,7 +273,7 @@ impl Driver {
             inner: transport,
             lanes: lanes.clone(),
         });
-        let download = file_download(
+        let mut download = file_download(
             mapped,
             &url,
             &local,
@@ -276,6 +281,9 @@ impl Driver {
             lanes.len(),
             job.sha256,
         );
+        if let Some(info) = self.known_remote(&job, &url) {
+            download = download.with_known_remote(info);
+        }
         let progress = download.progress();
         let (id, modified) = (job.id, job.modified);
         self.s.progress.update(|c| c.running.push((id, progress)));
@@ -295,6 +303,23 @@ impl Driver {
             (id, result)
         });
         self.running.insert(job.id, Running { job, lanes });
+    }
+
+    /// What `stat` would say, when xfer's manifest already said it: a small file is then one
+    /// request, not two round trips. Only xfer's server is known to honour ranges and send the
+    /// strong ETag its manifest lists; a retried file asks again.
+    fn known_remote(&self, job: &FileJob, url: &str) -> Option<RemoteInfo> {
+        if self.format.get() != Some(&ListingFormat::XferManifest) || job.attempts > 0 {
+            return None;
+        }
+        Some(RemoteInfo {
+            url: url.to_string(),
+            size: job.size?,
+            etag: Some(job.etag.clone()?),
+            last_modified: None,
+            accepts_ranges: true,
+            sha256: None,
+        })
     }
 
     fn release(&mut self, lanes: &[usize]) {
@@ -369,7 +394,7 @@ impl Driver {
 
     fn handle_listing_end(
         &mut self,
-        listed: Result<Result<super::ListingFormat, ListError>, tokio::task::JoinError>,
+        listed: Result<Result<ListingFormat, ListError>, tokio::task::JoinError>,
     ) {
         match listed {
             Ok(Ok(format)) => self.report.listing = Some(format),

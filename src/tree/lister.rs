@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
@@ -86,10 +86,12 @@ pub fn url_of(root: &str, rel: &RelPath) -> String {
 }
 
 /// List the tree under `root` (a URL ending in `/`), sending every entry, its path relative to
-/// `root`, to `out`. Ends when the listing is complete or `out` is closed.
+/// `root`, to `out`, after recording the format in `chosen`. Ends when the listing is complete
+/// or `out` is closed.
 pub async fn list_tree(
     transport: Arc<dyn Transport>,
     root: String,
+    chosen: Arc<OnceLock<ListingFormat>>,
     out: mpsc::Sender<ListingEntry>,
 ) -> Result<ListingFormat, ListError> {
     let first = list_once(transport.as_ref(), &root, ListRequest::Manifest).await;
@@ -125,6 +127,7 @@ pub async fn list_tree(
         }
     };
     tracing::info!(url = %root, ?format, "listing");
+    let _ = chosen.set(format);
     if format == ListingFormat::XferManifest {
         let tx = out.clone();
         parse(response, &root, move |input| {
