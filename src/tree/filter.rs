@@ -45,11 +45,6 @@ impl PathFilter {
             .any(|(i, _)| self.exclude.is_match(&path[..i]))
             || self.exclude.is_match(path)
     }
-
-    /// Whether any include is given (directories are then created only for kept files).
-    pub fn has_includes(&self) -> bool {
-        self.include.is_some()
-    }
 }
 
 fn build(patterns: &[String]) -> Result<GlobSet, GlobError> {

@@ -15,6 +15,8 @@ use xfer::crates::core::transport::{
 use xfer::tree::{FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
 use xfer::{transport_for, ClientConfig, TransferError};
 
+use xfer_test_support::fault_proxy::FaultProxy;
+
 use crate::support::{
     each_transport, json_report, run_xfer, u64_field, write_random_file, BoxError, Fixture, Proto,
     TestResult, MIB,
@@ -109,6 +111,56 @@ async fn fetch(fx: &Fixture, dest: &Path, config: TreeConfig) -> Result<TreeRepo
 each_transport! {
     tree_round_trip => round_trip;
     tree_interrupted_resumes => interrupted_resumes;
+    tree_shares_connections => shares_connections;
+}
+
+/// Sixty small files over 4 lanes: files reuse the connections of the files before them, so
+/// the server sees the transport's connections (HTTP/1.1: one per lane), not one per file.
+async fn shares_connections(proto: Proto) -> TestResult {
+    let fx = Fixture::start(proto).await?;
+    for i in 0..60u64 {
+        write_random_file(&fx.root().join(format!("f{i:02}.bin")), 1000 + i, i)?;
+    }
+    let proxy = match proto {
+        Proto::Quic => {
+            let upstream = fx.servers.quic_addr.ok_or("no QUIC server")?;
+            FaultProxy::udp(upstream, Vec::new()).await?
+        }
+        _ => FaultProxy::tcp(fx.servers.http_addr, Vec::new()).await?,
+    };
+    let port = fx.servers.http_addr.port();
+    let quic_port = fx.servers.quic_addr.map(|a| a.port()).unwrap_or_default();
+    let url = fx
+        .url("/")
+        .replace(&format!(":{port}/"), &format!(":{}/", proxy.addr().port()))
+        .replace(
+            &format!(":{quic_port}/"),
+            &format!(":{}/", proxy.addr().port()),
+        );
+    let transport = transport_for(&url, &fx.client)?;
+    let cfg = TreeConfig {
+        lanes: 4,
+        max_files: 4,
+        ..config()
+    };
+    let dest = fx.out().join("tree");
+    let report = TreeDownload::new(transport, url, &dest, cfg).run().await?;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.fetched, 60);
+    // HTTP/1.1: one connection per lane, and at most one more for the listing while the
+    // first files start; HTTP/2 and QUIC: the configured connections (1 and 2).
+    let most = match proto {
+        Proto::Http1Tls => 5,
+        Proto::Http2Tls | Proto::H2c => 1,
+        Proto::Quic => 2,
+    };
+    let seen = proxy.stats().connections();
+    assert!(
+        seen <= most,
+        "{seen} connections for 60 files over {proto:?}"
+    );
+    fx.shutdown().await;
+    Ok(())
 }
 
 /// The tree arrives identical (contents, mtimes, empty files and directories); a re-run

@@ -33,8 +33,8 @@ pub(crate) struct HttpLane {
 
 impl Drop for HttpLane {
     fn drop(&mut self) {
-        // A lane that ends between two requests leaves its connection for the next lane (the
-        // next file of a tree); one dropped mid-response is not idle and closes.
+        // A lane that ends leaves its connection for the next lane (the next file of a tree),
+        // which takes it only once it is between two requests.
         if let Some(conn) = self.own.take() {
             self.inner.park(conn);
         }

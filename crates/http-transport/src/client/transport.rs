@@ -192,28 +192,28 @@ impl Inner {
         self.pool.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keep an HTTP/1.1 connection that sits between two requests to this origin for the next
-    /// lane; anything else is closed by dropping it.
+    /// Keep a live HTTP/1.1 connection to this origin for the next lane. Whether it sits
+    /// between two requests is asked when it is taken: hyper says so only once it has seen the
+    /// previous response to its end, which may be a moment after the lane let go.
     pub fn park(&self, conn: Connection) {
-        if conn.origin == self.target().origin && conn.sender.is_idle() {
+        if conn.origin == self.target().origin && !conn.sender.is_closed() {
             let mut idle = self.idle();
+            idle.retain(|c| !c.sender.is_closed());
             if idle.len() < MAX_IDLE {
                 idle.push(conn);
             }
         }
     }
 
-    /// An idle HTTP/1.1 connection to this origin, if one is parked.
+    /// An idle HTTP/1.1 connection to this origin, if one is parked; one whose last response
+    /// was dropped part-way never is (hyper closes it).
     fn unpark(&self) -> Option<Connection> {
         let origin = self.target().origin;
         let mut idle = self.idle();
-        while let Some(i) = idle.iter().rposition(|c| c.origin == origin) {
-            let conn = idle.swap_remove(i);
-            if conn.sender.is_idle() {
-                return Some(conn);
-            }
-        }
-        None
+        let i = idle
+            .iter()
+            .rposition(|c| c.origin == origin && c.sender.is_idle())?;
+        Some(idle.swap_remove(i))
     }
 }
 
