@@ -465,3 +465,83 @@ async fn xfer_get_a_tree_from_nginx_autoindex_json() -> TestResult {
     assert_eq!(u64_field(&again, "skipped")?, files, "{again}");
     Ok(())
 }
+
+/// Whole seconds since the epoch, as HTTP dates carry times.
+fn whole_seconds(t: &std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// `xfer get URL/ DEST/` from a WebDAV server nobody here wrote (`rclone serve webdav`): its
+/// `GET ?manifest` answer is not a manifest, so the tree is listed with `PROPFIND Depth: 1`,
+/// directory by directory, and arrives whole with its mtimes to the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xfer_get_a_tree_from_a_webdav_server() -> TestResult {
+    let Some(rclone) = require_program("rclone", &["/usr/bin/rclone"], "rclone") else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    let served = dir.path().join("served");
+    std::fs::create_dir_all(&served)?;
+    let files = crate::tree::build_tree(&served)?;
+    let mut last = String::new();
+    for _ in 0..5 {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let mut child = Command::new(&rclone)
+            .args(["serve", "webdav", "--addr", &addr.to_string()])
+            .arg(&served)
+            .env("RCLONE_CONFIG", "/dev/null")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        if let Err(e) = wait_listening(addr, &mut child, Duration::from_secs(20)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            last = e.to_string();
+            continue;
+        }
+        let _server = ChildGuard(child);
+        let dest = dir.path().join("got");
+        let args = vec![
+            "get".to_string(),
+            format!("http://{addr}/"),
+            dest.display().to_string(),
+            "--json".into(),
+        ];
+        let out = run_xfer(args.clone()).await?;
+        assert!(
+            out.status.success(),
+            "xfer get from rclone's WebDAV failed: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report = json_report(&out)?;
+        assert_eq!(report["listing"].as_str(), Some("propfind"), "{report}");
+        assert_eq!(u64_field(&report, "fetched")?, files, "{report}");
+        let (got, want) = (
+            crate::tree::snapshot(&dest)?,
+            crate::tree::snapshot(&served)?,
+        );
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>()
+        );
+        for (name, entry) in &want {
+            if let (Some((data, mtime)), Some(Some((got_data, got_mtime)))) = (entry, got.get(name))
+            {
+                assert_eq!(data, got_data, "{name} differs");
+                assert_eq!(
+                    whole_seconds(mtime),
+                    whole_seconds(got_mtime),
+                    "{name}: mtime"
+                );
+            }
+        }
+        let again = json_report(&run_xfer(args).await?)?;
+        assert_eq!(u64_field(&again, "fetched")?, 0, "{again}");
+        return Ok(());
+    }
+    Err(format!("rclone serve webdav did not start: {last}").into())
+}
