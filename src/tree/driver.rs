@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xfer_common::listing::{CaseFold, ListingEntry};
+use xfer_core::digest::Sha256Hasher;
 use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
 use xfer_core::progress::Report;
@@ -47,7 +48,14 @@ struct Running {
     lanes: Vec<usize>,
 }
 
-type Finished = (u64, Result<Report, GetError>);
+/// How a file's task ended well.
+enum FileOutcome {
+    Fetched(Report),
+    /// `--checksum`: the local copy already had the server's digest.
+    AlreadyComplete,
+}
+
+type Finished = (u64, Result<FileOutcome, GetError>);
 
 struct Driver {
     s: Setup,
@@ -171,11 +179,15 @@ impl Driver {
             c.files_total += 1;
             c.bytes_total += size;
         });
-        if self.is_complete(&e) {
-            self.report.skipped += 1;
-            self.s.progress.update(|c| c.files_done += 1);
-            return;
-        }
+        let compare_local = match self.local_state(&e) {
+            LocalState::Complete => {
+                self.report.skipped += 1;
+                self.s.progress.update(|c| c.files_done += 1);
+                return;
+            }
+            LocalState::Missing => false,
+            LocalState::HashToCompare => true,
+        };
         self.next_id += 1;
         self.queue.push_back(FileJob {
             id: self.next_id,
@@ -185,31 +197,39 @@ impl Driver {
             etag: e.etag,
             sha256: e.sha256,
             attempts: 0,
+            compare_local,
         });
     }
 
     /// Whether the local file already is the listed one: same size and mtime (xfer gives a
-    /// fetched file the listed mtime), or with `--checksum` the server's digest equal to the
-    /// one recorded when it was fetched.
-    fn is_complete(&self, e: &ListingEntry) -> bool {
+    /// fetched file the listed mtime), or when the listing has no mtime the size and ETag
+    /// recorded when it was fetched. With `--checksum` and a digest in the listing, a file of
+    /// the right size is hashed and compared instead (in the file's task, off this one).
+    fn local_state(&self, e: &ListingEntry) -> LocalState {
         let local = e.path.under(self.s.root.path());
         let Ok(meta) = std::fs::symlink_metadata(&local) else {
-            return false;
+            return LocalState::Missing;
         };
         if !meta.is_file() || e.size.is_some_and(|s| s != meta.len()) {
-            return false;
+            return LocalState::Missing;
+        }
+        if self.s.config.checksum && e.sha256.is_some() {
+            return LocalState::HashToCompare;
         }
         let local_mtime = meta.modified().ok().and_then(nanos);
-        let record = self.s.journal.record(e.path.as_str());
-        let recorded = record.filter(|r| r.size == meta.len() && r.mtime_ns == local_mtime);
-        if self.s.config.checksum {
-            if let Some(want) = e.sha256 {
-                return recorded.is_some_and(|r| r.sha256 == Some(want));
-            }
-        }
-        match e.modified {
+        let complete = match e.modified {
             Some(t) => local_mtime.is_some() && local_mtime == nanos(t),
-            None => recorded.is_some_and(|r| r.etag.is_some() && r.etag == e.etag),
+            None => self.s.journal.record(e.path.as_str()).is_some_and(|r| {
+                r.size == meta.len()
+                    && r.mtime_ns == local_mtime
+                    && r.etag.is_some()
+                    && r.etag == e.etag
+            }),
+        };
+        if complete {
+            LocalState::Complete
+        } else {
+            LocalState::Missing
         }
     }
 
@@ -288,9 +308,25 @@ impl Driver {
         let (id, modified) = (job.id, job.modified);
         self.s.progress.update(|c| c.running.push((id, progress)));
         let stop = self.stop.clone();
+        let compare = job.sha256.filter(|_| job.compare_local);
         tracing::debug!(file = %path, lanes = lanes.len(), "starting");
         self.tasks.spawn(async move {
-            let mut result = download.run_until(stop.cancelled_owned()).await;
+            let already = match compare {
+                Some(want) => {
+                    let at = local.clone();
+                    let have = tokio::task::spawn_blocking(move || sha256_of(&at)).await;
+                    matches!(have, Ok(Ok(d)) if d == want)
+                }
+                None => false,
+            };
+            let mut result = if already {
+                Ok(FileOutcome::AlreadyComplete)
+            } else {
+                download
+                    .run_until(stop.cancelled_owned())
+                    .await
+                    .map(FileOutcome::Fetched)
+            };
             if let (Ok(_), Some(t)) = (&result, modified) {
                 if let Err(source) = set_mtime(&local, t) {
                     result = Err(GetError::Io {
@@ -326,7 +362,7 @@ impl Driver {
         self.free_lanes.extend(lanes.iter().copied());
     }
 
-    fn handle_finished(&mut self, id: u64, result: Result<Report, GetError>) {
+    fn handle_finished(&mut self, id: u64, result: Result<FileOutcome, GetError>) {
         let Some(Running { mut job, lanes }) = self.running.remove(&id) else {
             return;
         };
@@ -336,7 +372,11 @@ impl Driver {
             .update(|c| c.running.retain(|(i, _)| *i != id));
         let path = job.path.as_str().to_string();
         match result {
-            Ok(report) => {
+            Ok(FileOutcome::AlreadyComplete) => {
+                self.report.skipped += 1;
+                self.s.progress.update(|c| c.files_done += 1);
+            }
+            Ok(FileOutcome::Fetched(report)) => {
                 let new = report.size.saturating_sub(report.resumed_bytes);
                 self.report.fetched += 1;
                 self.report.bytes += new;
@@ -421,6 +461,28 @@ impl Driver {
             });
         }
         self.report.failed.push(FailedFile { path, kind, error });
+    }
+}
+
+/// What the destination holds for a listed file.
+enum LocalState {
+    Complete,
+    Missing,
+    HashToCompare,
+}
+
+/// The SHA-256 of a local file, read in 1 MiB blocks.
+fn sha256_of(path: &Path) -> std::io::Result<Sha256Digest> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finish());
+        }
+        hasher.update(&buf[..n]);
     }
 }
 

@@ -58,8 +58,9 @@ pub struct TreeConfig {
     /// Attempts per file; a failed file is queued again (resuming its chunks) until then.
     /// Default 3.
     pub file_attempts: u32,
-    /// Decide whether a local file is complete by comparing the server's SHA-256 (when the
-    /// listing has one) with the one recorded when it was fetched, instead of size and mtime.
+    /// Decide whether a local file is complete by hashing it and comparing with the server's
+    /// SHA-256, when the listing has one (xfer's manifest, for files its server has hashed),
+    /// instead of by size and mtime.
     pub checksum: bool,
     /// Fetch only paths matching one of these globs (all when empty).
     pub include: Vec<String>,
@@ -339,6 +340,8 @@ struct FileJob {
     etag: Option<String>,
     sha256: Option<xfer_core::Sha256Digest>,
     attempts: u32,
+    /// `--checksum`: hash the local copy and fetch only if it differs from `sha256`.
+    compare_local: bool,
 }
 
 /// Build one file's download.

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
+use xfer::crates::common::listing::manifest::read_manifest;
 use xfer::crates::core::transport::{
     BoxFuture, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
 };
@@ -537,6 +538,88 @@ async fn cli_reports_failed_files_and_exits_nonzero() -> TestResult {
     );
     let report = json_report(&out)?;
     assert_eq!(u64_field(&report, "fetched")?, 1, "{report}");
+    assert_eq!(snapshot(&dest)?, snapshot(&fx.root())?);
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// The manifest of `url`, read whole, as `(path, sha256 known)` pairs.
+async fn manifest_digests(
+    transport: &dyn Transport,
+    url: &str,
+) -> Result<Vec<(String, bool)>, BoxError> {
+    let mut listing = transport.list(url, ListRequest::Manifest).await?;
+    let mut body = Vec::new();
+    while let Some(piece) = listing.body.next_data().await? {
+        body.extend_from_slice(&piece);
+    }
+    let mut out = Vec::new();
+    read_manifest(body.as_slice(), |e| {
+        if !e.is_dir() {
+            out.push((e.path.to_string(), e.sha256.is_some()));
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// A local copy damaged in place (same size, same mtime) passes the size-and-mtime check;
+/// `--checksum` hashes it against the manifest's digest and fetches it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checksum_finds_a_local_copy_damaged_in_place() -> TestResult {
+    let fx = Fixture::start(Proto::Http2Tls).await?;
+    for i in 0..4u64 {
+        write_random_file(&fx.root().join(format!("f{i}.bin")), 10_000 + i, i)?;
+    }
+    let dest = fx.out().join("tree");
+    let first = fetch(&fx, &dest, config()).await?;
+    assert_eq!(first.fetched, 4);
+
+    // The server hashes each file in the background after serving it; the manifest carries
+    // a digest once it is known. Wait (bounded) until all four are.
+    let url = fx.url("/");
+    let transport = transport_for(&url, &fx.client)?;
+    let mut known = false;
+    for _ in 0..400 {
+        if manifest_digests(transport.as_ref(), &url)
+            .await?
+            .iter()
+            .all(|(_, k)| *k)
+        {
+            known = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(known, "the server never listed the digests");
+
+    let damaged = dest.join("f2.bin");
+    let mtime = std::fs::metadata(&damaged)?.modified()?;
+    let mut bytes = std::fs::read(&damaged)?;
+    bytes[5000] ^= 0xff;
+    std::fs::write(&damaged, &bytes)?;
+    std::fs::File::options()
+        .write(true)
+        .open(&damaged)?
+        .set_modified(mtime)?;
+
+    let plain = fetch(&fx, &dest, config()).await?;
+    assert_eq!(
+        (plain.fetched, plain.skipped),
+        (0, 4),
+        "size and mtime match"
+    );
+    let checked = fetch(
+        &fx,
+        &dest,
+        TreeConfig {
+            checksum: true,
+            ..config()
+        },
+    )
+    .await?;
+    assert!(checked.failed.is_empty(), "{:?}", checked.failed);
+    assert_eq!((checked.fetched, checked.skipped), (1, 3), "{checked:?}");
     assert_eq!(snapshot(&dest)?, snapshot(&fx.root())?);
     fx.shutdown().await;
     Ok(())

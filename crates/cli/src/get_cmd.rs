@@ -34,8 +34,8 @@ pub struct GetArgs {
     /// (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Tree: a local file is complete when its SHA-256 recorded at its download equals the
-    /// server's (xfer's manifest), not when size and mtime match.
+    /// Tree: hash each local file of the listed size and skip it only if it matches the
+    /// server's SHA-256 (xfer's manifest), rather than trusting size and mtime.
     #[arg(long)]
     pub checksum: bool,
     /// Tree: files in flight at once.
