@@ -624,3 +624,35 @@ async fn checksum_finds_a_local_copy_damaged_in_place() -> TestResult {
     fx.shutdown().await;
     Ok(())
 }
+
+/// `--include` keeps matching files at any depth, `--exclude` prunes a directory and what is
+/// below it; directories not excluded are created even when no file in them is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn include_and_exclude_select_files() -> TestResult {
+    let fx = Fixture::start(Proto::H2c).await?;
+    build_tree(&fx.root())?;
+    let dest = fx.out().join("tree");
+    let cfg = TreeConfig {
+        include: vec!["*.bin".into()],
+        exclude: vec!["a/b c".into()],
+        ..config()
+    };
+    let report = fetch(&fx, &dest, cfg).await?;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    let got: Vec<String> = snapshot(&dest)?
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        got,
+        ["a/#hash?.bin", "a/big.bin", "top.bin", "ünïcødé/π.bin"]
+    );
+    assert!(dest.join("empty/deeper").is_dir());
+    assert!(
+        !dest.join("a/b c").exists(),
+        "an excluded directory was created"
+    );
+    fx.shutdown().await;
+    Ok(())
+}
