@@ -12,7 +12,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xfer_common::listing::{CaseFold, ListingEntry};
-use xfer_core::digest::Sha256Hasher;
 use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
 use xfer_core::progress::Report;
@@ -50,7 +49,7 @@ struct Running {
 
 /// How a file's task ended well.
 enum FileOutcome {
-    Fetched(Report),
+    Fetched(Box<Report>),
     /// `--checksum`: the local copy already had the server's digest.
     AlreadyComplete,
 }
@@ -314,7 +313,10 @@ impl Driver {
             let already = match compare {
                 Some(want) => {
                     let at = local.clone();
-                    let have = tokio::task::spawn_blocking(move || sha256_of(&at)).await;
+                    let have = tokio::task::spawn_blocking(move || {
+                        Sha256Digest::of_reader(std::fs::File::open(&at)?)
+                    })
+                    .await;
                     matches!(have, Ok(Ok(d)) if d == want)
                 }
                 None => false,
@@ -325,7 +327,7 @@ impl Driver {
                 download
                     .run_until(stop.cancelled_owned())
                     .await
-                    .map(FileOutcome::Fetched)
+                    .map(|r| FileOutcome::Fetched(Box::new(r)))
             };
             if let (Ok(_), Some(t)) = (&result, modified) {
                 if let Err(source) = set_mtime(&local, t) {
@@ -469,21 +471,6 @@ enum LocalState {
     Complete,
     Missing,
     HashToCompare,
-}
-
-/// The SHA-256 of a local file, read in 1 MiB blocks.
-fn sha256_of(path: &Path) -> std::io::Result<Sha256Digest> {
-    use std::io::Read as _;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            return Ok(hasher.finish());
-        }
-        hasher.update(&buf[..n]);
-    }
 }
 
 fn classify(e: &GetError) -> FailureKind {
