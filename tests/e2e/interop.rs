@@ -419,10 +419,30 @@ async fn xfer_get_a_tree_from_nginx_autoindex_json() -> TestResult {
     std::fs::create_dir_all(www.join("run"))?;
     let files = crate::tree::build_tree(&www.join("run"))?;
     let server = start_nginx(&bin, dir.path(), "autoindex on; autoindex_format json;")?;
-    let dest = dir.path().join("got");
+    let url = format!("http://{}/run/", server.addr);
+    get_tree_and_check(
+        &url,
+        &dir.path().join("got"),
+        &www.join("run"),
+        "nginx_json",
+        files,
+    )
+    .await
+}
+
+/// `xfer get URL/ DEST/` of a tree of `files` files served from `served`: listed in `listing`,
+/// every file fetched, contents equal and mtimes equal to the second (HTTP dates carry whole
+/// seconds); then a re-run fetches nothing.
+async fn get_tree_and_check(
+    url: &str,
+    dest: &Path,
+    served: &Path,
+    listing: &str,
+    files: u64,
+) -> TestResult {
     let args = vec![
         "get".to_string(),
-        format!("http://{}/run/", server.addr),
+        url.to_string(),
         dest.display().to_string(),
         "--chunk-size".into(),
         "256KiB".into(),
@@ -431,34 +451,27 @@ async fn xfer_get_a_tree_from_nginx_autoindex_json() -> TestResult {
     let out = run_xfer(args.clone()).await?;
     assert!(
         out.status.success(),
-        "xfer get of an nginx tree failed: {:?}\n{}",
+        "xfer get {url} failed: {:?}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     let report = json_report(&out)?;
-    assert_eq!(report["listing"].as_str(), Some("nginx_json"), "{report}");
+    assert_eq!(report["listing"].as_str(), Some(listing), "{report}");
     assert_eq!(u64_field(&report, "fetched")?, files, "{report}");
-    // nginx's index has whole seconds: the copies carry the server's mtimes to the second.
-    let (got, want) = (
-        crate::tree::snapshot(&dest)?,
-        crate::tree::snapshot(&www.join("run"))?,
-    );
+    let (got, want) = (crate::tree::snapshot(dest)?, crate::tree::snapshot(served)?);
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
         want.keys().collect::<Vec<_>>()
     );
     for (name, entry) in &want {
-        let (Some((data, mtime)), Some(Some((got_data, got_mtime)))) = (entry, got.get(name))
-        else {
-            continue;
-        };
-        assert_eq!(data, got_data, "{name} differs");
-        let secs = |t: &std::time::SystemTime| {
-            t.duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0)
-        };
-        assert_eq!(secs(mtime), secs(got_mtime), "{name}: mtime");
+        if let (Some((data, mtime)), Some(Some((got_data, got_mtime)))) = (entry, got.get(name)) {
+            assert_eq!(data, got_data, "{name} differs");
+            assert_eq!(
+                whole_seconds(mtime),
+                whole_seconds(got_mtime),
+                "{name}: mtime"
+            );
+        }
     }
     let again = json_report(&run_xfer(args).await?)?;
     assert_eq!(u64_field(&again, "fetched")?, 0, "{again}");
@@ -503,45 +516,8 @@ async fn xfer_get_a_tree_from_a_webdav_server() -> TestResult {
             continue;
         }
         let _server = ChildGuard(child);
-        let dest = dir.path().join("got");
-        let args = vec![
-            "get".to_string(),
-            format!("http://{addr}/"),
-            dest.display().to_string(),
-            "--json".into(),
-        ];
-        let out = run_xfer(args.clone()).await?;
-        assert!(
-            out.status.success(),
-            "xfer get from rclone's WebDAV failed: {:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report = json_report(&out)?;
-        assert_eq!(report["listing"].as_str(), Some("propfind"), "{report}");
-        assert_eq!(u64_field(&report, "fetched")?, files, "{report}");
-        let (got, want) = (
-            crate::tree::snapshot(&dest)?,
-            crate::tree::snapshot(&served)?,
-        );
-        assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            want.keys().collect::<Vec<_>>()
-        );
-        for (name, entry) in &want {
-            if let (Some((data, mtime)), Some(Some((got_data, got_mtime)))) = (entry, got.get(name))
-            {
-                assert_eq!(data, got_data, "{name} differs");
-                assert_eq!(
-                    whole_seconds(mtime),
-                    whole_seconds(got_mtime),
-                    "{name}: mtime"
-                );
-            }
-        }
-        let again = json_report(&run_xfer(args).await?)?;
-        assert_eq!(u64_field(&again, "fetched")?, 0, "{again}");
-        return Ok(());
+        let url = format!("http://{addr}/");
+        return get_tree_and_check(&url, &dir.path().join("got"), &served, "propfind", files).await;
     }
     Err(format!("rclone serve webdav did not start: {last}").into())
 }
