@@ -382,6 +382,7 @@ impl Driver {
                 let new = report.size.saturating_sub(report.resumed_bytes);
                 self.report.fetched += 1;
                 self.report.bytes += new;
+                self.report.resumed_bytes += report.resumed_bytes;
                 self.report.received_bytes += report.received_bytes;
                 self.s.progress.update(|c| {
                     c.files_done += 1;

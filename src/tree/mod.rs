@@ -138,6 +138,8 @@ pub struct TreeReport {
     pub directories: u64,
     /// Bytes of the files fetched in this run, as the server stated them.
     pub bytes: u64,
+    /// Bytes of partly fetched files that an earlier run had already verified.
+    pub resumed_bytes: u64,
     /// Bytes received in this run, re-fetches included.
     pub received_bytes: u64,
     pub seconds: f64,

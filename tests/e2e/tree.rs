@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
 use xfer::crates::common::listing::manifest::read_manifest;
 use xfer::crates::core::transport::{
-    BoxFuture, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
+    BoxFuture, Lane, ListRequest, ListResponse, RangeBody, RangeRequest, RemoteInfo, Transport,
 };
 use xfer::tree::{FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
 use xfer::{transport_for, ClientConfig, TransferError};
@@ -112,6 +112,7 @@ async fn fetch(fx: &Fixture, dest: &Path, config: TreeConfig) -> Result<TreeRepo
 each_transport! {
     tree_round_trip => round_trip;
     tree_interrupted_resumes => interrupted_resumes;
+    tree_interrupted_mid_file_resumes_its_chunks => interrupted_mid_file;
     tree_shares_connections => shares_connections;
 }
 
@@ -197,21 +198,62 @@ async fn round_trip(proto: Proto) -> TestResult {
     Ok(())
 }
 
-/// A transport that counts the files started over it (one sibling each) and wakes `started`
-/// once `after` have begun: the test's Ctrl-C, at a point fixed by count, not by time.
-struct CountingTransport {
-    inner: Arc<dyn Transport>,
-    started: Arc<AtomicUsize>,
-    after: usize,
-    reached: Arc<Notify>,
+/// Where a [`GatedTransport`] stops the transfer: the test's Ctrl-C, at a point fixed by count,
+/// not by time.
+#[derive(Clone, Copy)]
+enum GateOn {
+    /// When the `n`th file starts (one sibling transport per file).
+    FileStart(usize),
+    /// At the `n`th request for a chunk after a file's first: that request never answers.
+    LaterChunk(usize),
 }
 
-impl Transport for CountingTransport {
+struct Gate {
+    on: GateOn,
+    count: AtomicUsize,
+    reached: Notify,
+}
+
+impl Gate {
+    fn new(on: GateOn) -> Arc<Self> {
+        Arc::new(Self {
+            on,
+            count: AtomicUsize::new(0),
+            reached: Notify::new(),
+        })
+    }
+
+    /// Count one event; whether it is the one the gate waits for.
+    fn hit(&self) -> bool {
+        let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+        let at = match self.on {
+            GateOn::FileStart(n) | GateOn::LaterChunk(n) => n,
+        };
+        if n == at {
+            self.reached.notify_one();
+        }
+        n >= at
+    }
+}
+
+/// A transport (and the siblings and lanes it makes) that reports to a [`Gate`].
+struct GatedTransport {
+    inner: Arc<dyn Transport>,
+    gate: Arc<Gate>,
+}
+
+impl Transport for GatedTransport {
     fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
         self.inner.stat()
     }
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
-        self.inner.open_lane(index)
+        Box::pin(async move {
+            let inner = self.inner.open_lane(index).await?;
+            Ok(Box::new(GatedLane {
+                inner,
+                gate: Arc::clone(&self.gate),
+            }) as Box<dyn Lane>)
+        })
     }
     fn protocol(&self) -> String {
         self.inner.protocol()
@@ -227,10 +269,63 @@ impl Transport for CountingTransport {
         self.inner.list(dir_url, request)
     }
     fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
-        if self.started.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
-            self.reached.notify_one();
+        if matches!(self.gate.on, GateOn::FileStart(_)) {
+            self.gate.hit();
         }
-        self.inner.sibling(url)
+        Ok(Arc::new(GatedTransport {
+            inner: self.inner.sibling(url)?,
+            gate: Arc::clone(&self.gate),
+        }))
+    }
+}
+
+struct GatedLane {
+    inner: Box<dyn Lane>,
+    gate: Arc<Gate>,
+}
+
+impl Lane for GatedLane {
+    fn fetch<'a>(
+        &'a mut self,
+        req: &'a RangeRequest,
+    ) -> BoxFuture<'a, Result<Box<dyn RangeBody + 'a>, TransferError>> {
+        Box::pin(async move {
+            if matches!(self.gate.on, GateOn::LaterChunk(_))
+                && req.range.start > 0
+                && self.gate.hit()
+            {
+                std::future::pending::<()>().await;
+            }
+            self.inner.fetch(req).await
+        })
+    }
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+    fn connection(&self) -> usize {
+        self.inner.connection()
+    }
+}
+
+/// Run a tree download through `gate` until it is reached; the report of the interrupted run.
+async fn interrupted_at(
+    fx: &Fixture,
+    dest: &Path,
+    config: TreeConfig,
+    on: GateOn,
+) -> Result<TreeReport, BoxError> {
+    let url = fx.url("/");
+    let gate = Gate::new(on);
+    let transport = Arc::new(GatedTransport {
+        inner: transport_for(&url, &fx.client)?,
+        gate: Arc::clone(&gate),
+    });
+    let first = TreeDownload::new(transport, url, dest, config)
+        .run_until(async move { gate.reached.notified().await })
+        .await;
+    match first {
+        Err(TreeError::Interrupted { report }) => Ok(*report),
+        other => Err(format!("expected an interruption, got {other:?}").into()),
     }
 }
 
@@ -240,25 +335,13 @@ async fn interrupted_resumes(proto: Proto) -> TestResult {
     let fx = Fixture::start(proto).await?;
     let files = build_tree(&fx.root())?;
     let dest = fx.out().join("tree");
-    let url = fx.url("/");
-    let reached = Arc::new(Notify::new());
-    let transport = Arc::new(CountingTransport {
-        inner: transport_for(&url, &fx.client)?,
-        started: Arc::new(AtomicUsize::new(0)),
-        after: 5,
-        reached: Arc::clone(&reached),
-    });
     let one_at_a_time = TreeConfig {
         max_files: 1,
         ..config()
     };
-    let first = TreeDownload::new(transport, url.clone(), &dest, one_at_a_time)
-        .run_until(async move { reached.notified().await })
-        .await;
-    let done = match first {
-        Err(TreeError::Interrupted { report }) => report.fetched,
-        other => return Err(format!("expected an interruption, got {other:?}").into()),
-    };
+    let done = interrupted_at(&fx, &dest, one_at_a_time, GateOn::FileStart(5))
+        .await?
+        .fetched;
     assert!(done <= 5, "{done} files finished after the 5th started");
 
     let second = fetch(&fx, &dest, config()).await?;
@@ -270,6 +353,28 @@ async fn interrupted_resumes(proto: Proto) -> TestResult {
         snapshot(&fx.root())?,
         "tree differs after the resume"
     );
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// Interrupted while a file of many chunks is half done: the re-run fetches the rest of its
+/// chunks, not the file again.
+async fn interrupted_mid_file(proto: Proto) -> TestResult {
+    let fx = Fixture::start(proto).await?;
+    let size = 8 * MIB + 99;
+    write_random_file(&fx.root().join("big.bin"), size, 5)?;
+    let dest = fx.out().join("tree");
+    let first = interrupted_at(&fx, &dest, config(), GateOn::LaterChunk(12)).await?;
+    assert_eq!(first.fetched, 0);
+
+    let second = fetch(&fx, &dest, config()).await?;
+    assert!(second.failed.is_empty(), "{:?}", second.failed);
+    assert_eq!(second.fetched, 1);
+    // Chunk 0 and the later ones answered before the 12th: all verified and kept but for
+    // those still in flight on the file's 8 lanes.
+    assert!(second.resumed_bytes >= 4 * CHUNK, "{second:?}");
+    assert_eq!(second.bytes + second.resumed_bytes, size, "{second:?}");
+    assert_eq!(snapshot(&dest)?, snapshot(&fx.root())?);
     fx.shutdown().await;
     Ok(())
 }
