@@ -87,6 +87,14 @@ impl ClientConfig {
         self
     }
 
+    /// Send `token` as a bearer token with every request, over every protocol (HTTP only to
+    /// the origin of the URL given).
+    pub fn with_token(mut self, token: xfer_common::secret::Secret) -> Self {
+        self.http.token = Some(token.clone());
+        self.quic.token = Some(token);
+        self
+    }
+
     /// Use `tls` (trusted CAs, or the insecure footgun) for every protocol.
     pub fn with_tls(mut self, tls: ClientTlsOptions) -> Self {
         self.http.tls = tls.clone();

@@ -11,6 +11,7 @@ use xfer_common::tls::{self, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{QuicServer, QuicServerConfig, QuicTuning};
+use xfer_service::{AccessControl, AccessFileError, UploadConfig, Uploads};
 
 pub use xfer_http::server::ServerConfig as HttpConfig;
 
@@ -39,6 +40,13 @@ pub struct ServeConfig {
     pub quic_tuning: QuicTuning,
     /// Test hook: corrupt bytes at an offset in the first responses that cover it.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
+    /// Tokens and client certificates with their scopes (`xfer_service::access`); `None`:
+    /// no credentials are known, so nothing can be written.
+    pub access_file: Option<PathBuf>,
+    /// Serve reads without credentials. Default on.
+    pub anonymous_read: bool,
+    /// Accept uploads from callers the access file gives write access. Default off.
+    pub uploads: Option<UploadConfig>,
 }
 
 impl ServeConfig {
@@ -51,6 +59,9 @@ impl ServeConfig {
             quic_listen: None,
             quic_tuning: QuicTuning::default(),
             dangerous_fault: None,
+            access_file: None,
+            anonymous_read: true,
+            uploads: None,
         }
     }
 }
@@ -64,6 +75,8 @@ pub enum ServeError {
     Http(#[from] xfer_http::server::ServerError),
     #[error(transparent)]
     Quic(#[from] xfer_quic::ServerError),
+    #[error(transparent)]
+    Access(#[from] AccessFileError),
 }
 
 /// Running servers. Dropping this does not stop them; call [`Servers::shutdown`].
@@ -94,8 +107,23 @@ impl Servers {
                 Some(Arc::new(config))
             }
         };
+        let access = Arc::new(match &cfg.access_file {
+            Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?,
+            None => AccessControl::anonymous(cfg.anonymous_read),
+        });
+        access.spawn_reloader();
         let mut http_cfg = cfg.http.clone();
         http_cfg.tls = server_tls.clone();
+        http_cfg.access = access.clone();
+        let upload_state = Uploads::default();
+        if let Some(up) = &cfg.uploads {
+            if !access.policy().allows_writes() {
+                tracing::warn!("uploads are on but no token or certificate has write access: every PUT will be refused");
+            }
+            upload_state.spawn_sweeper(up.expiry);
+        }
+        http_cfg.uploads = cfg.uploads.clone();
+        http_cfg.upload_state = upload_state.clone();
         if cfg.dangerous_fault.is_some() {
             http_cfg.dangerous_fault = cfg.dangerous_fault.clone();
         }
@@ -112,6 +140,9 @@ impl Servers {
             qc.repr_digest = cfg.http.repr_digest;
             qc.stream = cfg.http.stream_options();
             qc.digest_cache = Some(http.digest_cache());
+            qc.access = access.clone();
+            qc.uploads = cfg.uploads.clone();
+            qc.upload_state = upload_state.clone();
             let quic = QuicServer::bind(qc).await?;
             quic_addr = Some(quic.local_addr());
             let rx = stop_rx.clone();

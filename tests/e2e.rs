@@ -32,3 +32,9 @@ mod disk_full;
 
 #[path = "e2e/tree.rs"]
 mod tree;
+
+#[path = "e2e/access.rs"]
+mod access;
+
+#[path = "e2e/upload.rs"]
+mod upload;

@@ -449,6 +449,7 @@ async fn via_quic(
 ) -> Result<Outcome, BoxError> {
     let head_only = case.method == "HEAD";
     let req = wire::Request {
+        token: None,
         method: if list {
             wire::Method::List
         } else if head_only {
@@ -519,6 +520,7 @@ fn split_head(all: &[u8]) -> Result<(ResponseHead, &[u8]), BoxError> {
 /// The current ETag of `/f.bin`, asked over QUIC with STAT.
 async fn etag_of(conn: &quinn::Connection) -> Result<String, BoxError> {
     let req = wire::Request {
+        token: None,
         method: wire::Method::Stat,
         path: "/f.bin".into(),
         range: None,

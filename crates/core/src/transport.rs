@@ -97,6 +97,71 @@ pub trait Lane: Send {
 
     /// The connection this lane rides on, an index into [`Transport::connection_stats`].
     fn connection(&self) -> usize;
+
+    /// Send a whole file in one request, for the server to check against `sha256` and store.
+    fn put_whole<'a>(
+        &'a mut self,
+        data: Bytes,
+        sha256: Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        let _ = (data, sha256);
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
+    /// Send one chunk of a parallel upload (docs/upload-protocol.md).
+    fn put_chunk<'a>(
+        &'a mut self,
+        chunk: &'a ChunkUpload,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        let _ = chunk;
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
+    /// What the server holds of upload `id`; `None` when it knows no such upload.
+    fn upload_status<'a>(
+        &'a mut self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<UploadStatus>, TransferError>> {
+        let _ = id;
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
+    /// Ask the server to check upload `id` against the whole file's `sha256` and put it in
+    /// place.
+    fn complete_upload<'a>(
+        &'a mut self,
+        id: &'a str,
+        sha256: Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        let _ = (id, sha256);
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+}
+
+fn uploads_unsupported() -> TransferError {
+    TransferError::Config("this transport cannot upload (use an https:// or http:// URL)".into())
+}
+
+/// One chunk of a parallel upload.
+#[derive(Debug, Clone)]
+pub struct ChunkUpload {
+    /// The client's id for the whole upload: the same for every chunk and on every re-run
+    /// of the same upload.
+    pub id: String,
+    pub range: Range<u64>,
+    /// Size of the whole file.
+    pub total: u64,
+    pub data: Bytes,
+    /// SHA-256 of `data`, which the server checks on arrival.
+    pub sha256: Sha256Digest,
+}
+
+/// What the server holds of a parallel upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadStatus {
+    pub size: u64,
+    /// Verified ranges, sorted and disjoint.
+    pub received: Vec<Range<u64>>,
 }
 
 /// Which listing of a directory to ask for; `docs/listing.md` describes each format.

@@ -16,6 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use quinn::{Connection, ConnectionError, Endpoint, ReadError, ReadExactError, RecvStream};
 use xfer_common::listing::manifest::MANIFEST_MEDIA_TYPE;
+use xfer_common::secret::Secret;
 use xfer_common::tls::{self, ClientTlsOptions};
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RangeBody, RangeRequest,
@@ -52,6 +53,8 @@ pub struct QuicClientConfig {
     /// healthy connection survives. Also bounds the wait for a response head. Default 30 s.
     /// Allowed 1 s to 1 h.
     pub idle_timeout: Duration,
+    /// Bearer token sent with every request. Default none.
+    pub token: Option<Secret>,
 }
 
 impl Default for QuicClientConfig {
@@ -62,6 +65,7 @@ impl Default for QuicClientConfig {
             lanes: LaneLayout::default(),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            token: None,
         }
     }
 }
@@ -76,6 +80,9 @@ impl QuicClientConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tuning.validate()?;
         self.lanes.validate(64, 1024, "1 to 64", "1 to 1024")?;
+        if let Some(Err(why)) = self.token.as_ref().map(Secret::check_bearer) {
+            return Err(ConfigError::new("token", "(not shown)", why));
+        }
         if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {
             return Err(ConfigError::new(
                 "connect_timeout",
@@ -200,6 +207,7 @@ impl QuicTransport {
             range: None,
             want_digest: false,
             validator: None,
+            token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
         };
         let (head, recv) = inner.exchange(0, &req).await?;
         let what = format!("LIST {}", req.path);
@@ -458,6 +466,7 @@ impl Transport for QuicTransport {
         Box::pin(async move {
             let inner = &self.inner;
             let req = Request {
+                token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
                 method: Method::Stat,
                 path: inner.target.path_and_query.clone(),
                 range: None,
@@ -611,6 +620,12 @@ impl Lane for QuicLane {
         Box::pin(async move {
             let inner = &self.inner;
             let wire_req = Request {
+                token: self
+                    .inner
+                    .config
+                    .token
+                    .as_ref()
+                    .map(|t| t.expose().to_string()),
                 method: Method::Get,
                 path: inner.target.path_and_query.clone(),
                 range: (!req.whole).then(|| req.range.clone()),

@@ -24,7 +24,9 @@ use quinn::{Endpoint, ReadToEndError, RecvStream, SendStream, WriteError};
 use xfer_common::fault::FaultInjection;
 use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
-use xfer_service::{Body, BodyEvent, ResponsePlan, Service, ServiceConfig};
+use xfer_service::{
+    AccessControl, Body, BodyEvent, ResponsePlan, Service, ServiceConfig, UploadConfig, Uploads,
+};
 
 use crate::socket::{bind_udp, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
@@ -71,6 +73,13 @@ pub struct QuicServerConfig {
     pub stream: StreamOptions,
     /// Test hook: corrupt a byte after the digest is computed. Never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
+    /// Who may read and write what; the same rules as the HTTP server's when both run.
+    pub access: Arc<AccessControl>,
+    /// Accept uploads. Default off. (`xfer/1` has no upload request yet; the core answers
+    /// its status queries the same as HTTP's.)
+    pub uploads: Option<UploadConfig>,
+    /// Parallel uploads in progress, shared with the HTTP server.
+    pub upload_state: Uploads,
 }
 
 impl QuicServerConfig {
@@ -87,6 +96,9 @@ impl QuicServerConfig {
             repr_digest: true,
             stream: StreamOptions::default(),
             dangerous_fault: None,
+            access: Arc::new(AccessControl::anonymous(true)),
+            uploads: None,
+            upload_state: Uploads::default(),
         }
     }
 
@@ -188,6 +200,9 @@ impl QuicServer {
                     repr_digest: config.repr_digest,
                     stream: config.stream,
                     dangerous_fault: config.dangerous_fault,
+                    access: config.access,
+                    uploads: config.uploads,
+                    upload_state: config.upload_state,
                 }),
             }),
         })
@@ -351,6 +366,7 @@ fn decode(req: &Request, peer: SocketAddr) -> xfer_service::Request {
     r.if_match = req.validator.clone();
     r.want_content_digest = req.want_digest;
     r.trailers_ok = true;
+    r.credentials.bearer = req.token.clone().map(xfer_service::Secret::new);
     r
 }
 

@@ -24,6 +24,8 @@ pub const MAX_REQUEST_LEN: usize = 8 * 1024;
 pub const MAX_HEAD_LEN: usize = 8 * 1024;
 /// Longest path (including the query), in bytes.
 pub const MAX_PATH_LEN: usize = 4096;
+/// Longest bearer token, in bytes.
+pub const MAX_TOKEN_LEN: usize = 2048;
 /// Longest validator (entity tag with its quotes), in bytes.
 pub const MAX_VALIDATOR_LEN: usize = 1024;
 /// Longest ETag or last-modified text in a head, in bytes.
@@ -59,7 +61,7 @@ impl Method {
 }
 
 /// One request, sent alone on the client's half of a bidirectional stream, followed by FIN.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Request {
     pub method: Method,
     /// Absolute path with optional query, e.g. `/data/a.bin` or `/.xfer/synthetic?size=1G`.
@@ -71,12 +73,15 @@ pub struct Request {
     /// Strong ETag the resource must still have (the If-Range equivalent, but failing with 412
     /// instead of silently sending the whole new representation).
     pub validator: Option<String>,
+    /// A bearer token (the HTTP `Authorization: Bearer` equivalent). Never logged.
+    pub token: Option<String>,
 }
 
 const REQ_WANT_DIGEST: u8 = 0x01;
 const REQ_RANGE: u8 = 0x02;
 const REQ_VALIDATOR: u8 = 0x04;
-const REQ_KNOWN_FLAGS: u8 = REQ_WANT_DIGEST | REQ_RANGE | REQ_VALIDATOR;
+const REQ_TOKEN: u8 = 0x08;
+const REQ_KNOWN_FLAGS: u8 = REQ_WANT_DIGEST | REQ_RANGE | REQ_VALIDATOR | REQ_TOKEN;
 const LIST_HAS_NO_FLAGS: &str = "a LIST request carries no range, validator or digest wish";
 
 impl Request {
@@ -98,6 +103,9 @@ impl Request {
         if let Some(v) = &self.validator {
             check_text(v, MAX_VALIDATOR_LEN, "validator")?;
         }
+        if let Some(t) = &self.token {
+            check_token(t)?;
+        }
         let mut flags = 0;
         if self.want_digest {
             flags |= REQ_WANT_DIGEST;
@@ -107,6 +115,9 @@ impl Request {
         }
         if self.validator.is_some() {
             flags |= REQ_VALIDATOR;
+        }
+        if self.token.is_some() {
+            flags |= REQ_TOKEN;
         }
         let mut out = Vec::with_capacity(16 + self.path.len());
         out.push(VERSION);
@@ -119,6 +130,9 @@ impl Request {
         }
         if let Some(v) = &self.validator {
             put_bytes(&mut out, v.as_bytes());
+        }
+        if let Some(t) = &self.token {
+            put_bytes(&mut out, t.as_bytes());
         }
         if out.len() > MAX_REQUEST_LEN {
             return Err(WireError::TooLarge {
@@ -154,7 +168,7 @@ impl Request {
         if flags & !REQ_KNOWN_FLAGS != 0 {
             return Err(WireError::Invalid("unknown request flag"));
         }
-        if method == Method::List && flags != 0 {
+        if method == Method::List && flags & !REQ_TOKEN != 0 {
             return Err(WireError::Invalid(LIST_HAS_NO_FLAGS));
         }
         let path = r.text(MAX_PATH_LEN, "path")?;
@@ -178,6 +192,13 @@ impl Request {
         } else {
             None
         };
+        let token = if flags & REQ_TOKEN != 0 {
+            let t = r.text(MAX_TOKEN_LEN, "token")?;
+            check_token(&t)?;
+            Some(t)
+        } else {
+            None
+        };
         r.finish()?;
         Ok(Self {
             method,
@@ -185,6 +206,7 @@ impl Request {
             range,
             want_digest: flags & REQ_WANT_DIGEST != 0,
             validator,
+            token,
         })
     }
 }
@@ -568,6 +590,29 @@ fn check_range(r: &Range<u64>) -> Result<(), WireError> {
 }
 
 /// Header-like text: visible ASCII and spaces only, like an HTTP field value.
+/// Tokens are visible ASCII without spaces (RFC 6750's `b64token` and more).
+fn check_token(t: &str) -> Result<(), WireError> {
+    check_text(t, MAX_TOKEN_LEN, "token")?;
+    if t.contains(' ') {
+        return Err(WireError::Invalid("token contains a space"));
+    }
+    Ok(())
+}
+
+/// Like the derived form, with the token left out: requests are logged.
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("range", &self.range)
+            .field("want_digest", &self.want_digest)
+            .field("validator", &self.validator)
+            .field("token", &self.token.as_ref().map(|_| "redacted"))
+            .finish()
+    }
+}
+
 fn check_text(s: &str, max: usize, what: &'static str) -> Result<(), WireError> {
     if s.len() > max {
         return Err(WireError::TooLarge {
@@ -680,6 +725,7 @@ mod tests {
 
     fn sample_request() -> Request {
         Request {
+            token: None,
             method: Method::Get,
             path: "/.xfer/synthetic?size=1G&seed=1".to_string(),
             range: Some(1 << 20..(1 << 40) + 3),
@@ -718,6 +764,7 @@ mod tests {
         let reqs = [
             sample_request(),
             Request {
+                token: None,
                 method: Method::Stat,
                 path: "/".to_string(),
                 range: None,
@@ -730,6 +777,7 @@ mod tests {
                 ..sample_request()
             },
             Request {
+                token: None,
                 method: Method::List,
                 path: "/run-42/".to_string(),
                 range: None,
@@ -790,6 +838,7 @@ mod tests {
     fn documented_example_encodes_as_shown() {
         // docs/quic-protocol.md, section "Example".
         let req = Request {
+            token: None,
             method: Method::Get,
             path: "/data/a.bin".to_string(),
             range: Some(1_048_576..2_097_152),

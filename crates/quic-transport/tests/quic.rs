@@ -394,6 +394,7 @@ async fn malformed_requests_reset_the_stream_and_the_connection_survives() {
 
         // The same connection still serves a valid request.
         let valid = Request {
+            token: None,
             method: Method::Stat,
             path: "/ok.bin".to_string(),
             range: None,

@@ -9,6 +9,7 @@ use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use xfer_common::listing::manifest::MANIFEST_MEDIA_TYPE;
+use xfer_common::listing::propfind;
 use xfer_core::transport::{BoxFuture, ListRequest, ListResponse, RangeBody};
 use xfer_core::{Sha256Digest, TransferError};
 
@@ -42,15 +43,17 @@ pub(crate) async fn list(
             (Method::GET, with_query, vec![accept], StatusCode::OK)
         }
         ListRequest::Propfind => {
-            // No body: RFC 4918 §9.1 reads an empty PROPFIND as `allprop`, which includes the
-            // four properties a tree needs; the request path stays free of a body type.
             let depth = (
                 HeaderName::from_static("depth"),
                 HeaderValue::from_static("1"),
             );
+            let xml = (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/xml; charset=utf-8"),
+            );
             let method = Method::from_bytes(b"PROPFIND")
                 .map_err(|e| TransferError::Config(format!("PROPFIND: {e}")))?;
-            (method, base, vec![depth], StatusCode::MULTI_STATUS)
+            (method, base, vec![depth, xml], StatusCode::MULTI_STATUS)
         }
         ListRequest::Index => {
             let accept = (header::ACCEPT, HeaderValue::from_static("application/json"));
@@ -58,7 +61,15 @@ pub(crate) async fn list(
         }
     };
     let mut lane = HttpLane::new(Arc::clone(inner), 0);
-    let answer = lane.request(method.clone(), target, &headers, "").await?;
+    // PROPFIND asks for exactly the four properties a tree needs; the others have no body.
+    let body = if request == ListRequest::Propfind {
+        Bytes::from_static(propfind::REQUEST_BODY.as_bytes())
+    } else {
+        Bytes::new()
+    };
+    let answer = lane
+        .request_with_body(method.clone(), target, &headers, body, "")
+        .await?;
     let what = format!("{method} {}", answer.target);
     let status = answer.response.status();
     if status != ok {

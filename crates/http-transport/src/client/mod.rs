@@ -35,6 +35,7 @@ mod response;
 mod stats;
 mod target;
 mod transport;
+mod upload;
 
 pub use config::HttpClientConfig;
 pub use connect::h2_builder as h2_client_builder;

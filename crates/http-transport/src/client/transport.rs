@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::Empty;
+use http_body_util::Full;
 use hyper::client::conn::http2;
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{
@@ -36,7 +36,7 @@ pub(crate) enum Mode {
 /// A shared HTTP/2 connection to the transport's origin.
 struct SharedSlot {
     origin: Origin,
-    sender: http2::SendRequest<Empty<Bytes>>,
+    sender: http2::SendRequest<Full<Bytes>>,
     generation: u64,
 }
 
@@ -51,7 +51,7 @@ pub(crate) struct ShareTicket {
 /// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
 /// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Empty<Bytes>>, bool, ShareTicket),
+    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket),
     H1(Connection),
 }
 
@@ -74,11 +74,22 @@ const MAX_IDLE: usize = 256;
 pub(crate) struct Inner {
     pub cfg: HttpClientConfig,
     pub user_agent: HeaderValue,
+    /// `Authorization: Bearer ...` and the origin it belongs to: the one the user named. A
+    /// redirect to another origin does not carry it.
+    authorization: Option<(Origin, HeaderValue)>,
     target: RwLock<Target>,
     pool: Arc<Pool>,
 }
 
 impl Inner {
+    /// The `Authorization` value for a request to `target`, if any.
+    pub fn authorization_for(&self, target: &Target) -> Option<HeaderValue> {
+        match &self.authorization {
+            Some((origin, value)) if *origin == target.origin => Some(value.clone()),
+            _ => None,
+        }
+    }
+
     pub fn target(&self) -> Target {
         self.target
             .read()
@@ -260,6 +271,16 @@ impl HttpTransport {
         }
         let user_agent = HeaderValue::from_str(&cfg.user_agent)
             .map_err(|_| TransferError::Config("invalid user_agent".into()))?;
+        let authorization = match &cfg.token {
+            Some(token) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                    .map_err(|_| TransferError::Config("the token is not visible ASCII".into()))?;
+                // Kept out of HTTP/2's header compression table (HPACK never-index).
+                value.set_sensitive(true);
+                Some((target.origin.clone(), value))
+            }
+            None => None,
+        };
         let slots = (0..cfg.layout(Mode::H2).connections)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
@@ -267,6 +288,7 @@ impl HttpTransport {
             inner: Arc::new(Inner {
                 cfg,
                 user_agent,
+                authorization,
                 target: RwLock::new(target),
                 pool: Arc::new(Pool {
                     tls: Arc::new(tls),
@@ -295,6 +317,8 @@ impl HttpTransport {
             inner: Arc::new(Inner {
                 cfg: self.inner.cfg.clone(),
                 user_agent: self.inner.user_agent.clone(),
+                // Same origin (checked above): the token goes along.
+                authorization: self.inner.authorization.clone(),
                 target: RwLock::new(target),
                 pool: Arc::clone(&self.inner.pool),
             }),
