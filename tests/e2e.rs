@@ -30,6 +30,9 @@ mod interop;
 #[path = "e2e/disk_full.rs"]
 mod disk_full;
 
+#[path = "e2e/tree.rs"]
+mod tree;
+
 #[path = "e2e/access.rs"]
 mod access;
 

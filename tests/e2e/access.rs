@@ -89,8 +89,36 @@ async fn tokens_map_to_scopes(proto: Proto) -> TestResult {
     Ok(())
 }
 
+/// A tree is listed and fetched with the token (every request carries it, the listing's and
+/// each file's); without it the listing is refused with 401 and nothing is written.
+async fn tree_with_a_token(proto: Proto) -> TestResult {
+    let fx = fixture(proto).await?;
+    std::fs::create_dir_all(fx.root().join("data/sub"))?;
+    let sha = write_random_file(&fx.root().join("data/sub/a.bin"), 300_000, 7)?;
+    write_random_file(&fx.root().join("data/b.bin"), 1_000, 8)?;
+    let good = fx.dir.path().join("good.token");
+    std::fs::write(&good, "read-data-token\n")?;
+
+    let dest = fx.out().join("tree");
+    let out = run_xfer(get_args(&fx, "/data/", &dest, Some(&good))).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{proto:?}: {stderr}");
+    assert_eq!(sha256_file(&dest.join("sub/a.bin"))?, sha);
+    assert!(dest.join("b.bin").is_file());
+
+    let refused = fx.out().join("refused");
+    let out = run_xfer(get_args(&fx, "/data/", &refused, None)).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{proto:?}: {stderr}");
+    assert!(stderr.contains("401"), "{proto:?}: {stderr}");
+    assert_eq!(std::fs::read_dir(&refused)?.count(), 0, "{proto:?}");
+    fx.shutdown().await;
+    Ok(())
+}
+
 each_transport! {
     tokens => tokens_map_to_scopes;
+    tree_tokens => tree_with_a_token;
 }
 
 /// A CA, and a client certificate it signed for `name`, written as PEM into `dir`:

@@ -14,6 +14,8 @@ mod lab_cmd;
 mod progress_bar;
 mod put_cmd;
 mod serve_cmd;
+mod tree_cmd;
+mod tree_progress;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;

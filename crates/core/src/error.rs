@@ -79,6 +79,22 @@ impl TransferError {
     }
 }
 
+/// The error and its causes, joined with `: `, each cause once (a cause whose text the message
+/// already holds is skipped), for messages that must stand alone.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let msg = c.to_string();
+        if !s.contains(&msg) {
+            s.push_str(": ");
+            s.push_str(&msg);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 /// HTTP statuses worth retrying: server errors, 408 Request Timeout, 429 Too Many Requests.
 /// The QUIC protocol reuses HTTP's status numbers, so this serves both.
 pub fn is_transient_status(status: u16) -> bool {

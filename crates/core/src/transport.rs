@@ -7,6 +7,9 @@
 //! ```text
 //!   engine ──stat()──────────────► Transport ──► RemoteInfo (size, validators, digests)
 //!   engine ──open_lane(i)────────► Transport ──► Box<dyn Lane>
+//!   tree   ──list(dir, format)───► Transport ──► ListResponse (media type, pulled body)
+//!   tree   ──sibling(url)────────► Transport ──► a Transport for another resource that
+//!                                                shares this one's connections
 //!   lane   ──fetch(RangeRequest)─► Box<dyn RangeBody> ──next_data()*──► Bytes … None
 //!                                                     └─trailer_digest() after the end
 //! ```
@@ -14,6 +17,7 @@
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -160,6 +164,38 @@ pub struct UploadStatus {
     pub received: Vec<Range<u64>>,
 }
 
+/// Which listing of a directory to ask for; `docs/listing.md` describes each format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListRequest {
+    /// xfer's recursive manifest: HTTP `GET <dir>/?manifest` with
+    /// `Accept: application/x-xfer-manifest+jsonl`, `xfer/1` `LIST`. A server that is not xfer
+    /// may answer it with something else (nginx sends its index): look at the media type.
+    Manifest,
+    /// WebDAV `PROPFIND` with `Depth: 1` (HTTP only).
+    Propfind,
+    /// `GET <dir>/`: an index page, JSON from nginx's `autoindex_format json` (HTTP only).
+    Index,
+}
+
+/// A listing response whose body is still to be read.
+pub struct ListResponse {
+    /// Where the listing came from after redirects (relative names resolve against it).
+    pub url: String,
+    /// The response's media type, lower-case, without parameters, when it has one.
+    pub media_type: Option<String>,
+    /// The body, pulled piece by piece; its `trailer_digest` is always `None`.
+    pub body: Box<dyn RangeBody>,
+}
+
+impl std::fmt::Debug for ListResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListResponse")
+            .field("url", &self.url)
+            .field("media_type", &self.media_type)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A client for one remote resource.
 pub trait Transport: Send + Sync {
     /// Learn the resource's size, validators and digests (HTTP `HEAD`, or a zero-length probe).
@@ -182,6 +218,32 @@ pub trait Transport: Send + Sync {
     /// QUIC: connections × streams per connection). The engine opens this many unless told
     /// otherwise, and only one when the server does not accept ranges.
     fn default_lanes(&self) -> usize;
+
+    /// Ask for the listing of the directory at `dir_url` (an absolute URL ending in `/`) on
+    /// this transport's connections. A status other than success is
+    /// [`TransferError::Status`], so the caller can fall back to another format.
+    fn list<'a>(
+        &'a self,
+        dir_url: &'a str,
+        request: ListRequest,
+    ) -> BoxFuture<'a, Result<ListResponse, TransferError>> {
+        let _ = request;
+        Box::pin(async move {
+            Err(TransferError::Config(format!(
+                "{} cannot list {dir_url}",
+                self.protocol()
+            )))
+        })
+    }
+
+    /// A transport for `url`, another resource on the same server, that shares this one's
+    /// connections: a tree of files then pays one handshake per connection, not per file.
+    fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
+        Err(TransferError::Config(format!(
+            "{} cannot fetch {url} on shared connections",
+            self.protocol()
+        )))
+    }
 }
 
 /// What one connection saw, as far as the OS or the QUIC stack tells.

@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quinn::{Connection, ConnectionError, Endpoint, ReadError, ReadExactError, RecvStream};
+use xfer_common::listing::manifest::MANIFEST_MEDIA_TYPE;
 use xfer_common::secret::Secret;
 use xfer_common::tls::{self, ClientTlsOptions};
 use xfer_core::transport::{
-    BoxFuture, ConnectionStats, Lane, RangeBody, RangeRequest, RemoteInfo, Transport,
+    BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RangeBody, RangeRequest,
+    RemoteInfo, Transport,
 };
 use xfer_core::{Sha256Digest, TransferError};
 
@@ -114,7 +116,8 @@ struct Inner {
     peer: String,
     config: QuicClientConfig,
     quinn_config: quinn::ClientConfig,
-    slots: Vec<Slot>,
+    /// Shared with every [`QuicTransport::sibling`]: one tree, one set of connections.
+    slots: Arc<Vec<Slot>>,
 }
 
 /// One of the M connections.
@@ -168,7 +171,68 @@ impl QuicTransport {
                 peer,
                 config,
                 quinn_config,
-                slots,
+                slots: Arc::new(slots),
+            }),
+        })
+    }
+
+    /// A transport for `url` on the same server that shares this one's connections.
+    pub fn sibling(&self, url: &str) -> Result<Self, TransferError> {
+        let target = QuicUrl::parse(url)
+            .map_err(|reason| TransferError::Config(format!("invalid url {url:?}: {reason}")))?;
+        let inner = &self.inner;
+        if target.authority() != inner.peer {
+            return Err(TransferError::Config(format!(
+                "{url} is not on {}: it cannot share its connections",
+                inner.peer
+            )));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                url: url.to_string(),
+                target,
+                peer: inner.peer.clone(),
+                config: inner.config.clone(),
+                quinn_config: inner.quinn_config.clone(),
+                slots: Arc::clone(&inner.slots),
+            }),
+        })
+    }
+
+    async fn list_manifest(&self, dir_url: &str) -> Result<ListResponse, TransferError> {
+        let inner = &self.inner;
+        let target = QuicUrl::parse(dir_url).map_err(|reason| {
+            TransferError::Config(format!("invalid url {dir_url:?}: {reason}"))
+        })?;
+        let req = Request {
+            upload: None,
+            method: Method::List,
+            path: target.path_and_query,
+            range: None,
+            want_digest: false,
+            validator: None,
+            token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
+        };
+        let (head, recv) = inner.exchange(0, &req).await?;
+        let what = format!("LIST {}", req.path);
+        if head.status != status::OK {
+            return Err(inner.status_error(&head, what));
+        }
+        if !head.streamed {
+            return Err(TransferError::Unexpected {
+                peer: inner.peer.clone(),
+                message: format!("{what}: the answer is not a streamed listing"),
+            });
+        }
+        Ok(ListResponse {
+            url: dir_url.to_string(),
+            media_type: Some(MANIFEST_MEDIA_TYPE.to_string()),
+            body: Box::new(StreamedBody {
+                peer: inner.peer.clone(),
+                what,
+                recv,
+                idle: inner.config.idle_timeout,
+                done: false,
             }),
         })
     }
@@ -488,6 +552,74 @@ impl Transport for QuicTransport {
 
     fn default_lanes(&self) -> usize {
         self.inner.config.layout().count()
+    }
+
+    fn list<'a>(
+        &'a self,
+        dir_url: &'a str,
+        request: ListRequest,
+    ) -> BoxFuture<'a, Result<ListResponse, TransferError>> {
+        Box::pin(async move {
+            match request {
+                ListRequest::Manifest => self.list_manifest(dir_url).await,
+                // xfer/1 has one listing; a QUIC server is xfer's.
+                ListRequest::Propfind | ListRequest::Index => Err(TransferError::Config(format!(
+                    "xfer/1 lists {dir_url} with LIST only"
+                ))),
+            }
+        })
+    }
+
+    fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
+        Ok(Arc::new(QuicTransport::sibling(self, url)?))
+    }
+}
+
+/// A streamed body (a listing): bytes to FIN, each read bounded by the idle timeout.
+struct StreamedBody {
+    peer: String,
+    what: String,
+    recv: RecvStream,
+    idle: Duration,
+    done: bool,
+}
+
+impl StreamedBody {
+    async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
+        if self.done {
+            return Ok(None);
+        }
+        match tokio::time::timeout(self.idle, self.recv.read_chunk(64 * 1024, true)).await {
+            Err(_) => Err(TransferError::Timeout {
+                peer: self.peer.clone(),
+                what: self.what.clone(),
+                after: self.idle,
+            }),
+            Ok(Ok(Some(chunk))) => Ok(Some(chunk.bytes)),
+            Ok(Ok(None)) => {
+                self.done = true;
+                Ok(None)
+            }
+            Ok(Err(e)) => Err(read_error(&self.peer, e, &self.what)),
+        }
+    }
+}
+
+impl RangeBody for StreamedBody {
+    fn next_data(&mut self) -> BoxFuture<'_, Result<Option<Bytes>, TransferError>> {
+        Box::pin(self.next())
+    }
+
+    fn trailer_digest(&self) -> Option<Sha256Digest> {
+        None
+    }
+}
+
+impl Drop for StreamedBody {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.recv.stop(ErrorCode::Cancelled.varint());
+        }
     }
 }
 

@@ -45,7 +45,7 @@ use crate::plan::{ChunkIndex, PlanError, DEFAULT_CHUNK_SIZE};
 use crate::progress::{LaneSnapshot, Progress, Report};
 use crate::schedule::{ScheduleConfig, ScheduleFailure, Scheduler};
 use crate::sink::{self, PartFile, Writer};
-use crate::transport::Transport;
+use crate::transport::{RemoteInfo, Transport};
 use crate::whole_hash;
 
 use driver::{Driver, Ending, Inputs};
@@ -178,6 +178,7 @@ pub struct Download {
     config: GetConfig,
     progress: Progress,
     part_file: Option<PartFileWrapper>,
+    known: Option<RemoteInfo>,
 }
 
 /// Turns the opened part file into what the writer writes through.
@@ -199,7 +200,17 @@ impl Download {
             config,
             progress: Progress::new(),
             part_file: None,
+            known: None,
         }
+    }
+
+    /// Take `info` for what `stat` would say, and skip it: a tree listing that already gave
+    /// the size and validators saves the round trip per file. A wrong `info` costs no wrong
+    /// bytes: ranges carry `info`'s validator and size, and a remote that differs is refused
+    /// (`RemoteChanged`).
+    pub fn with_known_remote(mut self, info: RemoteInfo) -> Self {
+        self.known = Some(info);
+        self
     }
 
     /// Route the part file's writes and syncs through `wrap`: to inject faults in tests (a
@@ -250,8 +261,13 @@ impl Download {
             }
             _ => {}
         }
-        let info = prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
-            .await?;
+        let info = match self.known {
+            Some(info) => info,
+            None => {
+                prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
+                    .await?
+            }
+        };
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
 
         let part_path = journal::part_path(&self.dest);

@@ -34,6 +34,15 @@ impl Sender {
             Self::H2(s) => s.is_closed(),
         }
     }
+
+    /// Open and between two requests: an HTTP/1.1 connection whose last response was read
+    /// to its end (one dropped part-way is not ready, and must not carry another request).
+    pub fn is_idle(&self) -> bool {
+        match self {
+            Self::H1(s) => s.is_ready(),
+            Self::H2(s) => !s.is_closed(),
+        }
+    }
 }
 
 /// A connection ready for requests.

@@ -31,6 +31,16 @@ pub(crate) struct HttpLane {
     own: Option<Connection>,
 }
 
+impl Drop for HttpLane {
+    fn drop(&mut self) {
+        // A lane that ends leaves its connection for the next lane (the next file of a tree),
+        // which takes it only once it is between two requests.
+        if let Some(conn) = self.own.take() {
+            self.inner.park(conn);
+        }
+    }
+}
+
 /// A response head and where it came from.
 pub(crate) struct Answer {
     pub response: Response<Incoming>,
