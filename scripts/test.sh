@@ -26,3 +26,5 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The resume and CLI tests drive the real binary.
 cargo build --locked -p xfer-cli
 cargo test --workspace --locked
+# The library's documentation builds without warnings (broken links, bad HTML).
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked

@@ -1,10 +1,10 @@
 //! Whole directory trees: `xfer get https://host/run-42/ ./run-42/`.
 //!
-//! The tree is listed as it is fetched ([`lister`]); every name is checked ([`RelPath`]) and
-//! reached in the destination without following links ([`dest`]); [`filter`] applies
-//! `--include`/`--exclude`; files already complete locally are skipped ([`journal`]); the rest
+//! The tree is listed as it is fetched (`lister`); every name is checked ([`RelPath`]) and
+//! reached in the destination without following links (`dest`); `filter` applies
+//! `--include`/`--exclude`; files already complete locally are skipped (`journal`); the rest
 //! run as single-file [`Download`]s, several at once, over one transport whose connections
-//! they all share ([`driver`]).
+//! they all share (`driver`).
 //!
 //! ```text
 //!  list_tree ─ entries ─► driver: filter, case check, up to date? ─► queue
