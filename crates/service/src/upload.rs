@@ -110,6 +110,9 @@ struct Part {
     size: u64,
     file: File,
     state: Mutex<PartState>,
+    /// Chunks write under the read side; completion takes the write side, so it waits for
+    /// writes in flight and no write lands after the rename. `true` once completed.
+    gate: tokio::sync::RwLock<bool>,
 }
 
 #[derive(Debug)]
@@ -182,6 +185,15 @@ impl Part {
             .map(|(a, b)| format!("{a}-{}", b - 1))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Whether `start..end` is already verified and recorded.
+    fn holds(&self, start: u64, end: u64) -> bool {
+        let s = self.lock();
+        s.received
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(_, &e)| e >= end)
     }
 
     fn is_whole(&self) -> bool {
@@ -565,6 +577,7 @@ fn restore_or_create(
                     last_activity: Instant::now(),
                     completing: false,
                 }),
+                gate: tokio::sync::RwLock::new(false),
             })
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -597,6 +610,7 @@ fn restore_or_create(
                     last_activity: Instant::now(),
                     completing: false,
                 }),
+                gate: tokio::sync::RwLock::new(false),
             })
         }
         Err(e) => Err(Refusal::io("reading", &sidecar, &e)),
@@ -638,10 +652,25 @@ async fn chunk(
     let target = blocking(root, request_path, resolve_for_write).await?;
     let part = open_part(uploads, id, &target, Some(total)).await?;
     part.lock().last_activity = Instant::now();
-    let file = part
-        .file
-        .try_clone()
-        .map_err(|e| Refusal::io("opening", &part.staging, &e))?;
+    let gate = part.gate.read().await;
+    if *gate {
+        return Err(Refusal::new(
+            status::CONFLICT,
+            "this upload is already complete\n",
+            format!("upload {id}"),
+        ));
+    }
+    // A chunk sent again (a retry whose answer was lost) is checked but not written: its
+    // unverified bytes must not replace verified ones.
+    let file = if part.holds(start, end) {
+        None
+    } else {
+        Some(
+            part.file
+                .try_clone()
+                .map_err(|e| Refusal::io("opening", &part.staging, &e))?,
+        )
+    };
     let actual = receive(
         file,
         &part.staging,
@@ -680,6 +709,7 @@ async fn chunk(
         insert_range(&mut s.received, start, end);
         s.last_activity = Instant::now();
     }
+    drop(gate);
     let mut plan = ResponsePlan::empty(status::NO_CONTENT);
     plan.headers.push((UPLOAD_RECEIVED, part.received_header()));
     Ok(plan)
@@ -721,8 +751,12 @@ async fn complete(
             format!("received {} of {} bytes", part.received_header(), part.size),
         ));
     }
+    // Waits for chunk writes in flight; none starts after this.
+    let mut gate = part.gate.write().await;
     let p = Arc::clone(&part);
     let finished = off_runtime(move || finish(&p, declared)).await;
+    *gate = finished.is_ok();
+    drop(gate);
     match finished {
         Ok(()) => {
             uploads.remove(id);
@@ -791,14 +825,14 @@ fn commit(file: &File, staging: &Path, target: &Path) -> Result<(), Refusal> {
 /// Write the body at `offset`, hashing it: exactly `exact` bytes when given, never more than
 /// `max`. Returns the digest and the byte count.
 async fn receive(
-    file: File,
+    file: Option<File>,
     path: &Path,
     offset: u64,
     exact: Option<u64>,
     max: u64,
     body: &mut dyn UploadBody,
 ) -> Result<(Sha256Digest, u64), Refusal> {
-    let file = Arc::new(file);
+    let file = file.map(Arc::new);
     let mut hasher = Sha256Hasher::new();
     let mut written = 0u64;
     let mut pending: Vec<Bytes> = Vec::new();
@@ -839,14 +873,16 @@ async fn receive(
             let at = offset + written - pending_len as u64;
             let batch = std::mem::take(&mut pending);
             pending_len = 0;
-            let f = Arc::clone(&file);
+            let f = file.clone();
             let (h, res) = tokio::task::spawn_blocking(move || {
                 let mut h = hasher;
                 let mut pos = at;
                 for b in &batch {
                     h.update(b);
-                    if let Err(e) = f.write_all_at(b, pos) {
-                        return (h, Err(e));
+                    if let Some(f) = &f {
+                        if let Err(e) = f.write_all_at(b, pos) {
+                            return (h, Err(e));
+                        }
                     }
                     pos += b.len() as u64;
                 }
@@ -912,8 +948,15 @@ async fn whole(
         .try_clone()
         .map_err(|e| Refusal::io("opening", &staging, &e))?;
     let outcome = async {
-        let (actual, n) =
-            receive(file, &staging, 0, head.content_length, cfg.max_size, body).await?;
+        let (actual, n) = receive(
+            Some(file),
+            &staging,
+            0,
+            head.content_length,
+            cfg.max_size,
+            body,
+        )
+        .await?;
         if let Some(expected) = expected {
             if expected != actual {
                 return Err(Refusal::new(

@@ -307,3 +307,45 @@ async fn uploads_off_answers_405() {
     assert_eq!(plan.status, status::METHOD_NOT_ALLOWED);
     assert!(!dir.path().join("root/x").exists());
 }
+
+/// A chunk sent again after it was recorded, corrupted this time: refused, and it does not
+/// replace the verified bytes, so the upload still completes with the right file.
+#[tokio::test]
+async fn a_corrupt_resend_of_a_recorded_chunk_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(dir.path());
+    let all = data(400_000);
+    for (s, e) in [(0, 200_000), (200_000, 400_000)] {
+        let plan = svc
+            .respond_with_body(
+                &put("/in/r.bin", Some("w"), chunk_head(&all, s, e, &all[s..e])),
+                &mut Pieces::of(&all[s..e]),
+            )
+            .await;
+        assert_eq!(plan.status, status::NO_CONTENT);
+    }
+    let mut corrupt = all[..200_000].to_vec();
+    corrupt[99] ^= 0xff;
+    let plan = svc
+        .respond_with_body(
+            &put(
+                "/in/r.bin",
+                Some("w"),
+                chunk_head(&all, 0, 200_000, &all[..200_000]),
+            ),
+            &mut Pieces::of(&corrupt),
+        )
+        .await;
+    assert_eq!(plan.status, status::BAD_REQUEST);
+    let plan = svc
+        .respond_with_body(
+            &put("/in/r.bin", Some("w"), complete_head(&all)),
+            &mut Pieces::of(&[]),
+        )
+        .await;
+    assert_eq!(plan.status, status::CREATED, "{:?}", plan.detail);
+    assert_eq!(
+        std::fs::read(dir.path().join("root/in/r.bin")).expect("read"),
+        all
+    );
+}
