@@ -362,3 +362,61 @@ async fn full_server_disk_answers_507_and_keeps_serving() -> TestResult {
     fx.shutdown().await;
     Ok(())
 }
+
+/// A directory: every file lands under the URL with its relative path (spaces, `%`,
+/// unicode, an empty file), a symlink is left out, and a re-run finds everything there.
+async fn directory_upload_and_rerun(proto: Proto) -> TestResult {
+    let fx = fixture(proto).await?;
+    let src = fx.out().join("run");
+    std::fs::create_dir_all(src.join("raw/day 1"))?;
+    let mut expected = Vec::new();
+    for (i, rel) in ["raw/day 1/frame 1%.dat", "raw/é.txt", "big.bin"]
+        .iter()
+        .enumerate()
+    {
+        let size = if i == 2 { 6 * MIB } else { 1000 + i as u64 };
+        expected.push((
+            rel.to_string(),
+            write_random_file(&src.join(rel), size, 50 + i as u64)?,
+        ));
+    }
+    std::fs::write(src.join("empty.txt"), b"")?;
+    std::os::unix::fs::symlink("/etc/passwd", src.join("link"))?;
+    let args = put_args(
+        &fx,
+        &src,
+        "/in/run/",
+        "upload.token",
+        &["--chunk-size", "1MiB"],
+    );
+    let out = run_xfer(args.clone()).await?;
+    let report = json_report(&out)?;
+    assert_eq!(out.status.code(), Some(0), "{proto:?}: {report}");
+    assert_eq!(u64_field(&report, "uploaded")?, 4, "{proto:?}: {report}");
+    assert_eq!(report["not_files"][0].as_str(), Some("link"), "{report}");
+    for (rel, sha) in &expected {
+        assert_eq!(
+            &sha256_file(&fx.root().join("in/run").join(rel))?,
+            sha,
+            "{proto:?} {rel}"
+        );
+    }
+    assert!(fx.root().join("in/run/empty.txt").is_file());
+    assert!(!fx.root().join("in/run/link").exists());
+
+    let out = run_xfer(args).await?;
+    let report = json_report(&out)?;
+    assert_eq!(out.status.code(), Some(0), "{proto:?}: {report}");
+    assert_eq!(
+        u64_field(&report, "skipped")?,
+        4,
+        "{proto:?}: a re-run sends nothing: {report}"
+    );
+    assert_eq!(u64_field(&report, "sent_bytes")?, 0, "{report}");
+    fx.shutdown().await;
+    Ok(())
+}
+
+each_transport! {
+    put_directory => directory_upload_and_rerun;
+}

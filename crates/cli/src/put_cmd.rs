@@ -14,10 +14,14 @@ use crate::progress_bar::Display;
 
 #[derive(Debug, Args)]
 pub struct PutArgs {
-    /// The file to upload.
+    /// The file to upload, or a directory: every file under it is uploaded under URL/.
     pub file: PathBuf,
-    /// Where to: an http:// or https:// URL; one ending in `/` gets the file's name appended.
+    /// Where to: an http://, https:// or quic:// URL; for a file, one ending in `/` gets the
+    /// file's name appended; for a directory, the URL of the directory it becomes.
     pub url: String,
+    /// Files uploaded at once when uploading a directory.
+    #[arg(long, default_value_t = 8)]
+    pub files: usize,
     /// Chunk size: each chunk is one request, checked by the server on arrival.
     #[arg(long, value_parser = size_arg, default_value = "8MiB")]
     pub chunk_size: u64,
@@ -39,13 +43,16 @@ pub struct PutArgs {
 
 pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     let client = args.client.to_config()?;
-    let url = target_url(&args.url, &args.file)?;
     let config = PutConfig {
         chunk_size: args.chunk_size,
         lanes: args.lanes,
         max_attempts: args.retries.max(1),
         ..PutConfig::default()
     };
+    if args.file.is_dir() {
+        return run_tree(&args, &client, config).await;
+    }
+    let url = target_url(&args.url, &args.file)?;
     let transport = xfer::transport_for(&url, &client).map_err(xfer::Error::from)?;
     let upload = Upload::new(transport, &args.file, &url, config);
     let display = Display::start(upload.progress(), args.quiet || args.json);
@@ -101,6 +108,66 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `xfer put DIR URL/`: every file under DIR, several at once; files the server already
+/// holds identical are skipped.
+async fn run_tree(
+    args: &PutArgs,
+    client: &xfer::ClientConfig,
+    put: PutConfig,
+) -> anyhow::Result<ExitCode> {
+    use xfer::put_tree::{PutTreeConfig, TreeUpload};
+    let root_url = if args.url.ends_with('/') {
+        args.url.clone()
+    } else {
+        format!("{}/", args.url)
+    };
+    let transport = xfer::transport_for(&root_url, client).map_err(xfer::Error::from)?;
+    let config = PutTreeConfig {
+        put,
+        max_files: args.files.max(1),
+    };
+    let report = TreeUpload::new(transport, &args.file, &root_url, config)
+        .run()
+        .await
+        .with_context(|| format!("xfer put {} {root_url}", args.file.display()))?;
+    // The worst failure decides: local problems over verification over the remote.
+    let code = report
+        .failed
+        .iter()
+        .map(|f| f.exit_code)
+        .max_by_key(|c| match c {
+            5 => 3,
+            4 => 2,
+            _ => 1,
+        })
+        .unwrap_or(0);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("serializing the report")?
+        );
+    } else if !args.quiet {
+        eprintln!(
+            "{} -> {}: {} files ({} uploaded, {} already there), {} in {:.2} s, {}",
+            report.source,
+            report.url,
+            report.files,
+            report.uploaded,
+            report.skipped,
+            HumanBytes(report.bytes),
+            report.seconds,
+            format_bps(report.goodput_bps)
+        );
+    }
+    for skipped in &report.not_files {
+        eprintln!("xfer: not a regular file, left out: {skipped}");
+    }
+    for f in &report.failed {
+        eprintln!("xfer: failed: {}: {}", f.path, f.error);
+    }
+    Ok(ExitCode::from(code))
 }
 
 /// `URL/` names a directory: the file keeps its name there.

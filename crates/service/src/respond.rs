@@ -192,6 +192,7 @@ impl Service {
                 Some(up) => {
                     return upload::put(
                         &cfg.root,
+                        &cfg.digests,
                         &cfg.upload_state,
                         up,
                         &req.path,

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io::{self, Write as _};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +23,8 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 pub use xfer_common::paths::STAGING_PREFIX;
 use xfer_common::paths::{sanitize, PathError};
+use xfer_common::resource::ContentKey;
+use xfer_common::{DigestCache, Resource};
 use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
 use crate::plan::ResponsePlan;
@@ -400,6 +402,7 @@ fn staging_name(id: &str, name: &str) -> String {
 /// Handle a `PUT` (and the upload-status `HEAD`) for `request_path` under `root`.
 pub(crate) async fn put(
     root: &Path,
+    digests: &DigestCache,
     uploads: &Uploads,
     cfg: &UploadConfig,
     request_path: &str,
@@ -407,7 +410,7 @@ pub(crate) async fn put(
     body: &mut dyn UploadBody,
 ) -> ResponsePlan {
     let result = match (&head.id, head.complete, &head.content_range) {
-        (Some(id), true, _) => complete(root, uploads, request_path, id, head).await,
+        (Some(id), true, _) => complete(root, digests, uploads, request_path, id, head).await,
         (Some(id), false, Some(range)) => {
             chunk(root, uploads, cfg, request_path, id, range, head, body).await
         }
@@ -421,7 +424,7 @@ pub(crate) async fn put(
             "a partial PUT needs an Xfer-Upload id (docs/upload-protocol.md)\n",
             "Content-Range without Xfer-Upload",
         )),
-        (None, _, None) => whole(root, cfg, request_path, head, body).await,
+        (None, _, None) => whole(root, digests, cfg, request_path, head, body).await,
     };
     result.unwrap_or_else(Refusal::plan)
 }
@@ -717,6 +720,7 @@ async fn chunk(
 
 async fn complete(
     root: &Path,
+    digests: &DigestCache,
     uploads: &Uploads,
     request_path: &str,
     id: &str,
@@ -754,11 +758,15 @@ async fn complete(
     // Waits for chunk writes in flight; none starts after this.
     let mut gate = part.gate.write().await;
     let p = Arc::clone(&part);
-    let finished = off_runtime(move || finish(&p, declared)).await;
+    let (r, path) = (root.to_path_buf(), request_path.to_string());
+    let finished = off_runtime(move || finish(&p, declared, &r, &path)).await;
     *gate = finished.is_ok();
     drop(gate);
     match finished {
-        Ok(()) => {
+        Ok(stored_file) => {
+            if let Some(resource) = stored_file {
+                digests.insert(&resource, declared);
+            }
             uploads.remove(id);
             tracing::info!(path = %target.path.display(), size = part.size, sha256 = %declared, "upload complete");
             Ok(stored(target.existed, declared))
@@ -777,8 +785,14 @@ async fn complete(
     }
 }
 
-/// Hash the staging file, compare, make it durable and rename it into place.
-fn finish(part: &Part, declared: Sha256Digest) -> Result<(), Refusal> {
+/// Hash the staging file, compare, make it durable and rename it into place; the stored
+/// file as [`stored_resource`] finds it.
+fn finish(
+    part: &Part,
+    declared: Sha256Digest,
+    root: &Path,
+    request_path: &str,
+) -> Result<Option<Resource>, Refusal> {
     let actual =
         hash_file(&part.file, part.size).map_err(|e| Refusal::io("reading", &part.staging, &e))?;
     if actual != declared {
@@ -793,7 +807,18 @@ fn finish(part: &Part, declared: Sha256Digest) -> Result<(), Refusal> {
     }
     commit(&part.file, &part.staging, &part.target)?;
     let _ = std::fs::remove_file(&part.sidecar);
-    Ok(())
+    Ok(stored_resource(root, request_path, &part.file))
+}
+
+/// The stored file as requests will find it, when the path still holds the very inode this
+/// upload wrote: its verified digest can then be served as `Repr-Digest` at once, so a
+/// client re-running the upload sees the file is there. Another upload that replaced it in
+/// the meantime has another inode and is left to its own completion.
+fn stored_resource(root: &Path, request_path: &str, file: &File) -> Option<Resource> {
+    let ours = file.metadata().ok()?.ino();
+    let resource = Resource::open(root, request_path, None).ok()?;
+    matches!(resource.content_key(), ContentKey::File { ino, .. } if ino == ours)
+        .then_some(resource)
 }
 
 fn hash_file(file: &File, size: u64) -> io::Result<Sha256Digest> {
@@ -913,6 +938,7 @@ async fn receive(
 /// `Repr-Digest` when the client sent one, renamed into place when complete.
 async fn whole(
     root: &Path,
+    digests: &DigestCache,
     cfg: &UploadConfig,
     request_path: &str,
     head: &UploadHead,
@@ -970,7 +996,15 @@ async fn whole(
             }
         }
         let (s, t) = (staging.clone(), target.path.clone());
-        off_runtime(move || commit(&keep, &s, &t)).await?;
+        let (r, path) = (root.to_path_buf(), request_path.to_string());
+        let stored_file = off_runtime(move || {
+            commit(&keep, &s, &t)?;
+            Ok(stored_resource(&r, &path, &keep))
+        })
+        .await?;
+        if let Some(resource) = stored_file {
+            digests.insert(&resource, actual);
+        }
         Ok((actual, n))
     }
     .await;
