@@ -29,3 +29,6 @@ mod interop;
 
 #[path = "e2e/disk_full.rs"]
 mod disk_full;
+
+#[path = "e2e/identity.rs"]
+mod identity;

@@ -353,11 +353,22 @@ fn describe_code(code: u64) -> String {
     }
 }
 
+/// The TLS `unknown_ca` alert (RFC 8446 §6.2).
+const UNKNOWN_CA_ALERT: u64 = 48;
+
 /// Classify a dead connection: TLS alerts (QUIC crypto errors 0x100-0x1ff) are not retried,
 /// timeouts and everything else are.
 fn connection_error(peer: &str, e: ConnectionError, during: &str) -> TransferError {
     let crypto = |code: u64| (0x100..0x200).contains(&code);
     match &e {
+        // Our own verifier refused the server's certificate: rustls sends unknown_ca for an
+        // unknown issuer (RFC 9001 §4.8: crypto error 0x100 + the TLS alert).
+        ConnectionError::TransportError(t) if u64::from(t.code) == 0x100 + UNKNOWN_CA_ALERT => {
+            TransferError::Tls {
+                peer: peer.to_string(),
+                message: format!("{e}: {}", tls::UNKNOWN_ISSUER_HINT),
+            }
+        }
         ConnectionError::TransportError(t) if crypto(u64::from(t.code)) => TransferError::Tls {
             peer: peer.to_string(),
             message: e.to_string(),
