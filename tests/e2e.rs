@@ -32,3 +32,9 @@ mod disk_full;
 
 #[path = "e2e/identity.rs"]
 mod identity;
+
+#[path = "e2e/tiny_server.rs"]
+mod tiny_server;
+
+#[path = "e2e/hostile_server.rs"]
+mod hostile_server;

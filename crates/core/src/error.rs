@@ -55,6 +55,13 @@ pub enum TransferError {
     /// The peer sent a response for a different range, size or representation than asked.
     #[error("{peer} sent an unexpected response: {message}")]
     Unexpected { peer: String, message: String },
+    /// The server advertised byte ranges (`Accept-Ranges: bytes`) but answered a range
+    /// request with the whole resource. Not retried: the engine starts over with one
+    /// sequential stream of the whole.
+    #[error(
+        "{peer} advertises byte ranges but answered a range request with the whole resource (200)"
+    )]
+    RangesIgnored { peer: String },
     /// The remote resource is not the one the transfer started with (size or validator changed).
     #[error("{url} changed during the transfer: {what}")]
     RemoteChanged { url: String, what: String },
@@ -74,7 +81,10 @@ impl TransferError {
             | Self::Protocol { .. }
             | Self::Unexpected { .. } => true,
             Self::Status { status, .. } => is_transient_status(*status),
-            Self::Tls { .. } | Self::RemoteChanged { .. } | Self::Config(_) => false,
+            Self::Tls { .. }
+            | Self::RangesIgnored { .. }
+            | Self::RemoteChanged { .. }
+            | Self::Config(_) => false,
         }
     }
 }

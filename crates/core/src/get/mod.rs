@@ -45,7 +45,7 @@ use crate::plan::{ChunkIndex, PlanError, DEFAULT_CHUNK_SIZE};
 use crate::progress::{LaneSnapshot, Progress, Report};
 use crate::schedule::{ScheduleConfig, ScheduleFailure, Scheduler};
 use crate::sink::{self, PartFile, Writer};
-use crate::transport::Transport;
+use crate::transport::{RemoteInfo, Transport};
 use crate::whole_hash;
 
 use driver::{Driver, Ending, Inputs};
@@ -181,7 +181,7 @@ pub struct Download {
 }
 
 /// Turns the opened part file into what the writer writes through.
-type PartFileWrapper = Box<dyn FnOnce(std::fs::File) -> Box<dyn PartFile> + Send>;
+type PartFileWrapper = Box<dyn FnMut(std::fs::File) -> Box<dyn PartFile> + Send>;
 
 impl Download {
     /// `source` names the resource in the journal (the URL the user gave, before redirects), so
@@ -203,10 +203,11 @@ impl Download {
     }
 
     /// Route the part file's writes and syncs through `wrap`: to inject faults in tests (a
-    /// disk that fills up after some bytes), or to account for disk I/O.
+    /// disk that fills up after some bytes), or to account for disk I/O. Called each time the
+    /// part file is opened (twice when a server turns out to ignore ranges).
     pub fn wrap_part_file(
         mut self,
-        wrap: impl FnOnce(std::fs::File) -> Box<dyn PartFile> + Send + 'static,
+        wrap: impl FnMut(std::fs::File) -> Box<dyn PartFile> + Send + 'static,
     ) -> Self {
         self.part_file = Some(Box::new(wrap));
         self
@@ -224,7 +225,10 @@ impl Download {
 
     /// Run until done or until `shutdown` resolves (Ctrl-C): then stop the lanes, flush the
     /// journal and return [`GetError::Interrupted`].
-    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<Report, GetError> {
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Report, GetError> {
         let started = Instant::now();
         let cfg = &self.config;
         if cfg.write_batch == 0 || cfg.write_queue == 0 {
@@ -250,10 +254,35 @@ impl Download {
             }
             _ => {}
         }
-        let info = prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
-            .await?;
+        let mut info =
+            prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
+                .await?;
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            match self.attempt(&info, started, shutdown.as_mut()).await {
+                Err(GetError::Chunk {
+                    source: TransferError::RangesIgnored { peer },
+                    ..
+                }) if info.accepts_ranges => {
+                    // It said it serves ranges and does not: what it does serve is the whole
+                    // resource, which one sequential stream can take.
+                    tracing::warn!(%peer, url = %info.url, "the server advertises byte ranges but ignores them: starting over with one sequential stream, no resume");
+                    info.accepts_ranges = false;
+                }
+                other => return other,
+            }
+        }
+    }
 
+    /// One try at the transfer, as `info` describes the remote.
+    async fn attempt(
+        &mut self,
+        info: &RemoteInfo,
+        started: Instant,
+        shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Report, GetError> {
+        let cfg = &self.config;
         let part_path = journal::part_path(&self.dest);
         let journal_path = journal::journal_path(&self.dest);
         let header = JournalHeader {
@@ -325,7 +354,7 @@ impl Download {
         } else {
             (None, None)
         };
-        let part: Box<dyn PartFile> = match self.part_file {
+        let part: Box<dyn PartFile> = match self.part_file.as_mut() {
             Some(wrap) => wrap(prepared.part),
             None => Box::new(prepared.part),
         };
@@ -374,13 +403,13 @@ impl Download {
         };
         synced?;
         let verified_against =
-            finish::check_whole(cfg, &info, whole_digest, &self.dest, &part_path)?;
+            finish::check_whole(cfg, info, whole_digest, &self.dest, &part_path)?;
         prepare::finalize(&part_path, &self.dest, &journal_path)?;
         if let (true, Some(d)) = (cfg.write_sha256_file, whole_digest) {
             prepare::write_sha256_file(&self.dest, d)?;
         }
         Ok(finish::report(finish::Finished {
-            info: &info,
+            info,
             dest: &self.dest,
             transport: self.transport.as_ref(),
             plan: &plan,
