@@ -89,6 +89,15 @@ impl TransferError {
     }
 }
 
+impl TransferError {
+    /// Whether the peer's host said nothing listens there (TCP RST to the SYN, ICMP port
+    /// unreachable for QUIC). Retried during a transfer, where it means a server restarting,
+    /// but not when first reaching the server: then it means a wrong address or port.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Self::Connect { source, .. } if source.kind() == io::ErrorKind::ConnectionRefused)
+    }
+}
+
 /// HTTP statuses worth retrying: server errors, 408 Request Timeout, 429 Too Many Requests.
 /// The QUIC protocol reuses HTTP's status numbers, so this serves both.
 pub fn is_transient_status(status: u16) -> bool {

@@ -20,7 +20,11 @@ pub(super) async fn stat_with_retries(
     loop {
         match transport.stat().await {
             Ok(info) => return Ok(info),
-            Err(e) if e.is_retryable() && attempt + 1 < policy.max_attempts.min(4) => {
+            Err(e)
+                if e.is_retryable()
+                    && !e.is_refused()
+                    && attempt + 1 < policy.max_attempts.min(4) =>
+            {
                 attempt += 1;
                 let wait = policy
                     .backoff_initial
