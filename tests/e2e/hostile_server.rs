@@ -4,7 +4,7 @@
 use xfer::{ClientConfig, GetConfig};
 use xfer_test_support::random_bytes;
 
-use crate::support::{sha256_file, TestResult};
+use crate::support::{run_xfer, sha256_file, TestResult};
 use crate::tiny_server::{Misbehaviour, TinyServer};
 
 /// Small chunks, so a few hundred KiB make many range requests.
@@ -40,5 +40,65 @@ async fn advertised_but_ignored_ranges_fall_back_to_one_stream() -> TestResult {
     assert_eq!(std::fs::read(&dest)?, data);
     assert_eq!(report.chunks, 1, "{report:?}");
     assert!(!sha256_file(&dest)?.is_empty());
+    Ok(())
+}
+
+/// A server that declares 1 EiB for a small file: `xfer get` refuses before writing anything
+/// (no destination, part file or journal), with exit code 5 and a message naming the sizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exabyte_declared_size_is_refused_before_writing() -> TestResult {
+    let server = TinyServer::start(
+        random_bytes(1000, 5),
+        Misbehaviour {
+            declared_size: Some(1 << 60),
+            ..Misbehaviour::default()
+        },
+    )
+    .await?;
+    let dir = tempfile::tempdir()?;
+    let dest = dir.path().join("huge.bin");
+    let out = run_xfer(vec![
+        "get".into(),
+        server.url("/huge.bin"),
+        "-o".into(),
+        dest.display().to_string(),
+        "--quiet".into(),
+    ])
+    .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains("1152921504606846976") && stderr.contains("free"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())?.collect();
+    assert!(left.is_empty(), "files written: {left:?}");
+
+    // Beyond any filesystem: refused by size alone.
+    let absurd = TinyServer::start(
+        random_bytes(1000, 5),
+        Misbehaviour {
+            declared_size: Some(1 << 63),
+            ..Misbehaviour::default()
+        },
+    )
+    .await?;
+    let err = xfer::download(
+        &absurd.url("/f"),
+        &dest,
+        &ClientConfig::default(),
+        GetConfig::default(),
+    )
+    .await
+    .err()
+    .ok_or("a declared 8 EiB was accepted")?;
+    assert!(
+        matches!(
+            err,
+            xfer::Error::Get(xfer::GetError::ImplausibleSize { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(std::fs::read_dir(dir.path())?.next().is_none());
     Ok(())
 }

@@ -52,6 +52,8 @@ fn get_code(g: &GetError) -> u8 {
         | GetError::DestinationNotAFile { .. }
         | GetError::Journal(_)
         | GetError::Io { .. }
+        | GetError::ImplausibleSize { .. }
+        | GetError::NoRoom { .. }
         | GetError::Write(_) => LOCAL,
         GetError::Plan(_) | GetError::Config(_) => USAGE,
         GetError::Interrupted => INTERRUPTED,

@@ -25,6 +25,7 @@
 //!  └────────────┘                                                  hasher
 //! ```
 
+mod disk_space;
 mod driver;
 mod finish;
 mod lane;
@@ -48,6 +49,7 @@ use crate::sink::{self, PartFile, Writer};
 use crate::transport::{RemoteInfo, Transport};
 use crate::whole_hash;
 
+pub use disk_space::MAX_DECLARED_SIZE;
 use driver::{Driver, Ending, Inputs};
 use lane::LaneContext;
 
@@ -141,6 +143,14 @@ pub enum GetError {
         actual: Sha256Digest,
         expected: Sha256Digest,
         source_of_expected: &'static str,
+    },
+    #[error("{url} declares {size} bytes, more than any file xfer writes ({max}); nothing was written", max = MAX_DECLARED_SIZE)]
+    ImplausibleSize { url: String, size: u64 },
+    #[error("{path}: the server declares {size} bytes but the filesystem has {available} free; nothing was written")]
+    NoRoom {
+        path: PathBuf,
+        size: u64,
+        available: u64,
     },
     #[error(transparent)]
     Plan(#[from] PlanError),
