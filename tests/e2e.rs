@@ -38,3 +38,6 @@ mod tiny_server;
 
 #[path = "e2e/hostile_server.rs"]
 mod hostile_server;
+
+#[path = "e2e/verification.rs"]
+mod verification;

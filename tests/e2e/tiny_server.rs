@@ -80,9 +80,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<(Vec<u8>, Misbehavi
         });
         let size = data.len() as u64;
         let declared = how.declared_size.unwrap_or(size);
-        let common = format!(
-            "Accept-Ranges: bytes\r\nETag: \"v1\"\r\nLast-Modified: Mon, 02 Jan 2006 15:04:05 GMT\r\n"
-        );
+        let common =
+            "Accept-Ranges: bytes\r\nETag: \"v1\"\r\nLast-Modified: Mon, 02 Jan 2006 15:04:05 GMT\r\n";
         let (status, extra, body) = match (method.as_str(), range) {
             ("HEAD", _) => ("200 OK", format!("Content-Length: {declared}\r\n"), None),
             ("GET", Some((start, end))) if !how.ignore_ranges => (

@@ -47,7 +47,7 @@ pub fn code_for(e: &anyhow::Error) -> u8 {
 fn get_code(g: &GetError) -> u8 {
     match g {
         GetError::Stat { .. } | GetError::Chunk { .. } | GetError::Schedule { .. } => REMOTE,
-        GetError::WholeDigestMismatch { .. } => VERIFY,
+        GetError::WholeDigestMismatch { .. } | GetError::Unverified { .. } => VERIFY,
         GetError::DestinationExists { .. }
         | GetError::DestinationNotAFile { .. }
         | GetError::Journal(_)

@@ -68,6 +68,10 @@ pub struct GetConfig {
     pub verify: bool,
     /// The whole file's SHA-256 must be this.
     pub expect_sha256: Option<Sha256Digest>,
+    /// Fail (keeping the part file) unless every byte was compared with a digest the server
+    /// sent (per chunk or whole file) or with `expect_sha256`. Default off: a server without
+    /// digests (nginx) gets a warning and a report that says so.
+    pub require_digest: bool,
     /// Write `<dest>.sha256` in `sha256sum` format when done.
     pub write_sha256_file: bool,
     /// Replace an existing destination. Default off: an existing file is never touched.
@@ -88,6 +92,7 @@ impl Default for GetConfig {
             schedule: ScheduleConfig::default(),
             verify: true,
             expect_sha256: None,
+            require_digest: false,
             write_sha256_file: false,
             overwrite: false,
             write_batch: 1 << 20,
@@ -151,6 +156,12 @@ pub enum GetError {
         path: PathBuf,
         size: u64,
         available: u64,
+    },
+    #[error("{path}: {what}, and --require-digest was given; kept as {part}")]
+    Unverified {
+        path: PathBuf,
+        part: PathBuf,
+        what: String,
     },
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -326,10 +337,18 @@ impl Download {
             .map_err(|e| GetError::Config(format!("preparing the destination panicked: {e}")))??
         };
         let plan = prepared.plan;
+        let mut server_checked = vec![false; plan.chunk_count() as usize];
+        for r in prepared.claimed.iter().filter(|r| r.server_checked) {
+            if let Some(flag) = server_checked.get_mut(r.chunk as usize) {
+                *flag = true;
+            }
+        }
+        let resumed_server_checked = server_checked.iter().filter(|&&c| c).count() as u64;
         self.progress.update(|p| {
             p.total = info.size;
             p.resumed = prepared.resumed_bytes;
             p.verified = prepared.resumed_bytes;
+            p.server_digest_chunks = resumed_server_checked;
             p.lanes = (0..lanes)
                 .map(|lane| LaneSnapshot {
                     lane,
@@ -389,7 +408,8 @@ impl Download {
             open_attempts: cfg.lane_open_attempts.max(1),
             stop: CancellationToken::new(),
         };
-        let (driver, events) = Driver::start(sched, lanes, ctx, self.source.clone());
+        let (driver, events) =
+            Driver::start(sched, lanes, ctx, self.source.clone(), server_checked);
         let inputs = Inputs {
             events,
             writer_failed: writer.failed.take(),
@@ -412,8 +432,11 @@ impl Download {
             Ending::Failed(e) => return Err(e),
         };
         synced?;
-        let verified_against =
+        let mut verification =
             finish::check_whole(cfg, info, whole_digest, &self.dest, &part_path)?;
+        verification.chunks = u64::from(plan.chunk_count());
+        verification.chunks_with_server_digest = self.progress.snapshot().server_digest_chunks;
+        finish::require_evidence(cfg, &verification, &self.dest, &part_path)?;
         prepare::finalize(&part_path, &self.dest, &journal_path)?;
         if let (true, Some(d)) = (cfg.write_sha256_file, whole_digest) {
             prepare::write_sha256_file(&self.dest, d)?;
@@ -426,7 +449,7 @@ impl Download {
             progress: &self.progress,
             started,
             whole_digest,
-            verified_against,
+            verification,
         }))
     }
 }
