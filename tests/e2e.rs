@@ -41,3 +41,6 @@ mod hostile_server;
 
 #[path = "e2e/verification.rs"]
 mod verification;
+
+#[path = "e2e/faults.rs"]
+mod faults;
