@@ -10,7 +10,7 @@ use xfer::GetConfig;
 use xfer_test_support::fault_proxy::{Fault, FaultProxy};
 
 use crate::support::{
-    run_xfer, sha256_file, write_random_file, BoxError, Fixture, Proto, TestResult, MIB,
+    get_args, run_xfer, sha256_file, write_random_file, BoxError, Fixture, Proto, TestResult, MIB,
 };
 
 /// Past the TLS handshake and the first response head, inside a body.
@@ -96,21 +96,18 @@ async fn fault_table(proto: Proto) -> TestResult {
     let proxy = proxy(&fx, vec![Fault::Reset { after: MID_BODY }; 10_000]).await?;
     let url = proxied_url(&fx, &proxy, "/f.bin");
     let dest = fx.out().join("never");
-    let mut args = vec![
-        "get".to_string(),
-        url,
-        "-o".into(),
-        dest.display().to_string(),
-        "--chunk-size".into(),
-        "1MiB".into(),
-        "--retries".into(),
-        "2".into(),
-        "--idle-timeout".into(),
-        "2s".into(),
-        "--connect-timeout".into(),
-        "2s".into(),
-        "--quiet".into(),
+    let quick = [
+        "--chunk-size",
+        "1MiB",
+        "--retries",
+        "2",
+        "--idle-timeout",
+        "2s",
+        "--connect-timeout",
+        "2s",
+        "--quiet",
     ];
+    let mut args = get_args(&url, &dest, &quick);
     if let Some(ca) = fx.ca_cert() {
         args.extend(["--ca-cert".to_string(), ca.display().to_string()]);
     }

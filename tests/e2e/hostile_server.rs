@@ -4,7 +4,7 @@
 use xfer::{ClientConfig, GetConfig};
 use xfer_test_support::random_bytes;
 
-use crate::support::{run_xfer, sha256_file, TestResult};
+use crate::support::{get_args, run_xfer, sha256_file, TestResult};
 use crate::tiny_server::{Misbehaviour, TinyServer};
 
 /// Small chunks, so a few hundred KiB make many range requests.
@@ -57,14 +57,7 @@ async fn an_exabyte_declared_size_is_refused_before_writing() -> TestResult {
     .await?;
     let dir = tempfile::tempdir()?;
     let dest = dir.path().join("huge.bin");
-    let out = run_xfer(vec![
-        "get".into(),
-        server.url("/huge.bin"),
-        "-o".into(),
-        dest.display().to_string(),
-        "--quiet".into(),
-    ])
-    .await?;
+    let out = run_xfer(get_args(&server.url("/huge.bin"), &dest, &["--quiet"])).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert!(

@@ -6,7 +6,8 @@ use xfer::GetConfig;
 use xfer_test_support::random_bytes;
 
 use crate::support::{
-    each_transport, json_report, run_xfer, write_random_file, Fixture, Proto, TestResult, MIB,
+    each_transport, get_args, json_report, run_xfer, write_random_file, Fixture, Proto, TestResult,
+    MIB,
 };
 use crate::tiny_server::{Misbehaviour, TinyServer};
 
@@ -35,16 +36,9 @@ each_transport! {
     own_server => own_server_vouches_for_every_chunk;
 }
 
-fn get_args(url: String, dest: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let mut args = vec![
-        "get".to_string(),
-        url,
-        "-o".into(),
-        dest.display().to_string(),
-        "--chunk-size".into(),
-        "64KiB".into(),
-        "--json".into(),
-    ];
+/// `xfer get --json` in 64 KiB chunks, so a few hundred KiB make several range requests.
+fn json_get(url: &str, dest: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut args = get_args(url, dest, &["--chunk-size", "64KiB", "--json"]);
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }
@@ -56,7 +50,7 @@ async fn a_server_without_digests_is_not_claimed_as_verification() -> TestResult
     let server = TinyServer::start(data.clone(), Misbehaviour::default()).await?;
     let dir = tempfile::tempdir()?;
     let dest = dir.path().join("plain.bin");
-    let out = run_xfer(get_args(server.url("/plain.bin"), &dest, &[])).await?;
+    let out = run_xfer(json_get(&server.url("/plain.bin"), &dest, &[])).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(std::fs::read(&dest)?, data);
@@ -87,7 +81,7 @@ async fn altered_bytes_without_digests_fail_require_digest() -> TestResult {
     let dir = tempfile::tempdir()?;
 
     let lax = dir.path().join("lax.bin");
-    let out = run_xfer(get_args(server.url("/f"), &lax, &[])).await?;
+    let out = run_xfer(json_get(&server.url("/f"), &lax, &[])).await?;
     assert_eq!(out.status.code(), Some(0));
     assert_ne!(
         std::fs::read(&lax)?,
@@ -99,7 +93,7 @@ async fn altered_bytes_without_digests_fail_require_digest() -> TestResult {
     assert!(String::from_utf8_lossy(&out.stderr).contains("NOT verified"));
 
     let strict = dir.path().join("strict.bin");
-    let out = run_xfer(get_args(server.url("/f"), &strict, &["--require-digest"])).await?;
+    let out = run_xfer(json_get(&server.url("/f"), &strict, &["--require-digest"])).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(
