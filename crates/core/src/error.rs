@@ -55,12 +55,10 @@ pub enum TransferError {
     /// The peer sent a response for a different range, size or representation than asked.
     #[error("{peer} sent an unexpected response: {message}")]
     Unexpected { peer: String, message: String },
-    /// The server advertised byte ranges (`Accept-Ranges: bytes`) but answered a range
-    /// request with the whole resource. Not retried: the engine starts over with one
-    /// sequential stream of the whole.
-    #[error(
-        "{peer} advertises byte ranges but answered a range request with the whole resource (200)"
-    )]
+    /// The server answered a range request with the whole resource (a server that advertises
+    /// `Accept-Ranges: bytes` and ignores `Range`). Not retried: the engine starts over with
+    /// one sequential stream of the whole.
+    #[error("{peer} answered a range request with the whole resource (200): it ignores ranges")]
     RangesIgnored { peer: String },
     /// The remote resource is not the one the transfer started with (size or validator changed).
     #[error("{url} changed during the transfer: {what}")]
