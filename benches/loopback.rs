@@ -135,6 +135,7 @@ fn loopback(c: &mut Criterion) {
         None => panic!("no certificate was generated"),
     };
     let trusted = ClientConfig::default().with_tls(ClientTlsOptions {
+        client_identity: None,
         ca_certs: vec![ca],
         dangerous_insecure: false,
     });

@@ -44,6 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Four HTTP/2 streams on one connection, 4 MiB chunks; every digest checked.
     let mut client = ClientConfig::default()
         .with_tls(ClientTlsOptions {
+            client_identity: None,
             ca_certs: ca.into_iter().collect(),
             dangerous_insecure: false,
         })

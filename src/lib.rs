@@ -36,9 +36,14 @@
 //! ([`QuicTuning`]), and [`GetConfig`] (chunk size, lanes, retries). `docs/tuning.md` explains
 //! each knob with measured figures.
 //!
-//! What this crate does not do: upload (xfer pulls), directory trees, or HTTP/3.
+//! Whole directory trees: [`tree::TreeDownload`] lists a directory URL (xfer's manifest,
+//! WebDAV `PROPFIND` or nginx's JSON index) and fetches every file with the same checks, over
+//! one transport's connections.
+//!
+//! What this crate does not do: upload (xfer pulls), or HTTP/3.
 
 pub mod serve;
+pub mod tree;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -79,6 +84,14 @@ impl ClientConfig {
     pub fn with_lanes(mut self, lanes: LaneLayout) -> Self {
         self.http.lanes = lanes;
         self.quic.lanes = lanes;
+        self
+    }
+
+    /// Send `token` as a bearer token with every request, over every protocol (HTTP only to
+    /// the origin of the URL given).
+    pub fn with_token(mut self, token: xfer_common::secret::Secret) -> Self {
+        self.http.token = Some(token.clone());
+        self.quic.token = Some(token);
         self
     }
 

@@ -11,6 +11,7 @@ use xfer_common::tls::{self, CertOrigin, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{QuicServer, QuicServerConfig, QuicTuning};
+use xfer_service::{AccessControl, AccessFileError, UploadConfig, Uploads};
 
 pub use xfer_http::server::ServerConfig as HttpConfig;
 
@@ -45,6 +46,16 @@ pub struct ServeConfig {
     pub renew_self_signed: bool,
     /// Test hook: corrupt bytes at an offset in the first responses that cover it.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
+    /// Tokens and client certificates with their scopes (`xfer_service::access`); `None`:
+    /// no credentials are known, so nothing can be written.
+    pub access_file: Option<PathBuf>,
+    /// Serve reads without credentials. Default on.
+    pub anonymous_read: bool,
+    /// Ask clients for a certificate signed by a CA in this PEM file; its subjectAltName
+    /// names map to scopes in the access file. Needs TLS.
+    pub client_ca: Option<PathBuf>,
+    /// Accept uploads from callers the access file gives write access. Default off.
+    pub uploads: Option<UploadConfig>,
 }
 
 impl ServeConfig {
@@ -58,6 +69,10 @@ impl ServeConfig {
             quic_tuning: QuicTuning::default(),
             renew_self_signed: false,
             dangerous_fault: None,
+            access_file: None,
+            anonymous_read: true,
+            client_ca: None,
+            uploads: None,
         }
     }
 }
@@ -71,6 +86,8 @@ pub enum ServeError {
     Http(#[from] xfer_http::server::ServerError),
     #[error(transparent)]
     Quic(#[from] xfer_quic::ServerError),
+    #[error(transparent)]
+    Access(#[from] AccessFileError),
 }
 
 /// Running servers. Dropping this does not stop them; call [`Servers::shutdown`].
@@ -94,20 +111,43 @@ impl Servers {
     pub async fn start(cfg: ServeConfig) -> Result<Self, ServeError> {
         let mut self_signed = None;
         let mut cert_origin = None;
-        let server_tls = match &cfg.tls {
-            ServerTls::Plain => None,
-            ServerTls::Files { cert, key } => Some(Arc::new(tls::server_config(cert, key, &[])?)),
-            ServerTls::SelfSigned { dir, names } => {
-                let (made, origin) =
-                    tls::reuse_or_generate_self_signed(names, dir, cfg.renew_self_signed)?;
-                let config = tls::server_config(&made.cert_path, &made.key_path, &[])?;
-                self_signed = Some(made);
-                cert_origin = Some(origin);
-                Some(Arc::new(config))
-            }
-        };
+        let server_tls =
+            match &cfg.tls {
+                ServerTls::Plain => None,
+                ServerTls::Files { cert, key } => Some(Arc::new(
+                    tls::server_config_with_client_ca(cert, key, &[], cfg.client_ca.as_deref())?,
+                )),
+                ServerTls::SelfSigned { dir, names } => {
+                    let (made, origin) =
+                        tls::reuse_or_generate_self_signed(names, dir, cfg.renew_self_signed)?;
+                    let config = tls::server_config_with_client_ca(
+                        &made.cert_path,
+                        &made.key_path,
+                        &[],
+                        cfg.client_ca.as_deref(),
+                    )?;
+                    self_signed = Some(made);
+                    cert_origin = Some(origin);
+                    Some(Arc::new(config))
+                }
+            };
+        let access = Arc::new(match &cfg.access_file {
+            Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?,
+            None => AccessControl::anonymous(cfg.anonymous_read),
+        });
+        access.spawn_reloader();
         let mut http_cfg = cfg.http.clone();
         http_cfg.tls = server_tls.clone();
+        http_cfg.access = access.clone();
+        let upload_state = Uploads::default();
+        if let Some(up) = &cfg.uploads {
+            if !access.policy().allows_writes() {
+                tracing::warn!("uploads are on but no token or certificate has write access: every PUT will be refused");
+            }
+            upload_state.spawn_sweeper(up.expiry);
+        }
+        http_cfg.uploads = cfg.uploads.clone();
+        http_cfg.upload_state = upload_state.clone();
         if cfg.dangerous_fault.is_some() {
             http_cfg.dangerous_fault = cfg.dangerous_fault.clone();
         }
@@ -124,6 +164,9 @@ impl Servers {
             qc.repr_digest = cfg.http.repr_digest;
             qc.stream = cfg.http.stream_options();
             qc.digest_cache = Some(http.digest_cache());
+            qc.access = access.clone();
+            qc.uploads = cfg.uploads.clone();
+            qc.upload_state = upload_state.clone();
             let quic = QuicServer::bind(qc).await?;
             quic_addr = Some(quic.local_addr());
             let rx = stop_rx.clone();

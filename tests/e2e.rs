@@ -44,3 +44,12 @@ mod verification;
 
 #[path = "e2e/faults.rs"]
 mod faults;
+
+#[path = "e2e/tree.rs"]
+mod tree;
+
+#[path = "e2e/access.rs"]
+mod access;
+
+#[path = "e2e/upload.rs"]
+mod upload;

@@ -300,6 +300,7 @@ async fn rig() -> Result<Rig, BoxError> {
         .clone();
     let client_tls = client_config(
         &ClientTlsOptions {
+            client_identity: None,
             ca_certs: vec![ca],
             dangerous_insecure: false,
         },
@@ -449,6 +450,8 @@ async fn via_quic(
 ) -> Result<Outcome, BoxError> {
     let head_only = case.method == "HEAD";
     let req = wire::Request {
+        upload: None,
+        token: None,
         method: if list {
             wire::Method::List
         } else if head_only {
@@ -519,6 +522,8 @@ fn split_head(all: &[u8]) -> Result<(ResponseHead, &[u8]), BoxError> {
 /// The current ETag of `/f.bin`, asked over QUIC with STAT.
 async fn etag_of(conn: &quinn::Connection) -> Result<String, BoxError> {
     let req = wire::Request {
+        upload: None,
+        token: None,
         method: wire::Method::Stat,
         path: "/f.bin".into(),
         range: None,

@@ -22,13 +22,13 @@ use crate::support::{
 };
 
 /// A tmpfs mounted at a directory for the life of the value.
-struct SmallDisk {
-    dir: PathBuf,
+pub(crate) struct SmallDisk {
+    pub dir: PathBuf,
 }
 
 impl SmallDisk {
     /// `None` (after saying why) when this machine cannot mount one and we are not in CI.
-    fn mount(dir: &Path, size_mib: u64) -> Result<Option<Self>, BoxError> {
+    pub fn mount(dir: &Path, size_mib: u64) -> Result<Option<Self>, BoxError> {
         std::fs::create_dir_all(dir)?;
         let out = Command::new("mount")
             .args([

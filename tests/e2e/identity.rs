@@ -63,6 +63,7 @@ async fn download_survives_a_server_restart() -> TestResult {
     let mut client = ClientConfig::default().with_tls(ClientTlsOptions {
         ca_certs: vec![cert_dir.join("cert.pem")],
         dangerous_insecure: false,
+        client_identity: None,
     });
     client.http.version = HttpVersion::Http1;
     let url = format!("https://127.0.0.1:{}/big.bin", proxy.addr().port());
@@ -161,6 +162,7 @@ fn trusting(cert: &Path) -> ClientConfig {
     ClientConfig::default().with_tls(ClientTlsOptions {
         ca_certs: vec![cert.to_path_buf()],
         dangerous_insecure: false,
+        client_identity: None,
     })
 }
 

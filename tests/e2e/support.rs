@@ -69,6 +69,15 @@ impl Fixture {
         proto: Proto,
         fault: Option<Arc<FaultInjection>>,
     ) -> Result<Self, BoxError> {
+        Self::start_with(proto, |cfg, _| cfg.dangerous_fault = fault).await
+    }
+
+    /// As [`Fixture::start`], letting `configure` adjust the servers' configuration; it also
+    /// gets the fixture's temporary directory, for files the configuration names.
+    pub async fn start_with(
+        proto: Proto,
+        configure: impl FnOnce(&mut ServeConfig, &Path),
+    ) -> Result<Self, BoxError> {
         let dir = tempfile::tempdir()?;
         std::fs::create_dir(dir.path().join("root"))?;
         std::fs::create_dir(dir.path().join("out"))?;
@@ -85,12 +94,13 @@ impl Fixture {
         cfg.quic = proto == Proto::Quic;
         // Its own UDP port 0, rather than the TCP port's number, which another process may hold.
         cfg.quic_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-        cfg.dangerous_fault = fault;
+        configure(&mut cfg, dir.path());
         let servers = Servers::start(cfg).await?;
 
         let mut client = ClientConfig::default();
         if let Some(ss) = &servers.self_signed {
             client = client.with_tls(ClientTlsOptions {
+                client_identity: None,
                 ca_certs: vec![ss.cert_path.clone()],
                 dangerous_insecure: false,
             });

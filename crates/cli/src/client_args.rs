@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
+use xfer::crates::common::secret::Secret;
 use xfer::{
     ClientConfig, ClientTlsOptions, CongestionControl, Http2Config, HttpVersion, LaneLayout,
     QuicTuning,
@@ -81,6 +82,17 @@ pub struct ClientArgs {
     /// Accept any server certificate. Dangerous: anyone on the path can read and alter data.
     #[arg(long)]
     pub insecure: bool,
+    /// File whose first line is a bearer token, sent to the URL's origin (never to another
+    /// origin a redirect points at). Without it: $BEARER_TOKEN, then $BEARER_TOKEN_FILE, as in
+    /// WLCG bearer token discovery.
+    #[arg(long, env = "XFER_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Client certificate (PEM chain) to present when the server asks for one.
+    #[arg(long, requires = "client_key", value_name = "PEM")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, requires = "client_cert", value_name = "PEM")]
+    pub client_key: Option<PathBuf>,
 
     /// TCP send buffer (SO_SNDBUF); default: kernel autotuning.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
@@ -160,11 +172,42 @@ impl ClientArgs {
         self.build().map_err(|e| UsageError(format!("{e:#}")))
     }
 
+    /// The bearer token: `--token-file` (or `XFER_TOKEN_FILE`), else WLCG discovery's
+    /// environment variables. The well-known file locations of that discovery are not read:
+    /// a token found without being named would go to whatever server the URL names.
+    fn token(&self) -> anyhow::Result<Option<Secret>> {
+        let from_file = |path: &std::path::Path| {
+            Secret::from_file(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))
+        };
+        if let Some(path) = &self.token_file {
+            return from_file(path).map(Some);
+        }
+        if let Some(token) = std::env::var("BEARER_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+        {
+            return Ok(Some(Secret::new(token)));
+        }
+        if let Some(path) = std::env::var_os("BEARER_TOKEN_FILE") {
+            return from_file(std::path::Path::new(&path)).map(Some);
+        }
+        Ok(None)
+    }
+
     fn build(&self) -> anyhow::Result<ClientConfig> {
         let mut c = ClientConfig::default()
             .with_tls(ClientTlsOptions {
                 ca_certs: self.ca_cert.clone(),
                 dangerous_insecure: self.insecure,
+                client_identity: match (&self.client_cert, &self.client_key) {
+                    (Some(cert), Some(key)) => Some(xfer::crates::common::tls::ClientIdentity {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                    }),
+                    _ => None,
+                },
             })
             .with_lanes(LaneLayout {
                 connections: self.connections,
@@ -246,6 +289,9 @@ impl ClientArgs {
         q.validate().context("invalid QUIC client setting")?;
         if self.insecure && !self.ca_cert.is_empty() {
             bail!("--insecure and --ca-cert contradict each other: pick one");
+        }
+        if let Some(token) = self.token()? {
+            c = c.with_token(token);
         }
         Ok(c)
     }

@@ -59,6 +59,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .map(|s| s.cert_path.clone())
         .context("no certificate was generated")?;
     let client = ClientConfig::default().with_tls(ClientTlsOptions {
+        client_identity: None,
         ca_certs: vec![ca],
         dangerous_insecure: false,
     });

@@ -11,6 +11,7 @@
 //! | 6 | `xfer doctor`: something on this host limits the path (see its findings) |
 //! | 130 | interrupted (Ctrl-C); run the same command again to resume |
 
+use xfer::crates::core::put::PutError;
 use xfer::{Error, GetError};
 
 pub const FAILURE: u8 = 1;
@@ -37,11 +38,28 @@ pub fn code_for(e: &anyhow::Error) -> u8 {
                 REMOTE
             };
         }
+        if let Some(p) = cause.downcast_ref::<PutError>() {
+            return put_code(p);
+        }
         if cause.downcast_ref::<UsageError>().is_some() {
             return USAGE;
         }
     }
     FAILURE
+}
+
+fn put_code(p: &PutError) -> u8 {
+    match p {
+        PutError::Local { .. } | PutError::Changed { .. } => LOCAL,
+        // The server refused the whole file's digest: the bytes it assembled are not the file.
+        PutError::Remote {
+            source: xfer::TransferError::Status { status: 400, .. },
+            ..
+        } => VERIFY,
+        PutError::Remote { .. } | PutError::Chunk { .. } => REMOTE,
+        PutError::Plan(_) | PutError::Config(_) => USAGE,
+        PutError::Interrupted => INTERRUPTED,
+    }
 }
 
 fn get_code(g: &GetError) -> u8 {

@@ -1,4 +1,5 @@
-//! `xfer get`: fetch one URL to a file.
+//! `xfer get`: fetch one URL to a file, or a directory URL (ending in `/`, or with
+//! `--recursive`) to a directory (`tree_cmd`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,11 +14,37 @@ use crate::progress_bar::Display;
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// What to fetch: http://, https:// or quic:// URL.
+    /// What to fetch: http://, https:// or quic:// URL. A URL ending in `/` is a directory:
+    /// its whole tree is fetched.
     pub url: String,
-    /// Where to write it. Default: the last path segment of the URL, in the current directory.
-    #[arg(short, long)]
+    /// Where to write it (a file, or for a tree a directory). Default: the last path segment
+    /// of the URL, in the current directory.
+    pub dest: Option<PathBuf>,
+    /// Where to write it, as DEST.
+    #[arg(short, long, conflicts_with = "dest")]
     pub output: Option<PathBuf>,
+    /// Fetch the directory tree at URL even without a trailing `/`.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Tree: fetch only paths matching this glob (repeatable). `*` stays within one
+    /// directory, `**` crosses them; a glob without `/` matches a name at any depth.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Tree: skip paths matching this glob, and everything below a matching directory
+    /// (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Tree: hash each local file of the listed size and skip it only if it matches the
+    /// server's SHA-256 (xfer's manifest), rather than trusting size and mtime.
+    #[arg(long)]
+    pub checksum: bool,
+    /// Tree: files in flight at once.
+    #[arg(long, default_value_t = 64)]
+    pub files: usize,
+    /// Tree: requests in flight over all files (connections for HTTP/1.1, streams for
+    /// HTTP/2 and QUIC); a file no bigger than a chunk takes one, a bigger one up to --lanes.
+    #[arg(long, default_value_t = 64)]
+    pub tree_lanes: usize,
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
@@ -55,6 +82,22 @@ pub struct GetArgs {
 }
 
 pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
+    if args.recursive
+        || args
+            .url
+            .split(['?', '#'])
+            .next()
+            .is_some_and(|p| p.ends_with('/'))
+    {
+        let mut get = GetConfig {
+            chunk_size: args.chunk_size,
+            lanes: args.lanes,
+            verify: !args.no_verify,
+            ..GetConfig::default()
+        };
+        get.schedule.max_attempts = args.retries.max(1);
+        return crate::tree_cmd::run(args, get).await;
+    }
     let client = args.client.to_config()?;
     let expect_sha256 = args
         .expect_sha256
@@ -62,7 +105,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         .map(Sha256Digest::from_hex)
         .transpose()
         .map_err(|e| UsageError(format!("--expect-sha256: {e}")))?;
-    let dest = match &args.output {
+    let dest = match args.output.as_ref().or(args.dest.as_ref()) {
         Some(p) => p.clone(),
         None => default_output(&args.url)
             .ok_or_else(|| UsageError(format!("cannot name a file after {}; pass -o", args.url)))?,

@@ -12,7 +12,10 @@ mod exit;
 mod get_cmd;
 mod lab_cmd;
 mod progress_bar;
+mod put_cmd;
 mod serve_cmd;
+mod tree_cmd;
+mod tree_progress;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
@@ -39,6 +42,8 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Fetch a URL in parallel chunks, verify it, resume if interrupted.
     Get(get_cmd::GetArgs),
+    /// Upload a file in parallel chunks the server verifies; re-running resumes.
+    Put(put_cmd::PutArgs),
     /// Serve a generated file on loopback and fetch it: a self-contained tour.
     Demo(demo_cmd::DemoArgs),
     /// Load-test servers: many concurrent memory-to-memory downloads for a fixed duration.
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(a) => serve_cmd::run(a).await,
             Command::Get(a) => get_cmd::run(a).await,
+            Command::Put(a) => put_cmd::run(a).await,
             Command::Demo(a) => demo_cmd::run(a).await,
             Command::Bench(a) => bench::run(a).await,
             Command::Lab(a) => lab_cmd::run(a).await,

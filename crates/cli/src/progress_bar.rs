@@ -15,7 +15,12 @@ pub struct Display {
 }
 
 impl Display {
-    pub fn start(progress: Progress, quiet: bool) -> Self {
+    /// Redraw with `render` four times a second, on a `{template}` with the bar and message.
+    pub fn with_renderer(
+        quiet: bool,
+        template: &str,
+        mut render: impl FnMut(&ProgressBar) + Send + 'static,
+    ) -> Self {
         let visible = !quiet && std::io::stderr().is_terminal();
         let bar = if visible {
             ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(4))
@@ -23,52 +28,62 @@ impl Display {
             ProgressBar::hidden()
         };
         bar.set_style(
-            ProgressStyle::with_template("{spinner} [{bar:30}] {percent:>3}% {msg}")
+            ProgressStyle::with_template(template)
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
         let task = visible.then(|| {
             let bar = bar.clone();
             tokio::spawn(async move {
-                let mut now = RateMeter::new(Duration::from_secs(3));
                 loop {
-                    let s = progress.snapshot();
-                    if s.total > 0 {
-                        bar.set_length(s.total);
-                        bar.set_position(s.verified);
-                    }
-                    let new = s.received;
-                    let rate_now = now.sample(s.elapsed, new) * 8.0;
-                    let avg = if s.elapsed.is_zero() {
-                        0.0
-                    } else {
-                        new as f64 * 8.0 / s.elapsed.as_secs_f64()
-                    };
-                    let left = s.total.saturating_sub(s.verified);
-                    let eta = if rate_now > 0.0 {
-                        format!("{:.0}s", left as f64 * 8.0 / rate_now)
-                    } else {
-                        "?".into()
-                    };
-                    let active = s.lanes.iter().filter(|l| l.bytes > 0).count();
-                    bar.set_message(format!(
-                        "{}/{}  now {}  avg {}  ETA {eta}  {active}/{} lanes{}",
-                        HumanBytes(s.verified),
-                        HumanBytes(s.total),
-                        format_bps(rate_now),
-                        format_bps(avg),
-                        s.lanes.len(),
-                        if s.retries > 0 {
-                            format!("  {} retries", s.retries)
-                        } else {
-                            String::new()
-                        },
-                    ));
+                    render(&bar);
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
             })
         });
         Self { task, bar }
+    }
+
+    pub fn start(progress: Progress, quiet: bool) -> Self {
+        let mut now = RateMeter::new(Duration::from_secs(3));
+        Self::with_renderer(
+            quiet,
+            "{spinner} [{bar:30}] {percent:>3}% {msg}",
+            move |bar| {
+                let s = progress.snapshot();
+                if s.total > 0 {
+                    bar.set_length(s.total);
+                    bar.set_position(s.verified);
+                }
+                let new = s.received;
+                let rate_now = now.sample(s.elapsed, new) * 8.0;
+                let avg = if s.elapsed.is_zero() {
+                    0.0
+                } else {
+                    new as f64 * 8.0 / s.elapsed.as_secs_f64()
+                };
+                let left = s.total.saturating_sub(s.verified);
+                let eta = if rate_now > 0.0 {
+                    format!("{:.0}s", left as f64 * 8.0 / rate_now)
+                } else {
+                    "?".into()
+                };
+                let active = s.lanes.iter().filter(|l| l.bytes > 0).count();
+                bar.set_message(format!(
+                    "{}/{}  now {}  avg {}  ETA {eta}  {active}/{} lanes{}",
+                    HumanBytes(s.verified),
+                    HumanBytes(s.total),
+                    format_bps(rate_now),
+                    format_bps(avg),
+                    s.lanes.len(),
+                    if s.retries > 0 {
+                        format!("  {} retries", s.retries)
+                    } else {
+                        String::new()
+                    },
+                ));
+            },
+        )
     }
 
     pub fn finish(mut self) {

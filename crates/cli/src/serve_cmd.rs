@@ -10,7 +10,7 @@ use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{Http2Config, QuicTuning};
 
-use crate::client_args::{size_arg, QuicCongestion};
+use crate::client_args::{duration_arg, size_arg, QuicCongestion};
 use crate::exit::UsageError;
 
 #[derive(Debug, Args)]
@@ -81,6 +81,25 @@ pub struct ServeArgs {
     /// Do not compute whole-file digests in the background (no Repr-Digest).
     #[arg(long)]
     pub no_repr_digest: bool,
+    /// Access file (TOML): bearer tokens and client certificates with their scopes (read or
+    /// write, under a path prefix). Reloaded when it changes and on SIGHUP. See docs/access.md.
+    #[arg(long, alias = "tokens", value_name = "FILE")]
+    pub access: Option<PathBuf>,
+    /// Refuse reads without credentials (writes always need them).
+    #[arg(long)]
+    pub no_anonymous_read: bool,
+    /// Ask clients for a certificate signed by a CA in this PEM file; the access file maps
+    /// its DNS names to scopes. Clients without one connect as anonymous.
+    #[arg(long, value_name = "PEM", conflicts_with = "plain")]
+    pub client_ca: Option<PathBuf>,
+    /// Accept uploads (PUT, and xfer put's parallel uploads) from callers the access file
+    /// gives write access.
+    #[arg(long)]
+    pub allow_upload: bool,
+    /// Remove a parallel upload that received nothing for this long (its staging file and
+    /// record).
+    #[arg(long, value_parser = duration_arg, default_value = "24h", value_name = "DURATION")]
+    pub upload_expiry: std::time::Duration,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -113,6 +132,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .into());
     };
     let mut cfg = ServeConfig::new(&args.dir, tls);
+    cfg.access_file = args.access.clone();
+    cfg.anonymous_read = !args.no_anonymous_read;
+    cfg.client_ca = args.client_ca.clone();
+    if args.allow_upload {
+        cfg.uploads = Some(xfer::crates::service::UploadConfig {
+            expiry: args.upload_expiry,
+            ..Default::default()
+        });
+    }
     cfg.http.listen = args.listen;
     cfg.http.tcp.send_buffer = Some(args.tcp_send_buffer);
     if let Some(cc) = &args.congestion {

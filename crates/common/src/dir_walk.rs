@@ -117,6 +117,10 @@ fn describe(
     let Some(name) = os_name.to_str() else {
         return skip("name is not UTF-8");
     };
+    if name.starts_with(crate::paths::STAGING_PREFIX) {
+        // An upload in progress: not a file yet.
+        return Ok(None);
+    }
     let segment = match RelPath::parse_segment(name) {
         Ok(s) => s,
         Err(e) => return skip(e.reason),

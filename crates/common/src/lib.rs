@@ -30,6 +30,7 @@ pub mod listing;
 pub mod paths;
 pub mod ranges;
 pub mod resource;
+pub mod secret;
 pub mod sockbuf;
 pub mod synthetic;
 pub mod tls;

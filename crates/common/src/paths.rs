@@ -169,7 +169,11 @@ pub fn sanitize(request_path: &str) -> Result<PathBuf, PathError> {
 }
 
 /// [`sanitize`], but the root itself (`/`) is allowed and comes back empty.
-fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
+/// Names starting with this are uploads in progress (`xfer_service::upload`): never served,
+/// listed or written to by a request.
+pub const STAGING_PREFIX: &str = ".xfer-upload.";
+
+pub fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
     let malformed = |reason| PathError::Malformed {
         path: request_path.to_string(),
         reason,
@@ -197,6 +201,12 @@ fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
         match segment {
             "" | "." => continue,
             ".." => return Err(traversal("'..' segment")),
+            // An upload in progress does not exist for requests.
+            s if s.starts_with(STAGING_PREFIX) => {
+                return Err(PathError::NotFound {
+                    path: request_path.to_string(),
+                })
+            }
             _ => {}
         }
         if i == 0 && is_drive_prefix(segment) {

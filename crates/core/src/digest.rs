@@ -32,6 +32,19 @@ impl Sha256Digest {
         Self(Sha256::digest(data).into())
     }
 
+    /// The digest of everything `input` yields, read in 1 MiB blocks.
+    pub fn of_reader(mut input: impl std::io::Read) -> std::io::Result<Self> {
+        let mut hasher = Sha256Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                return Ok(hasher.finish());
+            }
+            hasher.update(&buf[..n]);
+        }
+    }
+
     /// Lower-case hex, as `sha256sum` prints it.
     pub fn to_hex(&self) -> String {
         let mut s = String::with_capacity(64);

@@ -22,7 +22,7 @@ pub enum TransferError {
     #[error("TLS handshake with {peer} failed: {message}")]
     Tls { peer: String, message: String },
     /// The peer answered with a status that is not a success for this request.
-    #[error("{peer} answered {status} for {what}")]
+    #[error("{peer} answered {status} for {what}{}", status_hint(*status))]
     Status {
         peer: String,
         status: u16,
@@ -96,10 +96,28 @@ impl TransferError {
     }
 }
 
+/// The error and its causes, joined with `: `, each cause once (a cause whose text the message
+/// already holds is skipped), for messages that must stand alone.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let msg = c.to_string();
+        if !s.contains(&msg) {
+            s.push_str(": ");
+            s.push_str(&msg);
+        }
+        cur = c.source();
+    }
+    s
+}
+
 /// HTTP statuses worth retrying: server errors, 408 Request Timeout, 429 Too Many Requests.
 /// The QUIC protocol reuses HTTP's status numbers, so this serves both.
 pub fn is_transient_status(status: u16) -> bool {
-    status >= 500 || status == 408 || status == 429
+    // 507: the server's disk is full; that does not pass in a few seconds of backoff, and
+    // the user should hear of it at once.
+    (status >= 500 && status != 507) || status == 408 || status == 429
 }
 
 /// A knob set to a value outside what it accepts; every crate's configuration reports this.
@@ -118,5 +136,15 @@ impl ConfigError {
             value: value.to_string(),
             allowed,
         }
+    }
+}
+
+/// What a user can do about a status, where there is something.
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 => " (the server wants credentials: pass --token-file FILE, or set BEARER_TOKEN)",
+        403 => " (your credentials do not cover this path, or the server may not read it)",
+        507 => " (the server's disk is full; run the same command again once it has space)",
+        _ => "",
     }
 }

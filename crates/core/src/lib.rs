@@ -28,6 +28,7 @@ pub mod layout;
 pub mod mem_transport;
 pub mod plan;
 pub mod progress;
+pub mod put;
 pub mod schedule;
 pub mod sink;
 pub mod size;

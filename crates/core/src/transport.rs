@@ -7,6 +7,9 @@
 //! ```text
 //!   engine ──stat()──────────────► Transport ──► RemoteInfo (size, validators, digests)
 //!   engine ──open_lane(i)────────► Transport ──► Box<dyn Lane>
+//!   tree   ──list(dir, format)───► Transport ──► ListResponse (media type, pulled body)
+//!   tree   ──sibling(url)────────► Transport ──► a Transport for another resource that
+//!                                                shares this one's connections
 //!   lane   ──fetch(RangeRequest)─► Box<dyn RangeBody> ──next_data()*──► Bytes … None
 //!                                                     └─trailer_digest() after the end
 //! ```
@@ -14,6 +17,7 @@
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -93,6 +97,103 @@ pub trait Lane: Send {
 
     /// The connection this lane rides on, an index into [`Transport::connection_stats`].
     fn connection(&self) -> usize;
+
+    /// Send a whole file in one request, for the server to check against `sha256` and store.
+    fn put_whole<'a>(
+        &'a mut self,
+        data: Bytes,
+        sha256: Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        let _ = (data, sha256);
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
+    /// Send one chunk of a parallel upload (docs/upload-protocol.md).
+    fn put_chunk<'a>(
+        &'a mut self,
+        chunk: &'a ChunkUpload,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        let _ = chunk;
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
+    /// What the server holds of upload `id`; `None` when it knows no such upload.
+    fn upload_status<'a>(
+        &'a mut self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<UploadStatus>, TransferError>> {
+        let _ = id;
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
+    /// Ask the server to check upload `id` against the whole file's `sha256` and put it in
+    /// place.
+    fn complete_upload<'a>(
+        &'a mut self,
+        id: &'a str,
+        sha256: Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        let _ = (id, sha256);
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+}
+
+fn uploads_unsupported() -> TransferError {
+    TransferError::Config("this transport cannot upload (use an https:// or http:// URL)".into())
+}
+
+/// One chunk of a parallel upload.
+#[derive(Debug, Clone)]
+pub struct ChunkUpload {
+    /// The client's id for the whole upload: the same for every chunk and on every re-run
+    /// of the same upload.
+    pub id: String,
+    pub range: Range<u64>,
+    /// Size of the whole file.
+    pub total: u64,
+    pub data: Bytes,
+    /// SHA-256 of `data`, which the server checks on arrival.
+    pub sha256: Sha256Digest,
+}
+
+/// What the server holds of a parallel upload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadStatus {
+    pub size: u64,
+    /// Verified ranges, sorted and disjoint.
+    pub received: Vec<Range<u64>>,
+}
+
+/// Which listing of a directory to ask for; `docs/listing.md` describes each format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListRequest {
+    /// xfer's recursive manifest: HTTP `GET <dir>/?manifest` with
+    /// `Accept: application/x-xfer-manifest+jsonl`, `xfer/1` `LIST`. A server that is not xfer
+    /// may answer it with something else (nginx sends its index): look at the media type.
+    Manifest,
+    /// WebDAV `PROPFIND` with `Depth: 1` (HTTP only).
+    Propfind,
+    /// `GET <dir>/`: an index page, JSON from nginx's `autoindex_format json` (HTTP only).
+    Index,
+}
+
+/// A listing response whose body is still to be read.
+pub struct ListResponse {
+    /// Where the listing came from after redirects (relative names resolve against it).
+    pub url: String,
+    /// The response's media type, lower-case, without parameters, when it has one.
+    pub media_type: Option<String>,
+    /// The body, pulled piece by piece; its `trailer_digest` is always `None`.
+    pub body: Box<dyn RangeBody>,
+}
+
+impl std::fmt::Debug for ListResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListResponse")
+            .field("url", &self.url)
+            .field("media_type", &self.media_type)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A client for one remote resource.
@@ -117,6 +218,32 @@ pub trait Transport: Send + Sync {
     /// QUIC: connections × streams per connection). The engine opens this many unless told
     /// otherwise, and only one when the server does not accept ranges.
     fn default_lanes(&self) -> usize;
+
+    /// Ask for the listing of the directory at `dir_url` (an absolute URL ending in `/`) on
+    /// this transport's connections. A status other than success is
+    /// [`TransferError::Status`], so the caller can fall back to another format.
+    fn list<'a>(
+        &'a self,
+        dir_url: &'a str,
+        request: ListRequest,
+    ) -> BoxFuture<'a, Result<ListResponse, TransferError>> {
+        let _ = request;
+        Box::pin(async move {
+            Err(TransferError::Config(format!(
+                "{} cannot list {dir_url}",
+                self.protocol()
+            )))
+        })
+    }
+
+    /// A transport for `url`, another resource on the same server, that shares this one's
+    /// connections: a tree of files then pays one handshake per connection, not per file.
+    fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
+        Err(TransferError::Config(format!(
+            "{} cannot fetch {url} on shared connections",
+            self.protocol()
+        )))
+    }
 }
 
 /// What one connection saw, as far as the OS or the QUIC stack tells.

@@ -404,3 +404,41 @@ async fn a_failing_sync_ends_the_transfer_keeping_the_part_file() {
     get(&t, &dest, exact()).await.unwrap();
     assert_eq!(std::fs::read(&dest).unwrap(), d);
 }
+
+/// Info given up front replaces `stat`; wrong info is caught by the ranges, never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_remote_info_skips_stat_and_is_checked() {
+    use xfer_core::transport::RemoteInfo;
+    let d = data(3 * CHUNK as usize + 5, 4);
+    let t = Arc::new(MemTransport::new(d.clone(), 2));
+    t.set_etag("\"v1\"");
+    let dir = tempfile::tempdir().unwrap();
+    let info = |size: u64, etag: &str| RemoteInfo {
+        url: "mem://resource".into(),
+        size,
+        etag: Some(etag.into()),
+        last_modified: None,
+        accepts_ranges: true,
+        sha256: None,
+    };
+    let dest = dir.path().join("ok.bin");
+    Download::new(t.clone(), "mem://resource", &dest, exact())
+        .with_known_remote(info(d.len() as u64, "\"v1\""))
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+
+    for (size, etag) in [(d.len() as u64 - 1, "\"v1\""), (d.len() as u64, "\"v0\"")] {
+        let dest = dir.path().join("stale.bin");
+        let err = Download::new(t.clone(), "mem://resource", &dest, exact())
+            .with_known_remote(info(size, etag))
+            .run()
+            .await
+            .err()
+            .map(|e| format!("{e:#?}"))
+            .unwrap_or_default();
+        assert!(err.contains("RemoteChanged"), "{size} {etag}: {err}");
+        assert!(!dest.exists());
+    }
+}

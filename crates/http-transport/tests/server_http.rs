@@ -508,6 +508,7 @@ async fn tls_connect(
     alpn: &[&[u8]],
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
     let opts = ClientTlsOptions {
+        client_identity: None,
         ca_certs: vec![ca.to_path_buf()],
         dangerous_insecure: false,
     };

@@ -41,6 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &url,
         QuicClientConfig {
             tls: ClientTlsOptions {
+                client_identity: None,
                 ca_certs: vec![certs.cert_path.clone()],
                 dangerous_insecure: false,
             },

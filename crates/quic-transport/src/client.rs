@@ -15,9 +15,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quinn::{Connection, ConnectionError, Endpoint, ReadError, ReadExactError, RecvStream};
+use xfer_common::listing::manifest::MANIFEST_MEDIA_TYPE;
+use xfer_common::secret::Secret;
 use xfer_common::tls::{self, ClientTlsOptions};
 use xfer_core::transport::{
-    BoxFuture, ConnectionStats, Lane, RangeBody, RangeRequest, RemoteInfo, Transport,
+    BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RangeBody, RangeRequest,
+    RemoteInfo, Transport,
 };
 use xfer_core::{Sha256Digest, TransferError};
 
@@ -51,6 +54,8 @@ pub struct QuicClientConfig {
     /// read of a body: a stream that delivers nothing for this long fails (retryable) even
     /// while its connection lives. Default 30 s. Allowed 1 s to 1 h.
     pub idle_timeout: Duration,
+    /// Bearer token sent with every request. Default none.
+    pub token: Option<Secret>,
 }
 
 impl Default for QuicClientConfig {
@@ -61,6 +66,7 @@ impl Default for QuicClientConfig {
             lanes: LaneLayout::default(),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            token: None,
         }
     }
 }
@@ -75,6 +81,9 @@ impl QuicClientConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tuning.validate()?;
         self.lanes.validate(64, 1024, "1 to 64", "1 to 1024")?;
+        if let Some(Err(why)) = self.token.as_ref().map(Secret::check_bearer) {
+            return Err(ConfigError::new("token", "(not shown)", why));
+        }
         if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {
             return Err(ConfigError::new(
                 "connect_timeout",
@@ -98,6 +107,9 @@ pub struct QuicTransport {
     inner: Arc<Inner>,
 }
 
+#[path = "client_upload.rs"]
+mod upload;
+
 struct Inner {
     url: String,
     target: QuicUrl,
@@ -105,7 +117,8 @@ struct Inner {
     peer: String,
     config: QuicClientConfig,
     quinn_config: quinn::ClientConfig,
-    slots: Vec<Slot>,
+    /// Shared with every [`QuicTransport::sibling`]: one tree, one set of connections.
+    slots: Arc<Vec<Slot>>,
 }
 
 /// One of the M connections.
@@ -159,7 +172,68 @@ impl QuicTransport {
                 peer,
                 config,
                 quinn_config,
-                slots,
+                slots: Arc::new(slots),
+            }),
+        })
+    }
+
+    /// A transport for `url` on the same server that shares this one's connections.
+    pub fn sibling(&self, url: &str) -> Result<Self, TransferError> {
+        let target = QuicUrl::parse(url)
+            .map_err(|reason| TransferError::Config(format!("invalid url {url:?}: {reason}")))?;
+        let inner = &self.inner;
+        if target.authority() != inner.peer {
+            return Err(TransferError::Config(format!(
+                "{url} is not on {}: it cannot share its connections",
+                inner.peer
+            )));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                url: url.to_string(),
+                target,
+                peer: inner.peer.clone(),
+                config: inner.config.clone(),
+                quinn_config: inner.quinn_config.clone(),
+                slots: Arc::clone(&inner.slots),
+            }),
+        })
+    }
+
+    async fn list_manifest(&self, dir_url: &str) -> Result<ListResponse, TransferError> {
+        let inner = &self.inner;
+        let target = QuicUrl::parse(dir_url).map_err(|reason| {
+            TransferError::Config(format!("invalid url {dir_url:?}: {reason}"))
+        })?;
+        let req = Request {
+            upload: None,
+            method: Method::List,
+            path: target.path_and_query,
+            range: None,
+            want_digest: false,
+            validator: None,
+            token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
+        };
+        let (head, recv) = inner.exchange(0, &req).await?;
+        let what = format!("LIST {}", req.path);
+        if head.status != status::OK {
+            return Err(inner.status_error(&head, what));
+        }
+        if !head.streamed {
+            return Err(TransferError::Unexpected {
+                peer: inner.peer.clone(),
+                message: format!("{what}: the answer is not a streamed listing"),
+            });
+        }
+        Ok(ListResponse {
+            url: dir_url.to_string(),
+            media_type: Some(MANIFEST_MEDIA_TYPE.to_string()),
+            body: Box::new(StreamedBody {
+                peer: inner.peer.clone(),
+                what,
+                recv,
+                idle: inner.config.idle_timeout,
+                done: false,
             }),
         })
     }
@@ -246,6 +320,16 @@ impl Inner {
         conn: usize,
         req: &Request,
     ) -> Result<(ResponseHead, RecvStream), TransferError> {
+        self.exchange_with(conn, req, None).await
+    }
+
+    /// [`Inner::exchange`], with an upload's body sent after the request.
+    pub(crate) async fn exchange_with(
+        &self,
+        conn: usize,
+        req: &Request,
+        body: Option<Bytes>,
+    ) -> Result<(ResponseHead, RecvStream), TransferError> {
         let wire = req
             .encode()
             .map_err(|e| TransferError::Config(format!("cannot send {}: {e}", req.path)))?;
@@ -261,6 +345,9 @@ impl Inner {
         send.write_chunk(Bytes::from(wire))
             .await
             .map_err(|e| io_err(e.into()))?;
+        if let Some(body) = body {
+            send.write_chunk(body).await.map_err(|e| io_err(e.into()))?;
+        }
         // The request is complete; FIN tells the server so (it reads to the end).
         send.finish()
             .map_err(|e| io_err(io::Error::other(e.to_string())))?;
@@ -455,6 +542,8 @@ impl Transport for QuicTransport {
         Box::pin(async move {
             let inner = &self.inner;
             let req = Request {
+                upload: None,
+                token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
                 method: Method::Stat,
                 path: inner.target.path_and_query.clone(),
                 range: None,
@@ -523,6 +612,74 @@ impl Transport for QuicTransport {
     fn default_lanes(&self) -> usize {
         self.inner.config.layout().count()
     }
+
+    fn list<'a>(
+        &'a self,
+        dir_url: &'a str,
+        request: ListRequest,
+    ) -> BoxFuture<'a, Result<ListResponse, TransferError>> {
+        Box::pin(async move {
+            match request {
+                ListRequest::Manifest => self.list_manifest(dir_url).await,
+                // xfer/1 has one listing; a QUIC server is xfer's.
+                ListRequest::Propfind | ListRequest::Index => Err(TransferError::Config(format!(
+                    "xfer/1 lists {dir_url} with LIST only"
+                ))),
+            }
+        })
+    }
+
+    fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
+        Ok(Arc::new(QuicTransport::sibling(self, url)?))
+    }
+}
+
+/// A streamed body (a listing): bytes to FIN, each read bounded by the idle timeout.
+struct StreamedBody {
+    peer: String,
+    what: String,
+    recv: RecvStream,
+    idle: Duration,
+    done: bool,
+}
+
+impl StreamedBody {
+    async fn next(&mut self) -> Result<Option<Bytes>, TransferError> {
+        if self.done {
+            return Ok(None);
+        }
+        match tokio::time::timeout(self.idle, self.recv.read_chunk(64 * 1024, true)).await {
+            Err(_) => Err(TransferError::Timeout {
+                peer: self.peer.clone(),
+                what: self.what.clone(),
+                after: self.idle,
+            }),
+            Ok(Ok(Some(chunk))) => Ok(Some(chunk.bytes)),
+            Ok(Ok(None)) => {
+                self.done = true;
+                Ok(None)
+            }
+            Ok(Err(e)) => Err(read_error(&self.peer, e, &self.what)),
+        }
+    }
+}
+
+impl RangeBody for StreamedBody {
+    fn next_data(&mut self) -> BoxFuture<'_, Result<Option<Bytes>, TransferError>> {
+        Box::pin(self.next())
+    }
+
+    fn trailer_digest(&self) -> Option<Sha256Digest> {
+        None
+    }
+}
+
+impl Drop for StreamedBody {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.recv.stop(ErrorCode::Cancelled.varint());
+        }
+    }
 }
 
 /// One stream slot on one connection.
@@ -533,6 +690,36 @@ struct QuicLane {
 }
 
 impl Lane for QuicLane {
+    fn put_whole<'a>(
+        &'a mut self,
+        data: Bytes,
+        sha256: xfer_core::Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.inner.put_whole(self.conn, data, sha256))
+    }
+
+    fn put_chunk<'a>(
+        &'a mut self,
+        chunk: &'a xfer_core::transport::ChunkUpload,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.inner.put_chunk(self.conn, chunk))
+    }
+
+    fn upload_status<'a>(
+        &'a mut self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<xfer_core::transport::UploadStatus>, TransferError>> {
+        Box::pin(self.inner.upload_status(self.conn, id))
+    }
+
+    fn complete_upload<'a>(
+        &'a mut self,
+        id: &'a str,
+        sha256: xfer_core::Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.inner.complete_upload(self.conn, id, sha256))
+    }
+
     fn fetch<'a>(
         &'a mut self,
         req: &'a RangeRequest,
@@ -540,6 +727,13 @@ impl Lane for QuicLane {
         Box::pin(async move {
             let inner = &self.inner;
             let wire_req = Request {
+                upload: None,
+                token: self
+                    .inner
+                    .config
+                    .token
+                    .as_ref()
+                    .map(|t| t.expose().to_string()),
                 method: Method::Get,
                 path: inner.target.path_and_query.clone(),
                 range: (!req.whole).then(|| req.range.clone()),

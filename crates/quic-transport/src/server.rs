@@ -21,11 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use quinn::{Endpoint, ReadToEndError, RecvStream, SendStream, WriteError};
+use quinn::{Endpoint, RecvStream, SendStream, WriteError};
 use xfer_common::fault::FaultInjection;
 use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
-use xfer_service::{Body, BodyEvent, ResponsePlan, Service, ServiceConfig};
+use xfer_service::upload::{self, UploadBody, UploadHead};
+use xfer_service::{
+    AccessControl, Body, BodyEvent, ResponsePlan, Service, ServiceConfig, UploadConfig, Uploads,
+};
 
 use crate::socket::{bind_udp, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
@@ -79,6 +82,13 @@ pub struct QuicServerConfig {
     pub stall_timeout: Duration,
     /// Test hook: corrupt a byte after the digest is computed. Never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
+    /// Who may read and write what; the same rules as the HTTP server's when both run.
+    pub access: Arc<AccessControl>,
+    /// Accept uploads. Default off. (`xfer/1` has no upload request yet; the core answers
+    /// its status queries the same as HTTP's.)
+    pub uploads: Option<UploadConfig>,
+    /// Parallel uploads in progress, shared with the HTTP server.
+    pub upload_state: Uploads,
 }
 
 impl QuicServerConfig {
@@ -96,6 +106,9 @@ impl QuicServerConfig {
             stream: StreamOptions::default(),
             stall_timeout: Duration::from_secs(60),
             dangerous_fault: None,
+            access: Arc::new(AccessControl::anonymous(true)),
+            uploads: None,
+            upload_state: Uploads::default(),
         }
     }
 
@@ -206,6 +219,9 @@ impl QuicServer {
                     repr_digest: config.repr_digest,
                     stream: config.stream,
                     dangerous_fault: config.dangerous_fault,
+                    access: config.access,
+                    uploads: config.uploads,
+                    upload_state: config.upload_state,
                 }),
             }),
         })
@@ -266,12 +282,21 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
             return;
         }
     };
-    tracing::debug!(%peer, "quic connection accepted");
+    // Verified against the client CA during the handshake, when the server asks for one.
+    let client_certificate = connection
+        .peer_identity()
+        .and_then(|id| {
+            id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .and_then(|chain| chain.first().map(|c| Arc::new(c.as_ref().to_vec())));
+    tracing::debug!(%peer, client_certificate = client_certificate.is_some(), "quic connection accepted");
     loop {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
                 let state = state.clone();
-                tokio::spawn(async move { handle_stream(send, recv, &state, peer).await });
+                let cert = client_certificate.clone();
+                tokio::spawn(async move { handle_stream(send, recv, &state, peer, cert).await });
             }
             Err(e) => {
                 tracing::debug!(%peer, reason = %e, "quic connection ended");
@@ -286,27 +311,33 @@ async fn handle_stream(
     mut recv: RecvStream,
     state: &State,
     peer: SocketAddr,
+    client_certificate: Option<Arc<Vec<u8>>>,
 ) {
-    let read = tokio::time::timeout(REQUEST_TIMEOUT, recv.read_to_end(MAX_REQUEST_LEN)).await;
-    let bytes = match read {
-        Ok(Ok(b)) => b,
-        Ok(Err(ReadToEndError::TooLong)) => {
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut recv)).await;
+    let (request, leftover) = match read {
+        Ok(Ok(r)) => r,
+        Ok(Err(RequestError::TooLong)) => {
             return abort_stream(&mut send, &mut recv, ErrorCode::RequestTooLarge, peer)
         }
-        Ok(Err(ReadToEndError::Read(e))) => {
+        Ok(Err(RequestError::Read(e))) => {
             tracing::debug!(%peer, error = %e, "request stream failed");
             return;
         }
-        Err(_) => return abort_stream(&mut send, &mut recv, ErrorCode::RequestTimeout, peer),
-    };
-    let request = match Request::decode(&bytes) {
-        Ok(r) => r,
-        Err(e) => {
+        Ok(Err(RequestError::Wire(e))) => {
             tracing::debug!(%peer, error = %e, "malformed request");
             return abort_stream(&mut send, &mut recv, ErrorCode::for_wire_error(&e), peer);
         }
+        Err(_) => return abort_stream(&mut send, &mut recv, ErrorCode::RequestTimeout, peer),
     };
-    if let Err(e) = respond(&mut send, &request, state, peer).await {
+    let mut body = StreamBody {
+        leftover: Some(leftover).filter(|b| !b.is_empty()),
+        recv,
+    };
+    let caller = Caller {
+        peer,
+        client_certificate,
+    };
+    if let Err(e) = respond(&mut send, &request, &mut body, state, &caller).await {
         match e {
             SendError::Write(WriteError::Stopped(code)) => {
                 tracing::debug!(%peer, path = %request.path, code = %code, "client stopped the stream");
@@ -323,6 +354,78 @@ async fn handle_stream(
                 let _ = send.reset(ErrorCode::Stalled.varint());
             }
         }
+    }
+}
+
+enum RequestError {
+    TooLong,
+    Read(quinn::ReadError),
+    Wire(crate::wire::WireError),
+}
+
+/// Read a request: everything up to FIN, or for a PUT the request alone, the body's first
+/// bytes coming back as the leftover.
+async fn read_request(recv: &mut RecvStream) -> Result<(Request, Bytes), RequestError> {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        // Only a PUT stops early; anything else, malformed or not, is judged whole at FIN,
+        // so an oversized request is "too large" whatever its first bytes say.
+        if let Ok(Some((req, used))) = Request::decode_prefix(&buf) {
+            if req.method == Method::Put {
+                return Ok((req, Bytes::copy_from_slice(&buf[used..])));
+            }
+        }
+        match recv.read_chunk(MAX_REQUEST_LEN, true).await {
+            Ok(Some(chunk)) => {
+                buf.extend_from_slice(&chunk.bytes);
+                if buf.len() > MAX_REQUEST_LEN
+                    && Request::decode_prefix(&buf)
+                        .ok()
+                        .flatten()
+                        .is_none_or(|(r, _)| r.method != Method::Put)
+                {
+                    return Err(RequestError::TooLong);
+                }
+            }
+            Ok(None) => {
+                return Request::decode(&buf)
+                    .map(|r| (r, Bytes::new()))
+                    .map_err(RequestError::Wire)
+            }
+            Err(e) => return Err(RequestError::Read(e)),
+        }
+    }
+}
+
+/// A PUT's body: what followed the request in its first reads, then the stream to FIN. A
+/// client that stops sending for [`BODY_STALL`] fails the upload instead of holding it.
+struct StreamBody {
+    leftover: Option<Bytes>,
+    recv: RecvStream,
+}
+
+/// Longest pause in an upload body.
+const BODY_STALL: Duration = Duration::from_secs(30);
+
+impl UploadBody for StreamBody {
+    fn next_chunk(
+        &mut self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<io::Result<Bytes>>> + Send + '_>>
+    {
+        Box::pin(async move {
+            if let Some(b) = self.leftover.take() {
+                return Some(Ok(b));
+            }
+            match tokio::time::timeout(BODY_STALL, self.recv.read_chunk(1 << 20, true)).await {
+                Ok(Ok(Some(chunk))) => Some(Ok(chunk.bytes)),
+                Ok(Ok(None)) => None,
+                Ok(Err(e)) => Some(Err(io::Error::other(e))),
+                Err(_) => Some(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the upload body stalled",
+                ))),
+            }
+        })
     }
 }
 
@@ -364,21 +467,67 @@ async fn send_head(send: &mut SendStream, head: &ResponseHead) -> Result<(), Sen
 
 /// Decode `xfer/1` into the core's request; `STAT` is the core's HEAD and the validator its
 /// `If-Match` (a mismatch is 412).
-fn decode(req: &Request, peer: SocketAddr) -> xfer_service::Request {
+/// Who sent a request.
+struct Caller {
+    peer: SocketAddr,
+    client_certificate: Option<Arc<Vec<u8>>>,
+}
+
+fn decode(req: &Request, caller: &Caller) -> xfer_service::Request {
+    let peer = caller.peer;
     let method = match req.method {
         Method::Get => xfer_service::Method::Get,
         Method::Stat => xfer_service::Method::Head,
         Method::List => xfer_service::Method::List,
+        Method::Put => xfer_service::Method::Put,
     };
     let mut r = xfer_service::Request::new(method, "", peer, "quic").with_target(&req.path);
     r.exact_range = req.range.clone();
     r.if_match = req.validator.clone();
     r.want_content_digest = req.want_digest;
     r.trailers_ok = true;
+    r.credentials.bearer = req.token.clone().map(xfer_service::Secret::new);
+    r.credentials.client_certificate = caller.client_certificate.clone();
+    if let Some(u) = &req.upload {
+        r.upload = UploadHead {
+            content_length: None,
+            content_range: match (&req.range, u.total) {
+                (Some(range), Some(total)) => Some(format!(
+                    "bytes {}-{}/{total}",
+                    range.start,
+                    range.end.saturating_sub(1)
+                )),
+                _ => None,
+            },
+            content_digest: u.content_sha256.map(|d| d.to_header_value()),
+            repr_digest: u.repr_sha256.map(|d| d.to_header_value()),
+            id: u.id.clone(),
+            complete: u.complete,
+        };
+        // The range is the upload chunk's, not a range to serve.
+        r.exact_range = None;
+    }
     r
 }
 
 fn encode_head(plan: &ResponsePlan) -> ResponseHead {
+    // An upload's status: its size, and the ranges held in the message.
+    let header = |name: &str| {
+        plan.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    };
+    if let Some(size) = header(upload::UPLOAD_SIZE).and_then(|v| v.parse().ok()) {
+        return ResponseHead {
+            status: plan.status,
+            size,
+            message: header(upload::UPLOAD_RECEIVED)
+                .filter(|m| !m.is_empty())
+                .map(fit_message),
+            ..ResponseHead::default()
+        };
+    }
     // A redirect's location is all a client can act on; otherwise the refusal's detail.
     let message = plan.location.clone().or_else(|| plan.detail.clone());
     let Some(size) = plan.size else {
@@ -405,10 +554,14 @@ fn encode_head(plan: &ResponsePlan) -> ResponseHead {
 async fn respond(
     send: &mut SendStream,
     req: &Request,
+    body: &mut StreamBody,
     state: &State,
-    peer: SocketAddr,
+    caller: &Caller,
 ) -> Result<(), SendError> {
-    let plan = state.service.respond(&decode(req, peer)).await;
+    let plan = state
+        .service
+        .respond_with_body(&decode(req, caller), body)
+        .await;
     let stall = state.stall_timeout;
     send_head(send, &encode_head(&plan)).await?;
     // A refusal's text travels in the head's message; only streams and listings have a body.

@@ -24,6 +24,8 @@ pub const MAX_REQUEST_LEN: usize = 8 * 1024;
 pub const MAX_HEAD_LEN: usize = 8 * 1024;
 /// Longest path (including the query), in bytes.
 pub const MAX_PATH_LEN: usize = 4096;
+/// Longest bearer token, in bytes.
+pub const MAX_TOKEN_LEN: usize = 2048;
 /// Longest validator (entity tag with its quotes), in bytes.
 pub const MAX_VALIDATOR_LEN: usize = 1024;
 /// Longest ETag or last-modified text in a head, in bytes.
@@ -46,6 +48,9 @@ pub enum Method {
     Stat,
     /// The recursive manifest of a directory (docs/listing.md), streamed to FIN.
     List,
+    /// An upload (docs/upload-protocol.md): the request's UPLOAD section says which kind; the
+    /// body bytes follow the request on the same stream, up to FIN.
+    Put,
 }
 
 impl Method {
@@ -54,12 +59,13 @@ impl Method {
             Self::Get => 0x01,
             Self::Stat => 0x02,
             Self::List => 0x03,
+            Self::Put => 0x04,
         }
     }
 }
 
 /// One request, sent alone on the client's half of a bidirectional stream, followed by FIN.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Request {
     pub method: Method,
     /// Absolute path with optional query, e.g. `/data/a.bin` or `/.xfer/synthetic?size=1G`.
@@ -71,12 +77,114 @@ pub struct Request {
     /// Strong ETag the resource must still have (the If-Range equivalent, but failing with 412
     /// instead of silently sending the whole new representation).
     pub validator: Option<String>,
+    /// A bearer token (the HTTP `Authorization: Bearer` equivalent). Never logged.
+    pub token: Option<String>,
+    /// What an upload says about itself: on PUT (always), and on STAT to ask what the server
+    /// holds of an upload.
+    pub upload: Option<UploadFields>,
+}
+
+/// The UPLOAD section of a request: HTTP's `Xfer-Upload`, the total of `Content-Range`,
+/// `Content-Digest`, `Repr-Digest` and `Xfer-Upload-Complete`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UploadFields {
+    pub id: Option<String>,
+    /// Size of the whole file, for a chunk (whose range is the request's RANGE).
+    pub total: Option<u64>,
+    pub content_sha256: Option<Sha256Digest>,
+    pub repr_sha256: Option<Sha256Digest>,
+    pub complete: bool,
+}
+
+const UP_ID: u8 = 0x01;
+const UP_TOTAL: u8 = 0x02;
+const UP_CONTENT_SHA256: u8 = 0x04;
+const UP_REPR_SHA256: u8 = 0x08;
+const UP_COMPLETE: u8 = 0x10;
+const UP_KNOWN: u8 = UP_ID | UP_TOTAL | UP_CONTENT_SHA256 | UP_REPR_SHA256 | UP_COMPLETE;
+/// Longest upload id, in bytes.
+const MAX_UPLOAD_ID_LEN: usize = 64;
+
+impl UploadFields {
+    fn encode(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        let mut flags = 0;
+        if let Some(id) = &self.id {
+            check_text(id, MAX_UPLOAD_ID_LEN, "upload id")?;
+            flags |= UP_ID;
+        }
+        if let Some(t) = self.total {
+            if t > VARINT_MAX {
+                return Err(WireError::OutOfRange("upload total"));
+            }
+            flags |= UP_TOTAL;
+        }
+        if self.content_sha256.is_some() {
+            flags |= UP_CONTENT_SHA256;
+        }
+        if self.repr_sha256.is_some() {
+            flags |= UP_REPR_SHA256;
+        }
+        if self.complete {
+            flags |= UP_COMPLETE;
+        }
+        out.push(flags);
+        if let Some(id) = &self.id {
+            put_bytes(out, id.as_bytes());
+        }
+        if let Some(t) = self.total {
+            put_varint(out, t);
+        }
+        for d in [&self.content_sha256, &self.repr_sha256]
+            .into_iter()
+            .flatten()
+        {
+            out.extend_from_slice(&d.0);
+        }
+        Ok(())
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        let flags = r.u8("upload flags")?;
+        if flags & !UP_KNOWN != 0 {
+            return Err(WireError::Invalid("unknown upload flag"));
+        }
+        let id = if flags & UP_ID != 0 {
+            let id = r.text(MAX_UPLOAD_ID_LEN, "upload id")?;
+            check_text(&id, MAX_UPLOAD_ID_LEN, "upload id")?;
+            Some(id)
+        } else {
+            None
+        };
+        let total = if flags & UP_TOTAL != 0 {
+            Some(r.varint("upload total")?)
+        } else {
+            None
+        };
+        let mut digest = |bit: u8, what| -> Result<Option<Sha256Digest>, WireError> {
+            if flags & bit != 0 {
+                Ok(Some(Sha256Digest(r.array::<32>(what)?)))
+            } else {
+                Ok(None)
+            }
+        };
+        let content_sha256 = digest(UP_CONTENT_SHA256, "content sha-256")?;
+        let repr_sha256 = digest(UP_REPR_SHA256, "repr sha-256")?;
+        Ok(Self {
+            id,
+            total,
+            content_sha256,
+            repr_sha256,
+            complete: flags & UP_COMPLETE != 0,
+        })
+    }
 }
 
 const REQ_WANT_DIGEST: u8 = 0x01;
 const REQ_RANGE: u8 = 0x02;
 const REQ_VALIDATOR: u8 = 0x04;
-const REQ_KNOWN_FLAGS: u8 = REQ_WANT_DIGEST | REQ_RANGE | REQ_VALIDATOR;
+const REQ_TOKEN: u8 = 0x08;
+const REQ_UPLOAD: u8 = 0x10;
+const REQ_KNOWN_FLAGS: u8 = REQ_WANT_DIGEST | REQ_RANGE | REQ_VALIDATOR | REQ_TOKEN | REQ_UPLOAD;
 const LIST_HAS_NO_FLAGS: &str = "a LIST request carries no range, validator or digest wish";
 
 impl Request {
@@ -98,6 +206,10 @@ impl Request {
         if let Some(v) = &self.validator {
             check_text(v, MAX_VALIDATOR_LEN, "validator")?;
         }
+        if let Some(t) = &self.token {
+            check_token(t)?;
+        }
+        check_upload_section(self.method, self.upload.as_ref())?;
         let mut flags = 0;
         if self.want_digest {
             flags |= REQ_WANT_DIGEST;
@@ -107,6 +219,12 @@ impl Request {
         }
         if self.validator.is_some() {
             flags |= REQ_VALIDATOR;
+        }
+        if self.token.is_some() {
+            flags |= REQ_TOKEN;
+        }
+        if self.upload.is_some() {
+            flags |= REQ_UPLOAD;
         }
         let mut out = Vec::with_capacity(16 + self.path.len());
         out.push(VERSION);
@@ -119,6 +237,12 @@ impl Request {
         }
         if let Some(v) = &self.validator {
             put_bytes(&mut out, v.as_bytes());
+        }
+        if let Some(t) = &self.token {
+            put_bytes(&mut out, t.as_bytes());
+        }
+        if let Some(u) = &self.upload {
+            u.encode(&mut out)?;
         }
         if out.len() > MAX_REQUEST_LEN {
             return Err(WireError::TooLarge {
@@ -140,6 +264,29 @@ impl Request {
             });
         }
         let mut r = Reader::new(buf);
+        let req = Self::decode_from(&mut r)?;
+        r.finish()?;
+        Ok(req)
+    }
+
+    /// Decode the request at the start of `buf`, which may go on with a PUT's body: the
+    /// request and the bytes it took, or `None` when `buf` ends inside it.
+    pub fn decode_prefix(buf: &[u8]) -> Result<Option<(Self, usize)>, WireError> {
+        let window = &buf[..buf.len().min(MAX_REQUEST_LEN)];
+        let mut r = Reader::new(window);
+        match Self::decode_from(&mut r) {
+            Ok(req) => Ok(Some((req, window.len() - r.buf.len()))),
+            Err(WireError::Truncated(_)) if buf.len() < MAX_REQUEST_LEN => Ok(None),
+            Err(WireError::Truncated(_)) => Err(WireError::TooLarge {
+                what: "request",
+                len: buf.len(),
+                max: MAX_REQUEST_LEN,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn decode_from(r: &mut Reader<'_>) -> Result<Self, WireError> {
         let version = r.u8("version")?;
         if version != VERSION {
             return Err(WireError::Version(version));
@@ -148,13 +295,14 @@ impl Request {
             0x01 => Method::Get,
             0x02 => Method::Stat,
             0x03 => Method::List,
+            0x04 => Method::Put,
             _ => return Err(WireError::Invalid("unknown method")),
         };
         let flags = r.u8("flags")?;
         if flags & !REQ_KNOWN_FLAGS != 0 {
             return Err(WireError::Invalid("unknown request flag"));
         }
-        if method == Method::List && flags != 0 {
+        if method == Method::List && flags & !REQ_TOKEN != 0 {
             return Err(WireError::Invalid(LIST_HAS_NO_FLAGS));
         }
         let path = r.text(MAX_PATH_LEN, "path")?;
@@ -178,13 +326,27 @@ impl Request {
         } else {
             None
         };
-        r.finish()?;
+        let token = if flags & REQ_TOKEN != 0 {
+            let t = r.text(MAX_TOKEN_LEN, "token")?;
+            check_token(&t)?;
+            Some(t)
+        } else {
+            None
+        };
+        let upload = if flags & REQ_UPLOAD != 0 {
+            Some(UploadFields::decode(r)?)
+        } else {
+            None
+        };
+        check_upload_section(method, upload.as_ref())?;
         Ok(Self {
             method,
             path,
             range,
             want_digest: flags & REQ_WANT_DIGEST != 0,
             validator,
+            token,
+            upload,
         })
     }
 }
@@ -574,6 +736,44 @@ fn check_range(r: &Range<u64>) -> Result<(), WireError> {
 }
 
 /// Header-like text: visible ASCII and spaces only, like an HTTP field value.
+/// PUT always has an UPLOAD section, STAT may have one naming an upload, GET and LIST none.
+fn check_upload_section(method: Method, upload: Option<&UploadFields>) -> Result<(), WireError> {
+    match (method, upload) {
+        (Method::Put, None) => Err(WireError::Invalid("a PUT request needs an UPLOAD section")),
+        (Method::Get | Method::List, Some(_)) => Err(WireError::Invalid(
+            "only PUT and STAT carry an UPLOAD section",
+        )),
+        (Method::Stat, Some(u)) if u.id.is_none() || u.total.is_some() || u.complete => Err(
+            WireError::Invalid("a STAT's UPLOAD section names an upload and nothing else"),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Tokens are visible ASCII without spaces (RFC 6750's `b64token` and more).
+fn check_token(t: &str) -> Result<(), WireError> {
+    check_text(t, MAX_TOKEN_LEN, "token")?;
+    if t.contains(' ') {
+        return Err(WireError::Invalid("token contains a space"));
+    }
+    Ok(())
+}
+
+/// Like the derived form, with the token left out: requests are logged.
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("range", &self.range)
+            .field("want_digest", &self.want_digest)
+            .field("validator", &self.validator)
+            .field("token", &self.token.as_ref().map(|_| "redacted"))
+            .field("upload", &self.upload)
+            .finish()
+    }
+}
+
 fn check_text(s: &str, max: usize, what: &'static str) -> Result<(), WireError> {
     if s.len() > max {
         return Err(WireError::TooLarge {
@@ -682,10 +882,56 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn upload_sections_round_trip_and_are_checked() {
+        let chunk = Request {
+            method: Method::Put,
+            path: "/in/a.bin".into(),
+            range: Some(1024..2048),
+            want_digest: false,
+            validator: None,
+            token: Some("tok".into()),
+            upload: Some(UploadFields {
+                id: Some("0123456789abcdef".into()),
+                total: Some(4096),
+                content_sha256: Some(Sha256Digest::of(b"x")),
+                repr_sha256: None,
+                complete: false,
+            }),
+        };
+        let mut bytes = chunk.encode().expect("encode");
+        let len = bytes.len();
+        bytes.extend_from_slice(b"body bytes");
+        assert_eq!(
+            Request::decode_prefix(&bytes).expect("decode"),
+            Some((chunk.clone(), len))
+        );
+        assert_eq!(
+            Request::decode_prefix(&bytes[..len - 1]).expect("short"),
+            None
+        );
+        assert!(matches!(
+            Request::decode(&bytes),
+            Err(WireError::Trailing(10))
+        ));
+        let no_section = Request {
+            upload: None,
+            ..chunk.clone()
+        };
+        assert!(no_section.encode().is_err());
+        let get_with_section = Request {
+            method: Method::Get,
+            ..chunk
+        };
+        assert!(get_with_section.encode().is_err());
+    }
     use super::*;
 
     fn sample_request() -> Request {
         Request {
+            upload: None,
+            token: None,
             method: Method::Get,
             path: "/.xfer/synthetic?size=1G&seed=1".to_string(),
             range: Some(1 << 20..(1 << 40) + 3),
@@ -724,6 +970,8 @@ mod tests {
         let reqs = [
             sample_request(),
             Request {
+                upload: None,
+                token: None,
                 method: Method::Stat,
                 path: "/".to_string(),
                 range: None,
@@ -736,6 +984,8 @@ mod tests {
                 ..sample_request()
             },
             Request {
+                upload: None,
+                token: None,
                 method: Method::List,
                 path: "/run-42/".to_string(),
                 range: None,
@@ -796,6 +1046,8 @@ mod tests {
     fn documented_example_encodes_as_shown() {
         // docs/quic-protocol.md, section "Example".
         let req = Request {
+            upload: None,
+            token: None,
             method: Method::Get,
             path: "/data/a.bin".to_string(),
             range: Some(1_048_576..2_097_152),

@@ -83,6 +83,7 @@ impl Fixture {
 
     fn client_tls(&self) -> ClientTlsOptions {
         ClientTlsOptions {
+            client_identity: None,
             ca_certs: vec![self.ca.clone()],
             dangerous_insecure: false,
         }
@@ -403,6 +404,8 @@ async fn malformed_requests_reset_the_stream_and_the_connection_survives() {
 
         // The same connection still serves a valid request.
         let valid = Request {
+            upload: None,
+            token: None,
             method: Method::Stat,
             path: "/ok.bin".to_string(),
             range: None,
@@ -565,6 +568,7 @@ async fn a_stalled_body_times_out_on_a_live_connection() {
             tls: ClientTlsOptions {
                 ca_certs: vec![certs.cert_path.clone()],
                 dangerous_insecure: false,
+                client_identity: None,
             },
             idle_timeout: Duration::from_secs(2),
             ..QuicClientConfig::default()
@@ -617,6 +621,8 @@ async fn the_server_resets_a_stream_its_client_does_not_read() {
             range: None,
             want_digest: false,
             validator: None,
+            token: None,
+            upload: None,
         };
         let (mut send, mut recv) = conn.open_bi().await.expect("open stream");
         send.write_all(&request.encode().expect("encode"))

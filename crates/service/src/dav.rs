@@ -17,7 +17,7 @@ use crate::directory::{decoded_path, listing_plan, resolve_target};
 use crate::listing_body::ListingStream;
 use crate::plan::{ResponsePlan, CONTENT_TYPE_XML};
 use crate::request::Request;
-use crate::respond::{status, ALLOWED};
+use crate::respond::{status, ALLOWED, ALLOWED_WITH_PUT};
 
 /// The body of the 403 for `Depth: infinity` (RFC 4918 §9.1, §16).
 const FINITE_DEPTH_ERROR: &str = concat!(
@@ -29,9 +29,9 @@ const FINITE_DEPTH_ERROR: &str = concat!(
 
 /// `OPTIONS`, for any path: the methods served and WebDAV class 1, which is what WebDAV
 /// clients probe before they send `PROPFIND`.
-pub(crate) fn options() -> ResponsePlan {
+pub(crate) fn options(uploads: bool) -> ResponsePlan {
     ResponsePlan {
-        allow: Some(ALLOWED),
+        allow: Some(if uploads { ALLOWED_WITH_PUT } else { ALLOWED }),
         dav: Some("1"),
         ..ResponsePlan::empty(status::OK)
     }

@@ -25,8 +25,11 @@
 //! stream: their bodies are produced while they are sent, in bounded memory.
 //!
 //! What it does not do: sockets, framing, TLS, connection limits or timeouts (the codecs'
-//! business), authentication (the [`Identity`] hook is there; only `Anonymous` exists).
+//! business). Authentication is the codec's only in part: it hands over what the caller
+//! presented ([`Credentials`]), and the core decides who that is and what it may do
+//! ([`access`]).
 
+pub mod access;
 mod body;
 mod dav;
 mod directory;
@@ -34,7 +37,11 @@ mod listing_body;
 mod plan;
 mod request;
 mod respond;
+pub mod upload;
 
+pub use access::{
+    AccessControl, AccessFileError, Credentials, Denied, Identity, Operation, Policy, Secret,
+};
 pub use body::{BodyEvent, BodyStream};
 pub use directory::MAX_HTML_ENTRIES;
 pub use listing_body::ListingStream;
@@ -42,5 +49,6 @@ pub use plan::{
     Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES, CONTENT_TYPE_HTML, CONTENT_TYPE_TEXT,
     CONTENT_TYPE_XML,
 };
-pub use request::{Identity, Method, Request};
+pub use request::{Method, Request};
 pub use respond::{check_stream_options, status, Service, ServiceConfig};
+pub use upload::{UploadBody, UploadConfig, UploadHead, Uploads};

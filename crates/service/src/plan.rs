@@ -51,6 +51,10 @@ pub struct ResponsePlan {
     pub dav: Option<&'static str>,
     /// Where a redirect points: a path, percent-encoded as received.
     pub location: Option<String>,
+    /// The challenge of a 401 (`WWW-Authenticate`).
+    pub www_authenticate: Option<&'static str>,
+    /// Further header fields (lower-case names), e.g. an upload's received ranges.
+    pub headers: Vec<(&'static str, String)>,
     /// Why a request was refused, in more detail than the status (never file contents).
     pub detail: Option<String>,
     pub body: Body,
@@ -98,6 +102,8 @@ impl ResponsePlan {
             allow: None,
             dav: None,
             location: None,
+            www_authenticate: None,
+            headers: Vec::new(),
             detail: None,
             body: Body::Empty,
         }

@@ -5,6 +5,9 @@ use std::ops::Range;
 
 use xfer_core::digest::wants_sha256;
 
+use crate::access::Credentials;
+use crate::upload::UploadHead;
+
 /// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Method {
@@ -17,6 +20,8 @@ pub enum Method {
     Propfind,
     /// `xfer/1`'s `LIST`: the manifest of a directory (HTTP asks with `GET <dir>/?manifest`).
     List,
+    /// HTTP `PUT`: a whole file, or a chunk or the completion of a parallel upload.
+    Put,
     Other(String),
 }
 
@@ -29,6 +34,7 @@ impl Method {
             "HEAD" => Self::Head,
             "OPTIONS" => Self::Options,
             "PROPFIND" => Self::Propfind,
+            "PUT" => Self::Put,
             other => Self::Other(other.to_string()),
         }
     }
@@ -41,16 +47,10 @@ impl Method {
             Self::Options => "OPTIONS",
             Self::Propfind => "PROPFIND",
             Self::List => "LIST",
+            Self::Put => "PUT",
             Self::Other(m) => m,
         }
     }
-}
-
-/// Who is asking. Access control will add token and certificate identities.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Identity {
-    #[default]
-    Anonymous,
 }
 
 /// A request, independent of the wire it came over.
@@ -83,7 +83,10 @@ pub struct Request {
     pub peer: SocketAddr,
     /// `http/1.1`, `h2`, `h2c` or `quic`, for logs.
     pub protocol: &'static str,
-    pub identity: Identity,
+    /// What the caller presented; the core turns it into an identity or a refusal.
+    pub credentials: Credentials,
+    /// What an upload (`PUT`, or the `HEAD` of an upload's status) said about itself.
+    pub upload: UploadHead,
 }
 
 impl Request {
@@ -109,7 +112,8 @@ impl Request {
             trailers_ok: false,
             peer,
             protocol,
-            identity: Identity::Anonymous,
+            credentials: Credentials::default(),
+            upload: UploadHead::default(),
         }
     }
 

@@ -9,9 +9,11 @@ use xfer_common::ranges::{parse_range, RangeOutcome};
 use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptions};
 use xfer_core::error::ConfigError;
 
+use crate::access::{AccessControl, Denied, Identity, Operation};
 use crate::body::{BodyStream, StreamPlan};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
+use crate::upload::{self, NoBody, UploadBody, UploadConfig, Uploads};
 use crate::{dav, directory};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
@@ -19,6 +21,10 @@ use crate::{dav, directory};
 pub mod status {
     /// Whole resource follows.
     pub const OK: u16 = 200;
+    /// An upload created a new file.
+    pub const CREATED: u16 = 201;
+    /// An upload replaced a file, or a chunk of a parallel upload was stored.
+    pub const NO_CONTENT: u16 = 204;
     /// The requested range follows.
     pub const PARTIAL_CONTENT: u16 = 206;
     /// A WebDAV `PROPFIND` answer (RFC 4918 §13).
@@ -27,15 +33,23 @@ pub mod status {
     pub const MOVED_PERMANENTLY: u16 = 301;
     /// The request names something unusable (malformed path, bad synthetic spec).
     pub const BAD_REQUEST: u16 = 400;
-    /// The path leaves the served root (traversal, symlink out) or may not be read; also
-    /// `PROPFIND` with `Depth: infinity`.
+    /// Credentials are needed and none were given, or they match nothing; the plan carries
+    /// `WWW-Authenticate`.
+    pub const UNAUTHORIZED: u16 = 401;
+    /// The path leaves the served root (traversal, symlink out) or may not be read; the
+    /// request is outside the caller's scope; or `PROPFIND` with `Depth: infinity`.
     pub const FORBIDDEN: u16 = 403;
     /// No such resource, or not a regular file.
     pub const NOT_FOUND: u16 = 404;
     /// A method the core does not serve; the plan carries `Allow`.
     pub const METHOD_NOT_ALLOWED: u16 = 405;
+    /// An upload conflicts with the tree (a directory has its name) or with another upload
+    /// (an id reused for another file, a completion with bytes missing).
+    pub const CONFLICT: u16 = 409;
     /// The validator does not match the resource's current ETag.
     pub const PRECONDITION_FAILED: u16 = 412;
+    /// An upload larger than the server accepts.
+    pub const PAYLOAD_TOO_LARGE: u16 = 413;
     /// A path segment is longer than the filesystem allows. Permanent, unlike 500.
     pub const URI_TOO_LONG: u16 = 414;
     /// The range starts at or beyond the end of the resource.
@@ -44,10 +58,15 @@ pub mod status {
     pub const INTERNAL_ERROR: u16 = 500;
     /// The server is shutting down or over a limit; retry later.
     pub const SERVICE_UNAVAILABLE: u16 = 503;
+    /// The server's disk is full (or a quota reached); nothing was stored under the final
+    /// name. Retry once space is freed.
+    pub const INSUFFICIENT_STORAGE: u16 = 507;
 }
 
 /// Methods the core serves, for `Allow`.
 pub(crate) const ALLOWED: &str = "GET, HEAD, OPTIONS, PROPFIND";
+/// The same when uploads are on.
+pub(crate) const ALLOWED_WITH_PUT: &str = "GET, HEAD, OPTIONS, PROPFIND, PUT";
 
 /// What the core serves and how.
 #[derive(Debug, Clone)]
@@ -62,6 +81,12 @@ pub struct ServiceConfig {
     pub stream: StreamOptions,
     /// Test hook: corrupt a byte after the digest is computed. Never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
+    /// Who may read and write what. Default: anonymous reads, no writes.
+    pub access: Arc<AccessControl>,
+    /// Accept uploads (`PUT`) from callers with write access. Default off: `None`.
+    pub uploads: Option<UploadConfig>,
+    /// Parallel uploads in progress, shared by every codec.
+    pub upload_state: Uploads,
 }
 
 impl ServiceConfig {
@@ -73,6 +98,9 @@ impl ServiceConfig {
             repr_digest: true,
             stream: StreamOptions::default(),
             dangerous_fault: None,
+            access: Arc::new(AccessControl::anonymous(true)),
+            uploads: None,
+            upload_state: Uploads::default(),
         }
     }
 }
@@ -113,25 +141,76 @@ impl Service {
 
     /// Decide the response to `req`, and log it once.
     pub async fn respond(&self, req: &Request) -> ResponsePlan {
-        let plan = self.decide(req).await;
+        self.respond_with_body(req, &mut NoBody).await
+    }
+
+    /// As [`Service::respond`], for a request with a body (an upload).
+    pub async fn respond_with_body(
+        &self,
+        req: &Request,
+        body: &mut dyn UploadBody,
+    ) -> ResponsePlan {
+        // With uploads off a PUT is answered 405 whoever asks, rather than asking for
+        // credentials that could not help.
+        let op = match (&req.method, &self.cfg.uploads) {
+            (Method::Put, None) => Operation::Read,
+            _ => operation(req),
+        };
+        let (plan, who) = match self
+            .cfg
+            .access
+            .policy()
+            .check(&req.credentials, op, &req.path)
+        {
+            Ok(who) => (self.decide(req, body).await, who),
+            Err(denied) => denial(denied),
+        };
         let range = match &plan.content_range {
             Some(ContentRange::Satisfied { range, .. }) => format!("{}-{}", range.start, range.end),
             Some(ContentRange::Unsatisfied { size }) => format!("*/{size}"),
             None => "-".to_string(),
         };
         if plan.status < 400 {
-            tracing::debug!(peer = %req.peer, proto = req.protocol, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
+            tracing::debug!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
         } else {
-            tracing::info!(peer = %req.peer, proto = req.protocol, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
+            tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
         }
         plan
     }
 
-    async fn decide(&self, req: &Request) -> ResponsePlan {
+    async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
+        let cfg = &self.cfg;
         let head = match req.method {
             Method::Get => false,
-            Method::Head => true,
-            Method::Options => return dav::options(),
+            Method::Head => match (&req.upload.id, &cfg.uploads) {
+                (Some(id), Some(_)) => {
+                    return upload::status_of(&cfg.root, &cfg.upload_state, &req.path, id).await
+                }
+                _ => true,
+            },
+            Method::Put => match &cfg.uploads {
+                Some(up) => {
+                    return upload::put(
+                        &cfg.root,
+                        &cfg.upload_state,
+                        up,
+                        &req.path,
+                        &req.upload,
+                        body,
+                    )
+                    .await
+                }
+                None => {
+                    let mut plan = ResponsePlan::refusal(
+                        status::METHOD_NOT_ALLOWED,
+                        "this server does not accept uploads (xfer serve --allow-upload)\n",
+                        Some("PUT while uploads are off".into()),
+                    );
+                    plan.allow = Some(ALLOWED);
+                    return plan;
+                }
+            },
+            Method::Options => return dav::options(cfg.uploads.is_some()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
             Method::Other(_) => {
@@ -144,7 +223,6 @@ impl Service {
                 return plan;
             }
         };
-        let cfg = &self.cfg;
         if directory::wants_manifest(req) {
             return directory::manifest(cfg, req, head).await;
         }
@@ -175,23 +253,14 @@ impl Service {
             None
         };
         let mut plan = ResponsePlan {
-            status: status::OK,
             size: Some(size),
             etag: Some(resource.etag().to_string()),
             last_modified: resource.last_modified().map(str::to_string),
             content_type: CONTENT_TYPE_BYTES,
             accept_ranges: true,
-            range: None,
-            content_range: None,
             content_length: Some(size),
             repr_digest: repr,
-            content_digest: None,
-            trailer: false,
-            allow: None,
-            dav: None,
-            location: None,
-            detail: None,
-            body: Body::Empty,
+            ..ResponsePlan::empty(status::OK)
         };
         if let Some(v) = &req.if_match {
             if !resource.matches_strong_etag(v) {
@@ -255,6 +324,51 @@ impl Service {
             stream_plan,
         )));
         plan
+    }
+}
+
+/// What a request does, for access control.
+fn operation(req: &Request) -> Operation {
+    match &req.method {
+        Method::Put => Operation::Write,
+        // An upload's status is for its uploader.
+        Method::Head if req.upload.id.is_some() => Operation::Write,
+        Method::Get | Method::Head | Method::Options | Method::Propfind | Method::List => {
+            Operation::Read
+        }
+        // Answered 405 once the caller is known to be allowed to read.
+        Method::Other(_) => Operation::Read,
+    }
+}
+
+/// The answer to a caller the access rules refuse; the identity is what the log shows.
+fn denial(denied: Denied) -> (ResponsePlan, Identity) {
+    match denied {
+        Denied::Unauthenticated { invalid_token } => {
+            let mut plan = ResponsePlan::refusal(
+                status::UNAUTHORIZED,
+                "authentication required: pass a token (--token-file) or a client certificate\n",
+                Some(if invalid_token {
+                    "the token matches no entry of the access file".into()
+                } else {
+                    "no credentials".into()
+                }),
+            );
+            plan.www_authenticate = Some(if invalid_token {
+                r#"Bearer realm="xfer", error="invalid_token""#
+            } else {
+                r#"Bearer realm="xfer""#
+            });
+            (plan, Identity::Anonymous)
+        }
+        Denied::OutOfScope { identity, reason } => {
+            let plan = ResponsePlan::refusal(
+                status::FORBIDDEN,
+                "forbidden: outside the scope of your credentials\n",
+                Some(format!("{identity}: {reason}")),
+            );
+            (plan, identity)
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use xfer_core::digest::Sha256Hasher;
+use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
 use crate::BoxError;
 
@@ -53,18 +53,7 @@ pub fn write_random_file(path: &Path, size: u64, seed: u64) -> Result<String, Bo
 
 /// SHA-256 of a file, in hex.
 pub fn sha256_hex(path: &Path) -> Result<String, BoxError> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher.finish().to_hex())
+    Ok(Sha256Digest::of_reader(std::fs::File::open(path)?)?.to_hex())
 }
 
 #[cfg(test)]

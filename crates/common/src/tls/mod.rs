@@ -24,6 +24,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest as _, Sha256};
 
+mod client_cert;
 mod configured_cert;
 mod identity;
 mod validity;
@@ -70,7 +71,7 @@ pub enum TlsError {
     },
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(ring::default_provider())
 }
 
@@ -119,15 +120,31 @@ pub fn server_config(
     key_pem: &Path,
     alpn: &[&[u8]],
 ) -> Result<rustls::ServerConfig, TlsError> {
+    server_config_with_client_ca(cert_pem, key_pem, alpn, None)
+}
+
+/// [`server_config`], asking clients for a certificate signed by a CA in `client_ca` (PEM)
+/// when given. A client without one may still connect, as anonymous: what it may do is the
+/// access rules' decision, not the handshake's.
+pub fn server_config_with_client_ca(
+    cert_pem: &Path,
+    key_pem: &Path,
+    alpn: &[&[u8]],
+    client_ca: Option<&Path>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let certs = load_certs(cert_pem)?;
     let key = load_key(key_pem)?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| TlsError::Rustls {
             context: "protocol versions".into(),
             source,
-        })?
-        .with_no_client_auth()
+        })?;
+    let builder = match client_ca {
+        Some(ca) => builder.with_client_cert_verifier(client_cert::client_verifier(ca)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder
         .with_single_cert(certs, key)
         .map_err(|source| match source {
             rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
@@ -234,6 +251,15 @@ pub struct ClientTlsOptions {
     /// handshake signature is still verified (the peer must hold the key of the certificate
     /// it presents), which stops nothing an attacker could not do with their own certificate.
     pub dangerous_insecure: bool,
+    /// A client certificate and key (PEM) to present when the server asks for one.
+    pub client_identity: Option<ClientIdentity>,
+}
+
+/// A client certificate chain and its key, as PEM files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientIdentity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// A client configuration offering `alpn` (e.g. `[b"h2", b"http/1.1"]`).
@@ -286,6 +312,9 @@ pub fn client_config(
                 .with_no_client_auth()
         }
     };
+    if let Some(id) = &opts.client_identity {
+        cfg.client_auth_cert_resolver = client_cert::resolver(id)?;
+    }
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(cfg)
 }
@@ -388,6 +417,7 @@ mod tests {
             vec![b"h2".to_vec(), b"http/1.1".to_vec()]
         );
         let opts = ClientTlsOptions {
+            client_identity: None,
             ca_certs: vec![ss.cert_path.clone()],
             dangerous_insecure: false,
         };
@@ -421,6 +451,7 @@ mod tests {
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "hello").expect("write");
         let opts = ClientTlsOptions {
+            client_identity: None,
             ca_certs: vec![junk],
             dangerous_insecure: false,
         };

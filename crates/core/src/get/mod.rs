@@ -199,6 +199,7 @@ pub struct Download {
     config: GetConfig,
     progress: Progress,
     part_file: Option<PartFileWrapper>,
+    known: Option<RemoteInfo>,
 }
 
 /// Turns the opened part file into what the writer writes through.
@@ -220,7 +221,17 @@ impl Download {
             config,
             progress: Progress::new(),
             part_file: None,
+            known: None,
         }
+    }
+
+    /// Take `info` for what `stat` would say, and skip it: a tree listing that already gave
+    /// the size and validators saves the round trip per file. A wrong `info` costs no wrong
+    /// bytes: ranges carry `info`'s validator and size, and a remote that differs is refused
+    /// (`RemoteChanged`).
+    pub fn with_known_remote(mut self, info: RemoteInfo) -> Self {
+        self.known = Some(info);
+        self
     }
 
     /// Route the part file's writes and syncs through `wrap`: to inject faults in tests (a
@@ -275,9 +286,13 @@ impl Download {
             }
             _ => {}
         }
-        let mut info =
-            prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
-                .await?;
+        let mut info = match self.known.take() {
+            Some(info) => info,
+            None => {
+                prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
+                    .await?
+            }
+        };
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
         let mut shutdown = std::pin::pin!(shutdown);
         loop {

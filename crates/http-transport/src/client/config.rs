@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use xfer_common::secret::Secret;
 use xfer_common::tls::ClientTlsOptions;
 use xfer_core::layout::{LaneLayout, Lanes};
 
@@ -37,6 +38,9 @@ pub struct HttpClientConfig {
     pub max_redirects: usize,
     /// `User-Agent` header value. Default `xfer/<version>`.
     pub user_agent: String,
+    /// Bearer token sent as `Authorization` to the origin of the URL given (never to another
+    /// origin a redirect points at). Default none.
+    pub token: Option<Secret>,
 }
 
 impl Default for HttpClientConfig {
@@ -51,6 +55,7 @@ impl Default for HttpClientConfig {
             idle_timeout: Duration::from_secs(30),
             max_redirects: 10,
             user_agent: concat!("xfer/", env!("CARGO_PKG_VERSION")).to_string(),
+            token: None,
         }
     }
 }
@@ -79,6 +84,9 @@ impl HttpClientConfig {
             "1 to 1024",
         )?;
         self.http2.validate()?;
+        if let Some(Err(why)) = self.token.as_ref().map(Secret::check_bearer) {
+            return Err(ConfigError::new("token", "(not shown)", why));
+        }
         self.tcp.validate()?;
         if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {
             return Err(ConfigError::new(

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Empty;
+use http_body_util::Full;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::ServerName;
@@ -23,8 +23,8 @@ use crate::tcp;
 
 /// The request half of a connection.
 pub(crate) enum Sender {
-    H1(http1::SendRequest<Empty<Bytes>>),
-    H2(http2::SendRequest<Empty<Bytes>>),
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
 }
 
 impl Sender {
@@ -32,6 +32,15 @@ impl Sender {
         match self {
             Self::H1(s) => s.is_closed(),
             Self::H2(s) => s.is_closed(),
+        }
+    }
+
+    /// Open and between two requests: an HTTP/1.1 connection whose last response was read
+    /// to its end (one dropped part-way is not ready, and must not carry another request).
+    pub fn is_idle(&self) -> bool {
+        match self {
+            Self::H1(s) => s.is_ready(),
+            Self::H2(s) => !s.is_closed(),
         }
     }
 }

@@ -8,20 +8,7 @@ use xfer_core::TransferError;
 
 use crate::tcp::TcpError;
 
-/// The error and its causes, joined with `: `, for messages that must stand alone.
-pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let msg = c.to_string();
-        if !s.contains(&msg) {
-            s.push_str(": ");
-            s.push_str(&msg);
-        }
-        cur = c.source();
-    }
-    s
-}
+pub(crate) use xfer_core::error::error_chain as chain;
 
 fn find_io<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a io::Error> {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(e);

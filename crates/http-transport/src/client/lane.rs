@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, Request, Response, Version};
-use http_body_util::{BodyExt as _, Empty};
+use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use xfer_core::digest::{SHA256_KEY, WANT_CONTENT_DIGEST};
 use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest};
@@ -29,6 +29,16 @@ pub(crate) struct HttpLane {
     inner: Arc<Inner>,
     index: usize,
     own: Option<Connection>,
+}
+
+impl Drop for HttpLane {
+    fn drop(&mut self) {
+        // A lane that ends leaves its connection for the next lane (the next file of a tree),
+        // which takes it only once it is between two requests.
+        if let Some(conn) = self.own.take() {
+            self.inner.park(conn);
+        }
+    }
 }
 
 /// A response head and where it came from.
@@ -58,6 +68,16 @@ impl HttpLane {
         self.own = Some(conn);
     }
 
+    /// The transport's state, for the upload requests.
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// Where requests go now.
+    pub(crate) fn target(&self) -> Target {
+        self.inner.target()
+    }
+
     /// The connection index this lane's sockets are filed under.
     pub fn connection_index(&self) -> usize {
         self.inner.connection_index(self.index)
@@ -68,15 +88,31 @@ impl HttpLane {
     pub async fn request(
         &mut self,
         method: Method,
+        target: Target,
+        headers: &[(HeaderName, HeaderValue)],
+        what_suffix: &str,
+    ) -> Result<Answer, TransferError> {
+        self.request_with_body(method, target, headers, Bytes::new(), what_suffix)
+            .await
+    }
+
+    /// [`HttpLane::request`] with a request body (uploads), sent again as is after a
+    /// redirect or a reconnect.
+    pub async fn request_with_body(
+        &mut self,
+        method: Method,
         mut target: Target,
         headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
         what_suffix: &str,
     ) -> Result<Answer, TransferError> {
         let max = self.inner.cfg.max_redirects;
         let mut hops = 0;
         loop {
             let what = format!("{method} {target}{what_suffix}");
-            let (response, peer, ticket) = self.send_once(&method, &target, headers, &what).await?;
+            let (response, peer, ticket) = self
+                .send_once(&method, &target, headers, &body, &what)
+                .await?;
             let status = response.status();
             if !is_redirect(status) {
                 return Ok(Answer {
@@ -129,6 +165,7 @@ impl HttpLane {
         method: &Method,
         target: &Target,
         headers: &[(HeaderName, HeaderValue)],
+        body: &Bytes,
         what: &str,
     ) -> Result<(Response<Incoming>, String, Option<ShareTicket>), TransferError> {
         let peer = target.origin.peer();
@@ -140,7 +177,13 @@ impl HttpLane {
                 SenderRef::Shared(_, t) => Some(*t),
                 SenderRef::Own(_) => None,
             };
-            let result = send_on(&mut sender, method, target, headers, &inner, &peer, what).await;
+            let head = Head {
+                extra: headers,
+                user_agent: inner.user_agent.clone(),
+                auth: inner.authorization_for(target),
+                body: body.clone(),
+            };
+            let result = send_on(&mut sender, method, target, &head, &inner, &peer, what).await;
             if let (Some(t), Err(SendError::Other(TransferError::Timeout { .. }))) =
                 (ticket, &result)
             {
@@ -298,12 +341,42 @@ impl Lane for HttpLane {
     fn connection(&self) -> usize {
         self.connection_index()
     }
+
+    fn put_whole<'a>(
+        &'a mut self,
+        data: Bytes,
+        sha256: xfer_core::Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.put_whole_file(data, sha256))
+    }
+
+    fn put_chunk<'a>(
+        &'a mut self,
+        chunk: &'a xfer_core::transport::ChunkUpload,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.put_one_chunk(chunk))
+    }
+
+    fn upload_status<'a>(
+        &'a mut self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<xfer_core::transport::UploadStatus>, TransferError>> {
+        Box::pin(self.query_upload(id))
+    }
+
+    fn complete_upload<'a>(
+        &'a mut self,
+        id: &'a str,
+        sha256: xfer_core::Sha256Digest,
+    ) -> BoxFuture<'a, Result<(), TransferError>> {
+        Box::pin(self.complete(id, sha256))
+    }
 }
 
 /// The sender a request goes out on: a clone of the shared HTTP/2 handle, or the lane's own.
 enum SenderRef<'a> {
     Shared(
-        hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+        hyper::client::conn::http2::SendRequest<Full<Bytes>>,
         ShareTicket,
     ),
     Own(&'a mut Sender),
@@ -319,7 +392,7 @@ async fn send_on(
     sender: &mut SenderRef<'_>,
     method: &Method,
     target: &Target,
-    headers: &[(HeaderName, HeaderValue)],
+    headers: &Head<'_>,
     inner: &Inner,
     peer: &str,
     what: &str,
@@ -333,22 +406,21 @@ async fn send_on(
         })
     };
     let before = |e: hyper::Error| SendError::BeforeAnswer(from_hyper(peer, what, &e));
-    let user_agent = inner.user_agent.clone();
     let fut = async {
         match sender {
             SenderRef::Shared(s, _) => {
                 s.ready().await.map_err(before)?;
-                let req = build(method, target, headers, user_agent, true)?;
+                let req = build(method, target, headers, true)?;
                 s.send_request(req).await.map_err(classify(peer, what))
             }
             SenderRef::Own(Sender::H2(s)) => {
                 s.ready().await.map_err(before)?;
-                let req = build(method, target, headers, user_agent, true)?;
+                let req = build(method, target, headers, true)?;
                 s.send_request(req).await.map_err(classify(peer, what))
             }
             SenderRef::Own(Sender::H1(s)) => {
                 s.ready().await.map_err(before)?;
-                let req = build(method, target, headers, user_agent, false)?;
+                let req = build(method, target, headers, false)?;
                 s.send_request(req).await.map_err(classify(peer, what))
             }
         }
@@ -371,13 +443,20 @@ fn classify<'a>(peer: &'a str, what: &'a str) -> impl Fn(hyper::Error) -> SendEr
     }
 }
 
+/// Header fields and body of a request, besides method and target.
+struct Head<'a> {
+    extra: &'a [(HeaderName, HeaderValue)],
+    user_agent: HeaderValue,
+    auth: Option<HeaderValue>,
+    body: Bytes,
+}
+
 fn build(
     method: &Method,
     target: &Target,
-    headers: &[(HeaderName, HeaderValue)],
-    user_agent: HeaderValue,
+    head: &Head<'_>,
     h2: bool,
-) -> Result<Request<Empty<Bytes>>, SendError> {
+) -> Result<Request<Full<Bytes>>, SendError> {
     let mut b = Request::builder().method(method.clone());
     if h2 {
         let uri = target.absolute_uri().map_err(|e| {
@@ -393,16 +472,19 @@ fn build(
             .header(header::HOST, target.origin.authority());
     }
     b = b
-        .header(header::USER_AGENT, user_agent)
+        .header(header::USER_AGENT, head.user_agent.clone())
         // Ranges address the stored bytes; a compressed answer would address something else.
         .header(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
-    for (k, v) in headers {
+    if let Some(auth) = &head.auth {
+        b = b.header(header::AUTHORIZATION, auth.clone());
+    }
+    for (k, v) in head.extra {
         b = b.header(k, v);
     }
-    b.body(Empty::new()).map_err(|e| {
+    b.body(Full::new(head.body.clone())).map_err(|e| {
         SendError::Other(TransferError::Config(format!(
             "cannot build request for {target}: {e}"
         )))

@@ -6,6 +6,9 @@
 //! ```text
 //!  HttpTransport ─stat()──► HEAD (+ Want-Repr-Digest) ─► size, ETag, Repr-Digest, ranges?
 //!       │                   └─ 405/501/no length ─► GET Range: bytes=0-0
+//!       ├─list(dir)───► GET <dir>/?manifest | PROPFIND Depth: 1 | GET <dir>/ ─► ListingBody
+//!       ├─sibling(url)─► another resource, the same connections (HTTP/2 slots, parked
+//!       │                HTTP/1.1 connections)
 //!       └─open_lane(i)─► HttpLane ─fetch()─► GET Range / If-Range / Want-Content-Digest
 //!             HTTP/1.1: connection i (keep-alive, reconnect on failure)
 //!             HTTP/2:   stream slot on shared connection (i / K) mod M
@@ -27,10 +30,12 @@ mod config;
 mod connect;
 mod errors;
 mod lane;
+mod listing;
 mod response;
 mod stats;
 mod target;
 mod transport;
+mod upload;
 
 pub use config::HttpClientConfig;
 pub use connect::h2_builder as h2_client_builder;

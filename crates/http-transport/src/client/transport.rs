@@ -6,15 +6,18 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::Empty;
+use http_body_util::Full;
 use hyper::client::conn::http2;
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
-use xfer_core::transport::{BoxFuture, ConnectionStats, Lane, RemoteInfo, Transport};
+use xfer_core::transport::{
+    BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
+};
 use xfer_core::TransferError;
 
 use crate::client::config::HttpClientConfig;
 use crate::client::connect::{self, ConnectParams, Connection, Sender};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
+use crate::client::listing;
 use crate::client::response::{content_length, header_str, repr_digest};
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 
@@ -33,7 +36,7 @@ pub(crate) enum Mode {
 /// A shared HTTP/2 connection to the transport's origin.
 struct SharedSlot {
     origin: Origin,
-    sender: http2::SendRequest<Empty<Bytes>>,
+    sender: http2::SendRequest<Full<Bytes>>,
     generation: u64,
 }
 
@@ -48,24 +51,45 @@ pub(crate) struct ShareTicket {
 /// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
 /// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Empty<Bytes>>, bool, ShareTicket),
+    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket),
     H1(Connection),
 }
+
+/// What every transport made by [`HttpTransport::sibling`] shares with the one it came from:
+/// the connections, so a tree of files pays one handshake per connection, not per file.
+pub(crate) struct Pool {
+    tls: Arc<rustls::ClientConfig>,
+    mode: OnceLock<Mode>,
+    slots: Vec<tokio::sync::Mutex<Option<SharedSlot>>>,
+    generations: AtomicU64,
+    /// HTTP/1.1 connections no lane holds, each between two requests: `stat`'s, and those of
+    /// lanes that ended. The next lane opened adopts one instead of connecting.
+    idle: Mutex<Vec<Connection>>,
+    stats: StatsRegistry,
+}
+
+/// Idle HTTP/1.1 connections kept for reuse; more are closed.
+const MAX_IDLE: usize = 256;
 
 pub(crate) struct Inner {
     pub cfg: HttpClientConfig,
     pub user_agent: HeaderValue,
-    tls: Arc<rustls::ClientConfig>,
+    /// `Authorization: Bearer ...` and the origin it belongs to: the one the user named. A
+    /// redirect to another origin does not carry it.
+    authorization: Option<(Origin, HeaderValue)>,
     target: RwLock<Target>,
-    mode: OnceLock<Mode>,
-    slots: Vec<tokio::sync::Mutex<Option<SharedSlot>>>,
-    generations: AtomicU64,
-    /// The HTTP/1.1 connection `stat` used, kept for lane 0.
-    spare: Mutex<Option<Connection>>,
-    stats: StatsRegistry,
+    pool: Arc<Pool>,
 }
 
 impl Inner {
+    /// The `Authorization` value for a request to `target`, if any.
+    pub fn authorization_for(&self, target: &Target) -> Option<HeaderValue> {
+        match &self.authorization {
+            Some((origin, value)) if *origin == target.origin => Some(value.clone()),
+            _ => None,
+        }
+    }
+
     pub fn target(&self) -> Target {
         self.target
             .read()
@@ -78,13 +102,13 @@ impl Inner {
     }
 
     pub fn mode(&self) -> Option<Mode> {
-        self.mode.get().copied()
+        self.pool.mode.get().copied()
     }
 
     /// Under `Auto` over TLS the first connection to the origin tells which protocol it speaks.
     pub fn learn_mode(&self, conn: &Connection) {
         if conn.origin == self.target().origin {
-            let _ = self.mode.set(match conn.sender {
+            let _ = self.pool.mode.set(match conn.sender {
                 Sender::H1(_) => Mode::H1,
                 Sender::H2(_) => Mode::H2,
             });
@@ -97,13 +121,13 @@ impl Inner {
             tcp: &self.cfg.tcp,
             http2: &self.cfg.http2,
             streams_per_connection: self.cfg.layout(Mode::H2).streams_per_connection,
-            tls: &self.tls,
+            tls: &self.pool.tls,
             connect_timeout: self.cfg.connect_timeout,
         }
     }
 
     pub fn register(&self, index: usize, conn: &Connection) {
-        self.stats.register(index, conn.record.clone());
+        self.pool.stats.register(index, conn.record.clone());
     }
 
     /// The connection lane `lane` rides on: its own for HTTP/1.1, one of the M shared ones for
@@ -124,8 +148,8 @@ impl Inner {
         lane: usize,
     ) -> Result<SharedPick, TransferError> {
         let origin = self.target().origin;
-        let slot_index = index % self.slots.len();
-        let mut slot = self.slots[slot_index].lock().await;
+        let slot_index = index % self.pool.slots.len();
+        let mut slot = self.pool.slots[slot_index].lock().await;
         if let Some(s) = slot.as_ref() {
             if s.origin == origin && !s.sender.is_closed() {
                 let ticket = ShareTicket {
@@ -142,7 +166,7 @@ impl Inner {
             Sender::H2(ref s) => {
                 self.register(slot_index, &conn);
                 let sender = s.clone();
-                let generation = self.generations.fetch_add(1, Ordering::Relaxed);
+                let generation = self.pool.generations.fetch_add(1, Ordering::Relaxed);
                 *slot = Some(SharedSlot {
                     origin,
                     sender: sender.clone(),
@@ -165,7 +189,7 @@ impl Inner {
     /// afresh. Streams still on the old one finish or time out on their own; the connection
     /// closes when the last of them lets go.
     pub async fn retire_shared(&self, ticket: ShareTicket) {
-        let mut slot = self.slots[ticket.slot].lock().await;
+        let mut slot = self.pool.slots[ticket.slot].lock().await;
         if slot
             .as_ref()
             .is_some_and(|s| s.generation == ticket.generation)
@@ -175,8 +199,32 @@ impl Inner {
         }
     }
 
-    fn spare(&self) -> MutexGuard<'_, Option<Connection>> {
-        self.spare.lock().unwrap_or_else(|p| p.into_inner())
+    fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
+        self.pool.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep a live HTTP/1.1 connection to this origin for the next lane. Whether it sits
+    /// between two requests is asked when it is taken: hyper says so only once it has seen the
+    /// previous response to its end, which may be a moment after the lane let go.
+    pub fn park(&self, conn: Connection) {
+        if conn.origin == self.target().origin && !conn.sender.is_closed() {
+            let mut idle = self.idle();
+            idle.retain(|c| !c.sender.is_closed());
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
+        }
+    }
+
+    /// An idle HTTP/1.1 connection to this origin, if one is parked; one whose last response
+    /// was dropped part-way never is (hyper closes it).
+    fn unpark(&self) -> Option<Connection> {
+        let origin = self.target().origin;
+        let mut idle = self.idle();
+        let i = idle
+            .iter()
+            .rposition(|c| c.origin == origin && c.sender.is_idle())?;
+        Some(idle.swap_remove(i))
     }
 }
 
@@ -223,6 +271,16 @@ impl HttpTransport {
         }
         let user_agent = HeaderValue::from_str(&cfg.user_agent)
             .map_err(|_| TransferError::Config("invalid user_agent".into()))?;
+        let authorization = match &cfg.token {
+            Some(token) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                    .map_err(|_| TransferError::Config("the token is not visible ASCII".into()))?;
+                // Kept out of HTTP/2's header compression table (HPACK never-index).
+                value.set_sensitive(true);
+                Some((target.origin.clone(), value))
+            }
+            None => None,
+        };
         let slots = (0..cfg.layout(Mode::H2).connections)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
@@ -230,13 +288,39 @@ impl HttpTransport {
             inner: Arc::new(Inner {
                 cfg,
                 user_agent,
-                tls: Arc::new(tls),
+                authorization,
                 target: RwLock::new(target),
-                mode,
-                slots,
-                generations: AtomicU64::new(0),
-                spare: Mutex::new(None),
-                stats: StatsRegistry::default(),
+                pool: Arc::new(Pool {
+                    tls: Arc::new(tls),
+                    mode,
+                    slots,
+                    generations: AtomicU64::new(0),
+                    idle: Mutex::new(Vec::new()),
+                    stats: StatsRegistry::default(),
+                }),
+            }),
+        })
+    }
+
+    /// A transport for `url` on the same origin that shares this one's connections (HTTP/2
+    /// streams on the same connections, HTTP/1.1 connections parked between requests).
+    pub fn sibling(&self, url: &str) -> Result<Self, TransferError> {
+        let target = Target::parse(url).map_err(TransferError::Config)?;
+        let own = self.inner.target();
+        if target.origin != own.origin {
+            return Err(TransferError::Config(format!(
+                "{url} is not on {}: it cannot share its connections",
+                own.origin.peer()
+            )));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                cfg: self.inner.cfg.clone(),
+                user_agent: self.inner.user_agent.clone(),
+                // Same origin (checked above): the token goes along.
+                authorization: self.inner.authorization.clone(),
+                target: RwLock::new(target),
+                pool: Arc::clone(&self.inner.pool),
             }),
         })
     }
@@ -306,9 +390,7 @@ impl HttpTransport {
             inner.set_target(t);
         }
         if let Some(conn) = lane.take_connection() {
-            if conn.origin == inner.target().origin && !conn.sender.is_closed() {
-                *inner.spare() = Some(conn);
-            }
+            inner.park(conn);
         }
         Ok(info)
     }
@@ -399,11 +481,9 @@ impl HttpTransport {
                 SharedPick::H2(..) => {}
                 SharedPick::H1(conn) => lane.adopt(conn),
             }
-        } else if index == 0 {
-            if let Some(conn) = inner.spare().take() {
-                if conn.origin == inner.target().origin && !conn.sender.is_closed() {
-                    lane.adopt(conn);
-                }
+        } else if inner.mode() == Some(Mode::H1) {
+            if let Some(conn) = inner.unpark() {
+                lane.adopt(conn);
             }
         }
         Ok(Box::new(lane))
@@ -420,7 +500,7 @@ impl Transport for HttpTransport {
     }
 
     fn connection_stats(&self) -> Vec<ConnectionStats> {
-        self.inner.stats.collect()
+        self.inner.pool.stats.collect()
     }
 
     fn protocol(&self) -> String {
@@ -435,5 +515,17 @@ impl Transport for HttpTransport {
     fn default_lanes(&self) -> usize {
         let mode = self.inner.mode().unwrap_or(Mode::H1);
         self.inner.cfg.layout(mode).count()
+    }
+
+    fn list<'a>(
+        &'a self,
+        dir_url: &'a str,
+        request: ListRequest,
+    ) -> BoxFuture<'a, Result<ListResponse, TransferError>> {
+        Box::pin(listing::list(&self.inner, dir_url, request))
+    }
+
+    fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
+        Ok(Arc::new(HttpTransport::sibling(self, url)?))
     }
 }

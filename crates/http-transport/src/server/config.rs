@@ -4,6 +4,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use xfer_service::{AccessControl, UploadConfig, Uploads};
 
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
 use xfer_common::{DigestCacheConfig, FaultInjection};
@@ -57,6 +58,13 @@ pub struct ServerConfig {
     /// **Test only.** Corrupt one byte of some responses after their digest was computed, to
     /// exercise clients' verification. Default `None`; never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
+    /// Who may read and write what (tokens, client certificates). Default: anonymous reads,
+    /// no writes. Shared with the QUIC server by `xfer serve`.
+    pub access: Arc<AccessControl>,
+    /// Accept uploads (`PUT`). Default off.
+    pub uploads: Option<UploadConfig>,
+    /// Parallel uploads in progress; shared with the QUIC server by `xfer serve`.
+    pub upload_state: Uploads,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +92,9 @@ impl ServerConfig {
             digest_cache: DigestCacheConfig::default(),
             shutdown_grace: Duration::from_secs(30),
             dangerous_fault: None,
+            access: Arc::new(AccessControl::anonymous(true)),
+            uploads: None,
+            upload_state: Uploads::default(),
         }
     }
 

@@ -2,19 +2,26 @@
 //! decide, encode the [`ResponsePlan`] into HTTP headers and a [`ServeBody`].
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::header::{
-    ACCEPT, ACCEPT_RANGES, ALLOW, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_RANGE,
-    LAST_MODIFIED, LOCATION, RANGE, TE, TRAILER,
+    ACCEPT, ACCEPT_RANGES, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG,
+    IF_RANGE, LAST_MODIFIED, LOCATION, RANGE, TE, TRAILER, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
 use xfer_common::ranges::{content_range, unsatisfied_content_range};
 use xfer_core::digest::{
     Sha256Digest, CONTENT_DIGEST, REPR_DIGEST, WANT_CONTENT_DIGEST, WANT_REPR_DIGEST,
 };
-use xfer_service::{Body, ContentRange, Method, ResponsePlan};
+use xfer_service::access::MAX_TOKEN_LEN;
+use xfer_service::upload::{self, UploadBody, UploadHead};
+use xfer_service::{Body, ContentRange, Credentials, Method, ResponsePlan, Secret};
 
 use super::body::ServeBody;
 use super::Shared;
@@ -24,19 +31,81 @@ pub(crate) struct ConnCtx {
     pub peer: SocketAddr,
     /// `http/1.1`, `h2` or `h2c`, for logs.
     pub protocol: &'static str,
+    /// The client certificate the TLS handshake verified, when the server asks for one.
+    pub client_certificate: Option<Arc<Vec<u8>>>,
     pub shared: Arc<Shared>,
 }
 
-pub(crate) async fn handle<B>(
-    req: Request<B>,
+pub(crate) async fn handle(
+    req: Request<Incoming>,
     ctx: Arc<ConnCtx>,
 ) -> Result<Response<ServeBody>, Infallible> {
     let request = decode(&req, &ctx);
-    let plan = ctx.shared.service.respond(&request).await;
-    Ok(encode(plan, req.version()))
+    let version = req.version();
+    let mut body = RequestBody(req.into_body());
+    let plan = ctx
+        .shared
+        .service
+        .respond_with_body(&request, &mut body)
+        .await;
+    if plan.status >= 400 && request.method == Method::Put {
+        body.discard().await;
+    }
+    Ok(encode(plan, version))
+}
+
+/// A refused upload's body is read and dropped, up to this much, before the answer goes out:
+/// over HTTP/2 an answer that leaves the body unread resets the stream, which clients such as
+/// curl report as a framing error instead of showing the 401 or 403.
+const DISCARD_LIMIT: u64 = 8 << 20;
+/// How long reading a refused body may take.
+const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A request body as the core pulls it: data frames only (an upload's trailers carry
+/// nothing the core uses).
+struct RequestBody(Incoming);
+
+impl RequestBody {
+    async fn discard(&mut self) {
+        let mut seen = 0u64;
+        let read = async {
+            while let Some(Ok(piece)) = self.next_chunk().await {
+                seen += piece.len() as u64;
+                if seen > DISCARD_LIMIT {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DISCARD_TIME, read).await;
+    }
+}
+
+impl UploadBody for RequestBody {
+    fn next_chunk(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Option<std::io::Result<Bytes>>> + Send + '_>> {
+        Box::pin(async move {
+            loop {
+                match self.0.frame().await? {
+                    Ok(frame) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Some(Ok(data));
+                        }
+                    }
+                    Err(e) => return Some(Err(std::io::Error::other(e))),
+                }
+            }
+        })
+    }
 }
 
 fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
+    let text = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
     let method = Method::from_name(req.method().as_str());
     let headers = req.headers();
     let mut r = xfer_service::Request::new(method, req.uri().path(), ctx.peer, ctx.protocol)
@@ -61,12 +130,41 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
         .get(HeaderName::from_static("depth"))
         .map(|v| v.to_str().unwrap_or("").to_string());
     r.accept = values(headers, ACCEPT).map(str::to_string).collect();
+    r.upload = UploadHead {
+        content_length: text("content-length").and_then(|v| v.parse().ok()),
+        content_range: text("content-range"),
+        content_digest: text(CONTENT_DIGEST),
+        repr_digest: text(REPR_DIGEST),
+        id: text(upload::UPLOAD_ID),
+        complete: text(upload::UPLOAD_COMPLETE).is_some_and(|v| v.trim() == "?1"),
+    };
+    r.credentials = Credentials {
+        bearer: bearer_token(headers),
+        client_certificate: ctx.client_certificate.clone(),
+    };
     r.trailers_ok = match req.version() {
         Version::HTTP_2 => true,
         Version::HTTP_11 => te_has_trailers(headers),
         _ => false,
     };
     r
+}
+
+/// `Authorization: Bearer <token>` (RFC 6750 §2.1). Any other scheme, or a token too long
+/// or not visible ASCII, counts as a token that matches nothing, so the caller learns it
+/// was not accepted rather than being treated as anonymous.
+fn bearer_token(headers: &HeaderMap) -> Option<Secret> {
+    let value = headers.get(AUTHORIZATION)?;
+    let text = value.to_str().unwrap_or("");
+    let token = match text.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+        _ => "",
+    };
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        // Never a valid token: hashes to nothing in the access file.
+        return Some(Secret::new("\0unusable"));
+    }
+    Some(Secret::new(token))
 }
 
 fn values(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
@@ -109,6 +207,14 @@ fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
     };
     if let Some(v) = content_range.and_then(|c| HeaderValue::from_str(&c).ok()) {
         headers.insert(CONTENT_RANGE, v);
+    }
+    for (name, value) in &plan.headers {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
+    if let Some(challenge) = plan.www_authenticate {
+        headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
     }
     if let Some(allow) = plan.allow {
         headers.insert(ALLOW, HeaderValue::from_static(allow));

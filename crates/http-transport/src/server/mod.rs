@@ -165,6 +165,9 @@ impl HttpServer {
                     repr_digest: cfg.repr_digest,
                     stream: cfg.stream_options(),
                     dangerous_fault: cfg.dangerous_fault.clone(),
+                    access: cfg.access.clone(),
+                    uploads: cfg.uploads.clone(),
+                    upload_state: cfg.upload_state.clone(),
                 }),
                 cfg,
                 tls,
@@ -291,9 +294,19 @@ async fn serve_connection(
                     return;
                 }
             };
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+            let session = tls.get_ref().1;
+            let h2 = session.alpn_protocol() == Some(b"h2".as_slice());
             let protocol = if h2 { "h2" } else { "http/1.1" };
-            drive(tls, h2, protocol, peer, shared, stop, progress).await;
+            let client_certificate = session
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|c| Arc::new(c.as_ref().to_vec()));
+            let conn = Conn {
+                protocol,
+                peer,
+                client_certificate,
+            };
+            drive(tls, h2, conn, shared, stop, progress).await;
         }
         None => {
             let sniffed = tokio::time::timeout(handshake_timeout, sniff(&mut stream)).await;
@@ -311,7 +324,12 @@ async fn serve_connection(
             };
             let protocol = if h2 { "h2c" } else { "http/1.1" };
             let io = ServerIo::new(prefix, stream, progress.clone());
-            drive(io, h2, protocol, peer, shared, stop, progress).await;
+            let conn = Conn {
+                protocol,
+                peer,
+                client_certificate: None,
+            };
+            drive(io, h2, conn, shared, stop, progress).await;
         }
     }
 }
@@ -364,23 +382,35 @@ where
     }
 }
 
+/// Who is on the other end of a connection.
+struct Conn {
+    protocol: &'static str,
+    peer: SocketAddr,
+    client_certificate: Option<Arc<Vec<u8>>>,
+}
+
 async fn drive<I>(
     io: I,
     h2: bool,
-    protocol: &'static str,
-    peer: SocketAddr,
+    conn: Conn,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
     progress: Arc<AtomicU64>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    tracing::debug!(%peer, protocol, "connection");
+    let Conn {
+        protocol,
+        peer,
+        client_certificate,
+    } = conn;
+    tracing::debug!(%peer, protocol, client_certificate = client_certificate.is_some(), "connection");
     let cfg = &shared.cfg;
     let idle = cfg.idle_timeout;
     let ctx = Arc::new(ConnCtx {
         peer,
         protocol,
+        client_certificate,
         shared: shared.clone(),
     });
     let service = service_fn(move |req| handler::handle(req, ctx.clone()));

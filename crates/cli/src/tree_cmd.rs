@@ -1,0 +1,165 @@
+//! `xfer get URL/ DEST/`: fetch a whole directory tree.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use percent_encoding::percent_decode_str;
+use xfer::tree::{FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
+use xfer::GetConfig;
+
+use crate::exit::{self, UsageError};
+use crate::get_cmd::GetArgs;
+
+pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
+    let client = args.client.to_config()?;
+    if args.expect_sha256.is_some() || args.sha256_file {
+        return Err(UsageError(
+            "--expect-sha256 and --sha256-file name one file; a tree is checked against its listing".into(),
+        )
+        .into());
+    }
+    let root_url = if args.url.ends_with('/') {
+        args.url.clone()
+    } else {
+        format!("{}/", args.url)
+    };
+    let dest = match args.dest.as_ref().or(args.output.as_ref()) {
+        Some(p) => p.clone(),
+        None => default_dir(&root_url).ok_or_else(|| {
+            UsageError(format!(
+                "cannot name a directory after {root_url}; give a destination"
+            ))
+        })?,
+    };
+    let config = TreeConfig {
+        get,
+        max_files: args.files,
+        lanes: args.tree_lanes,
+        checksum: args.checksum,
+        include: args.include.clone(),
+        exclude: args.exclude.clone(),
+        ..TreeConfig::default()
+    };
+    let transport = xfer::transport_for(&root_url, &client).map_err(xfer::Error::from)?;
+    let tree = TreeDownload::new(transport, &root_url, &dest, config);
+    let display = crate::tree_progress::start(tree.progress(), args.quiet || args.json);
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let result = tree.run_until(ctrl_c).await;
+    display.finish();
+    let (report, code) = match result {
+        Ok(report) => {
+            let code = code_for(&report);
+            (report, code)
+        }
+        Err(TreeError::Interrupted { report }) => (*report, exit::INTERRUPTED),
+        Err(e) => {
+            let code = match &e {
+                TreeError::Config(_) | TreeError::Glob(_) => exit::USAGE,
+                _ => exit::LOCAL,
+            };
+            let e = anyhow::Error::from(e).context(format!("xfer get {root_url}"));
+            if args.json {
+                print_json(&TreeReport::default(), "failed", Some(&e), code);
+            }
+            eprintln!("xfer: {}", exit::describe(&e));
+            return Ok(ExitCode::from(code));
+        }
+    };
+    let status = match code {
+        0 => "ok",
+        exit::INTERRUPTED => "interrupted",
+        _ => "failed",
+    };
+    if args.json {
+        print_json(&report, status, None, code);
+    } else if !args.quiet {
+        eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
+    }
+    for f in &report.failed {
+        let what = if f.path.is_empty() {
+            "listing"
+        } else {
+            &f.path
+        };
+        eprintln!("xfer: failed: {what}: {}", f.error);
+    }
+    if code == exit::INTERRUPTED {
+        eprintln!("xfer: interrupted; run the same command again to resume");
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// 0 when every file is in place; else the code of the worst failure: local problems before
+/// verification failures before remote ones (the first asks the user to act here).
+fn code_for(report: &TreeReport) -> u8 {
+    let has = |k| report.failed.iter().any(|f| f.kind == k);
+    if report.failed.is_empty() {
+        0
+    } else if has(FailureKind::Local) {
+        exit::LOCAL
+    } else if has(FailureKind::Verify) {
+        exit::VERIFY
+    } else {
+        exit::REMOTE
+    }
+}
+
+fn print_json(report: &TreeReport, status: &str, error: Option<&anyhow::Error>, code: u8) {
+    let mut doc = match serde_json::to_value(report).context("serializing the report") {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot serialize the tree report");
+            return;
+        }
+    };
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("status".into(), status.into());
+        obj.insert("exit_code".into(), code.into());
+        if let Some(e) = error {
+            obj.insert("error".into(), exit::describe(e).into());
+        }
+    }
+    match serde_json::to_string_pretty(&doc) {
+        Ok(text) => println!("{text}"),
+        Err(e) => tracing::warn!(error = %e, "cannot serialize the tree report"),
+    }
+}
+
+/// The last path segment of a directory URL: `https://h/run-42/` gives `run-42`.
+fn default_dir(url: &str) -> Option<PathBuf> {
+    let path = url.split_once("://")?.1;
+    let path = path.split(['?', '#']).next()?;
+    let name = path.trim_end_matches('/').rsplit('/').next()?;
+    let decoded = percent_decode_str(name).decode_utf8().ok()?;
+    (path.trim_end_matches('/').contains('/')
+        && !decoded.is_empty()
+        && decoded != "."
+        && decoded != ".."
+        && !decoded.contains(['/', '\\', '\0']))
+    .then(|| Path::new(decoded.as_ref()).to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_names() {
+        assert_eq!(
+            default_dir("https://h/data/run-42/"),
+            Some(PathBuf::from("run-42"))
+        );
+        assert_eq!(
+            default_dir("https://h/run%2042/"),
+            Some(PathBuf::from("run 42"))
+        );
+        assert_eq!(default_dir("https://h/"), None);
+        assert_eq!(default_dir("https://h/%2e%2e/"), None);
+        assert_eq!(default_dir("https://h/a%2fb/"), None);
+    }
+}

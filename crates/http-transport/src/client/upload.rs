@@ -1,0 +1,189 @@
+//! The client side of uploads over HTTP (`docs/upload-protocol.md`): a whole file in one `PUT`,
+//! the chunks of a parallel upload, the `HEAD` that asks what the server holds, and the
+//! completing `PUT`.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use xfer_core::digest::{Sha256Digest, CONTENT_DIGEST, REPR_DIGEST};
+use xfer_core::transport::{ChunkUpload, UploadStatus};
+use xfer_core::TransferError;
+
+use crate::client::lane::{read_small, Answer, HttpLane};
+use crate::client::response::header_str;
+
+const UPLOAD_ID: &str = "xfer-upload";
+const UPLOAD_COMPLETE: &str = "xfer-upload-complete";
+const UPLOAD_RECEIVED: &str = "xfer-upload-received";
+const UPLOAD_SIZE: &str = "xfer-upload-size";
+
+/// Longest refusal text quoted in an error.
+const DETAIL_LIMIT: usize = 300;
+
+impl HttpLane {
+    pub(crate) async fn put_whole_file(
+        &mut self,
+        data: Bytes,
+        sha256: Sha256Digest,
+    ) -> Result<(), TransferError> {
+        let headers = [digest_header(CONTENT_DIGEST, &sha256)?, octet_stream()];
+        let answer = self
+            .request_with_body(Method::PUT, self.target(), &headers, data, "")
+            .await?;
+        self.expect_success(answer, "PUT").await
+    }
+
+    pub(crate) async fn put_one_chunk(&mut self, c: &ChunkUpload) -> Result<(), TransferError> {
+        let range = format!(
+            "bytes {}-{}/{}",
+            c.range.start,
+            c.range.end.saturating_sub(1),
+            c.total
+        );
+        let headers = [
+            id_header(&c.id)?,
+            (header::CONTENT_RANGE, value(&range)?),
+            digest_header(CONTENT_DIGEST, &c.sha256)?,
+            octet_stream(),
+        ];
+        let suffix = format!(" {range}");
+        let answer = self
+            .request_with_body(
+                Method::PUT,
+                self.target(),
+                &headers,
+                c.data.clone(),
+                &suffix,
+            )
+            .await?;
+        self.expect_success(answer, &format!("PUT{suffix}")).await
+    }
+
+    pub(crate) async fn query_upload(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<UploadStatus>, TransferError> {
+        let answer = self
+            .request(
+                Method::HEAD,
+                self.target(),
+                &[id_header(id)?],
+                " (upload status)",
+            )
+            .await?;
+        if answer.response.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let headers = answer.response.headers().clone();
+        self.expect_success(answer, "HEAD (upload status)").await?;
+        let size = header_str(&headers, HeaderName::from_static(UPLOAD_SIZE))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let received = header_str(&headers, HeaderName::from_static(UPLOAD_RECEIVED))
+            .map(parse_ranges)
+            .unwrap_or_default();
+        Ok(size.map(|size| UploadStatus { size, received }))
+    }
+
+    pub(crate) async fn complete(
+        &mut self,
+        id: &str,
+        sha256: Sha256Digest,
+    ) -> Result<(), TransferError> {
+        let headers = [
+            id_header(id)?,
+            (
+                HeaderName::from_static(UPLOAD_COMPLETE),
+                HeaderValue::from_static("?1"),
+            ),
+            digest_header(REPR_DIGEST, &sha256)?,
+        ];
+        let answer = self
+            .request_with_body(
+                Method::PUT,
+                self.target(),
+                &headers,
+                Bytes::new(),
+                " (complete upload)",
+            )
+            .await?;
+        self.expect_success(answer, "PUT (complete upload)").await
+    }
+
+    /// A 2xx answer, or the error it is, with the server's short explanation quoted.
+    async fn expect_success(&mut self, answer: Answer, what: &str) -> Result<(), TransferError> {
+        let status = answer.response.status();
+        let url = answer.target.to_string();
+        let peer = answer.peer.clone();
+        let text = read_small(answer.response.into_body(), self.inner(), &peer, what)
+            .await
+            .unwrap_or_default();
+        if status.is_success() {
+            return Ok(());
+        }
+        let detail = String::from_utf8_lossy(&text[..text.len().min(DETAIL_LIMIT)])
+            .trim()
+            .to_string();
+        Err(TransferError::Status {
+            peer,
+            status: status.as_u16(),
+            what: if detail.is_empty() {
+                format!("{what} {url}")
+            } else {
+                format!("{what} {url}: {detail}")
+            },
+        })
+    }
+}
+
+/// `0-1023,4096-8191` (inclusive ends) as half-open ranges; malformed parts are dropped,
+/// which only means they are sent again.
+fn parse_ranges(v: &str) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = v
+        .split(',')
+        .filter_map(|part| {
+            let (a, b) = part.trim().split_once('-')?;
+            let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+            (a <= b).then(|| a..b + 1)
+        })
+        .collect();
+    out.sort_by_key(|r| r.start);
+    out
+}
+
+fn value(s: &str) -> Result<HeaderValue, TransferError> {
+    HeaderValue::from_str(s)
+        .map_err(|_| TransferError::Config(format!("value {s:?} cannot be sent in a header")))
+}
+
+fn id_header(id: &str) -> Result<(HeaderName, HeaderValue), TransferError> {
+    Ok((HeaderName::from_static(UPLOAD_ID), value(id)?))
+}
+
+fn digest_header(
+    name: &'static str,
+    d: &Sha256Digest,
+) -> Result<(HeaderName, HeaderValue), TransferError> {
+    Ok((HeaderName::from_static(name), value(&d.to_header_value())?))
+}
+
+fn octet_stream() -> (HeaderName, HeaderValue) {
+    (
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn received_ranges_parse_and_sort() {
+        assert_eq!(
+            parse_ranges("4096-8191, 0-1023,junk,9-3"),
+            vec![0..1024, 4096..8192]
+        );
+        assert!(parse_ranges("").is_empty());
+    }
+}

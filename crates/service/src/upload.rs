@@ -1,0 +1,991 @@
+//! Uploads, decided once for every codec: a plain `PUT` of a whole file (`curl -T`), and
+//! xfer's parallel scheme, where many lanes send verified chunks of one file at once and a
+//! last request completes it (`docs/upload-protocol.md`).
+//!
+//! Bytes land in a staging file in the destination directory (`.xfer-upload.<id>.<name>`),
+//! never under the final name. A chunk is recorded as received only after its
+//! `Content-Digest` matched the bytes; the file is renamed into place only after the
+//! whole-file digest the client declared matches, so a reader sees the old file or the new
+//! one, never a mixture. Received ranges are kept in a sidecar next to the staging file, so an
+//! upload survives a server restart and resumes where it stopped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::future::Future;
+use std::io::{self, Write as _};
+use std::os::unix::fs::FileExt;
+use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+pub use xfer_common::paths::STAGING_PREFIX;
+use xfer_common::paths::{sanitize, PathError};
+use xfer_core::digest::{Sha256Digest, Sha256Hasher};
+
+use crate::plan::ResponsePlan;
+use crate::respond::status;
+
+/// Request header naming the upload a chunk, a status query or a completion belongs to.
+pub const UPLOAD_ID: &str = "xfer-upload";
+/// Request header (`?1`) asking the server to complete the upload.
+pub const UPLOAD_COMPLETE: &str = "xfer-upload-complete";
+/// Response header: the byte ranges received and verified, `start-end` (inclusive) joined by
+/// `,`.
+pub const UPLOAD_RECEIVED: &str = "xfer-upload-received";
+/// Response header: the size the upload was started with.
+pub const UPLOAD_SIZE: &str = "xfer-upload-size";
+
+/// Bytes written to disk at a time.
+const WRITE_BLOCK: usize = 1 << 20;
+
+/// Upload settings of a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadConfig {
+    /// A parallel upload with no request for this long is abandoned: its staging file and
+    /// sidecar are removed. Default 24 h.
+    pub expiry: Duration,
+    /// Largest file accepted, bytes. Default 16 TiB.
+    pub max_size: u64,
+}
+
+impl Default for UploadConfig {
+    fn default() -> Self {
+        Self {
+            expiry: Duration::from_secs(24 * 3600),
+            max_size: 16 << 40,
+        }
+    }
+}
+
+/// What a codec decoded about an upload request.
+#[derive(Debug, Clone, Default)]
+pub struct UploadHead {
+    /// `Content-Length`, when the body announced it.
+    pub content_length: Option<u64>,
+    /// `Content-Range` as sent: `bytes START-END/TOTAL`.
+    pub content_range: Option<String>,
+    /// `Content-Digest` as sent.
+    pub content_digest: Option<String>,
+    /// `Repr-Digest` as sent: the whole file's digest.
+    pub repr_digest: Option<String>,
+    /// `Xfer-Upload`: the client's id for a parallel upload.
+    pub id: Option<String>,
+    /// `Xfer-Upload-Complete: ?1`.
+    pub complete: bool,
+}
+
+/// A request body, pulled piece by piece.
+pub trait UploadBody: Send {
+    /// The next piece; `None` at the end of the body.
+    fn next_chunk(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Option<io::Result<Bytes>>> + Send + '_>>;
+}
+
+/// The body of a request that has none.
+pub struct NoBody;
+
+impl UploadBody for NoBody {
+    fn next_chunk(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Option<io::Result<Bytes>>> + Send + '_>> {
+        Box::pin(async { None })
+    }
+}
+
+/// Parallel uploads in progress, shared by every codec of a server.
+#[derive(Debug, Clone, Default)]
+pub struct Uploads {
+    parts: Arc<Mutex<HashMap<String, Arc<Part>>>>,
+}
+
+#[derive(Debug)]
+struct Part {
+    target: PathBuf,
+    staging: PathBuf,
+    sidecar: PathBuf,
+    size: u64,
+    file: File,
+    state: Mutex<PartState>,
+}
+
+#[derive(Debug)]
+struct PartState {
+    /// Verified ranges, start → end (exclusive), merged.
+    received: BTreeMap<u64, u64>,
+    last_activity: Instant,
+    completing: bool,
+}
+
+impl Uploads {
+    /// Remove uploads idle for longer than `expiry`, with their files. Returns how many.
+    pub fn sweep(&self, expiry: Duration) -> usize {
+        let expired: Vec<Arc<Part>> = {
+            let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+            let ids: Vec<String> = parts
+                .iter()
+                .filter(|(_, p)| p.lock().last_activity.elapsed() > expiry)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| parts.remove(id)).collect()
+        };
+        for p in &expired {
+            tracing::info!(target = %p.target.display(), "abandoned upload expired; removing its staging file");
+            let _ = std::fs::remove_file(&p.staging);
+            let _ = std::fs::remove_file(&p.sidecar);
+        }
+        expired.len()
+    }
+
+    /// Every `period`, remove uploads idle for longer than `expiry`. Runs until the runtime
+    /// stops.
+    pub fn spawn_sweeper(&self, expiry: Duration) {
+        let this = self.clone();
+        let period = (expiry / 4).clamp(Duration::from_secs(1), Duration::from_secs(600));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tick.tick().await;
+                this.sweep(expiry);
+            }
+        });
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Part>> {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    fn remove(&self, id: &str) {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+}
+
+impl Part {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PartState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn received_header(&self) -> String {
+        let s = self.lock();
+        s.received
+            .iter()
+            .map(|(a, b)| format!("{a}-{}", b - 1))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn is_whole(&self) -> bool {
+        let s = self.lock();
+        s.received.len() == 1 && s.received.get(&0) == Some(&self.size) || self.size == 0
+    }
+}
+
+/// Merge `start..end` into a set of disjoint ranges.
+fn insert_range(set: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
+    let overlapping: Vec<(u64, u64)> = set
+        .range(..=end)
+        .filter(|(_, &e)| e >= start)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in overlapping {
+        set.remove(&s);
+        start = start.min(s);
+        end = end.max(e);
+    }
+    set.insert(start, end);
+}
+
+/// A refusal decided while handling an upload.
+struct Refusal {
+    status: u16,
+    text: &'static str,
+    detail: String,
+}
+
+impl Refusal {
+    fn new(status: u16, text: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            text,
+            detail: detail.into(),
+        }
+    }
+
+    fn io(what: &str, path: &Path, e: &io::Error) -> Self {
+        match e.raw_os_error() {
+            // ENOSPC, EDQUOT: the client may try again once space is freed.
+            Some(28) | Some(122) => Self::new(
+                status::INSUFFICIENT_STORAGE,
+                "insufficient storage on the server\n",
+                format!("{what} {}: {e}", path.display()),
+            ),
+            Some(36) => Self::new(
+                status::URI_TOO_LONG,
+                "file name too long\n",
+                format!("{what} {}: {e}", path.display()),
+            ),
+            _ => Self::new(
+                status::INTERNAL_ERROR,
+                "server error\n",
+                format!("{what} {}: {e}", path.display()),
+            ),
+        }
+    }
+
+    fn plan(self) -> ResponsePlan {
+        ResponsePlan::refusal(self.status, self.text, Some(self.detail))
+    }
+}
+
+/// Where an upload goes: its final path, and the directory it lies in (created as needed).
+struct WriteTarget {
+    path: PathBuf,
+    dir: PathBuf,
+    name: String,
+    existed: bool,
+}
+
+/// Resolve `request_path` for writing under `root`: missing parent directories are created,
+/// none may be a symlink or a file, and the target may not be a directory or a symlink.
+fn resolve_for_write(root: &Path, request_path: &str) -> Result<WriteTarget, Refusal> {
+    let rel = sanitize(request_path).map_err(|e| match e {
+        PathError::Traversal { .. } => {
+            Refusal::new(status::FORBIDDEN, "forbidden\n", e.to_string())
+        }
+        // A staging name: no such thing as far as requests go.
+        PathError::NotFound { .. } => Refusal::new(status::NOT_FOUND, "not found\n", e.to_string()),
+        _ => Refusal::new(status::BAD_REQUEST, "bad request\n", e.to_string()),
+    })?;
+    let name = rel
+        .file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+        .ok_or_else(|| Refusal::new(status::BAD_REQUEST, "bad request\n", "no file name"))?;
+    if name.starts_with(STAGING_PREFIX) {
+        return Err(Refusal::new(
+            status::FORBIDDEN,
+            "forbidden\n",
+            format!("{name}: names starting with {STAGING_PREFIX} are reserved"),
+        ));
+    }
+    let mut dir = root.to_path_buf();
+    for comp in rel.parent().map(Path::components).into_iter().flatten() {
+        let Component::Normal(seg) = comp else {
+            continue;
+        };
+        dir.push(seg);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(Refusal::new(
+                    status::FORBIDDEN,
+                    "forbidden\n",
+                    format!("{} is a symbolic link", dir.display()),
+                ))
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Refusal::new(
+                    status::CONFLICT,
+                    "a parent of this path is a file\n",
+                    format!("{} is not a directory", dir.display()),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // Created meanwhile by another upload; check what it is.
+                    let m = std::fs::symlink_metadata(&dir)
+                        .map_err(|e| Refusal::io("checking", &dir, &e))?;
+                    if !m.is_dir() {
+                        return Err(Refusal::new(
+                            status::CONFLICT,
+                            "a parent of this path is a file\n",
+                            format!("{} is not a directory", dir.display()),
+                        ));
+                    }
+                }
+                Err(e) => return Err(Refusal::io("creating directory", &dir, &e)),
+            },
+            Err(e) => return Err(Refusal::io("checking", &dir, &e)),
+        }
+    }
+    let path = dir.join(&name);
+    let existed = match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(Refusal::new(
+                status::FORBIDDEN,
+                "forbidden\n",
+                format!("{} is a symbolic link", path.display()),
+            ))
+        }
+        Ok(m) if m.is_file() => true,
+        Ok(_) => {
+            return Err(Refusal::new(
+                status::CONFLICT,
+                "a directory (or other non-file) has this name\n",
+                format!("{} is not a regular file", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(Refusal::io("checking", &path, &e)),
+    };
+    Ok(WriteTarget {
+        path,
+        dir,
+        name,
+        existed,
+    })
+}
+
+/// `bytes START-END/TOTAL` (RFC 9110 §14.4; the total is required here).
+fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let rest = v.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    let (start, last, total) = (
+        a.trim().parse::<u64>().ok()?,
+        b.trim().parse::<u64>().ok()?,
+        total.trim().parse::<u64>().ok()?,
+    );
+    (start <= last && last < total).then_some((start, last + 1, total))
+}
+
+/// An upload id: 16 to 64 characters of `[A-Za-z0-9_-]`, so it can name a file.
+fn valid_id(id: &str) -> bool {
+    (16..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn digest_field(field: &Option<String>, which: &str) -> Result<Option<Sha256Digest>, Refusal> {
+    match field {
+        None => Ok(None),
+        Some(v) => Sha256Digest::from_header_value(v).map_err(|e| {
+            Refusal::new(
+                status::BAD_REQUEST,
+                "malformed digest field\n",
+                format!("{which}: {e}"),
+            )
+        }),
+    }
+}
+
+fn staging_name(id: &str, name: &str) -> String {
+    format!("{STAGING_PREFIX}{id}.{name}")
+}
+
+/// Handle a `PUT` (and the upload-status `HEAD`) for `request_path` under `root`.
+pub(crate) async fn put(
+    root: &Path,
+    uploads: &Uploads,
+    cfg: &UploadConfig,
+    request_path: &str,
+    head: &UploadHead,
+    body: &mut dyn UploadBody,
+) -> ResponsePlan {
+    let result = match (&head.id, head.complete, &head.content_range) {
+        (Some(id), true, _) => complete(root, uploads, request_path, id, head).await,
+        (Some(id), false, Some(range)) => {
+            chunk(root, uploads, cfg, request_path, id, range, head, body).await
+        }
+        (Some(_), false, None) => Err(Refusal::new(
+            status::BAD_REQUEST,
+            "a chunk of a parallel upload needs Content-Range\n",
+            "Xfer-Upload without Content-Range or Xfer-Upload-Complete",
+        )),
+        (None, _, Some(_)) => Err(Refusal::new(
+            status::BAD_REQUEST,
+            "a partial PUT needs an Xfer-Upload id (docs/upload-protocol.md)\n",
+            "Content-Range without Xfer-Upload",
+        )),
+        (None, _, None) => whole(root, cfg, request_path, head, body).await,
+    };
+    result.unwrap_or_else(Refusal::plan)
+}
+
+/// The `HEAD` of an upload: which ranges the server holds.
+pub(crate) async fn status_of(
+    root: &Path,
+    uploads: &Uploads,
+    request_path: &str,
+    id: &str,
+) -> ResponsePlan {
+    let found = async {
+        let target = blocking(root, request_path, resolve_for_write).await?;
+        open_part(uploads, id, &target, None).await
+    }
+    .await;
+    match found {
+        Ok(part) => {
+            let mut plan = ResponsePlan::empty(status::OK);
+            plan.headers.push((UPLOAD_RECEIVED, part.received_header()));
+            plan.headers.push((UPLOAD_SIZE, part.size.to_string()));
+            plan
+        }
+        Err(r) => r.plan(),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    root: &Path,
+    request_path: &str,
+    f: fn(&Path, &str) -> Result<T, Refusal>,
+) -> Result<T, Refusal> {
+    let (root, path) = (root.to_path_buf(), request_path.to_string());
+    off_runtime(move || f(&root, &path)).await
+}
+
+/// Run file work on the blocking pool; a panic there answers 500.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+) -> Result<T, Refusal> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(Refusal::new(
+            status::INTERNAL_ERROR,
+            "server error\n",
+            format!("upload task failed: {e}"),
+        ))
+    })
+}
+
+/// The answer to a stored upload: 201 for a new file, 204 for a replaced one.
+fn stored(existed: bool, digest: Sha256Digest) -> ResponsePlan {
+    let mut plan = ResponsePlan::empty(if existed {
+        status::NO_CONTENT
+    } else {
+        status::CREATED
+    });
+    plan.repr_digest = Some(digest);
+    plan
+}
+
+/// The upload `id` for `target`: in memory, or restored from its sidecar after a restart, or
+/// (with `create`, the total size) started now.
+async fn open_part(
+    uploads: &Uploads,
+    id: &str,
+    target: &WriteTarget,
+    create: Option<u64>,
+) -> Result<Arc<Part>, Refusal> {
+    if !valid_id(id) {
+        return Err(Refusal::new(
+            status::BAD_REQUEST,
+            "bad upload id\n",
+            "an upload id is 16 to 64 characters of A-Z, a-z, 0-9, '-' and '_'",
+        ));
+    }
+    if let Some(p) = uploads.get(id) {
+        if p.target != target.path || create.is_some_and(|size| size != p.size) {
+            return Err(Refusal::new(
+                status::CONFLICT,
+                "this upload id belongs to another file or size\n",
+                format!(
+                    "upload {id} is for {} ({} bytes)",
+                    p.target.display(),
+                    p.size
+                ),
+            ));
+        }
+        return Ok(p);
+    }
+    let staging = target.dir.join(staging_name(id, &target.name));
+    let sidecar = target
+        .dir
+        .join(format!("{}.ranges", staging_name(id, &target.name)));
+    let path = target.path.clone();
+    let opened = off_runtime(move || restore_or_create(path, staging, sidecar, create)).await?;
+    let part = Arc::new(opened);
+    let mut parts = uploads.parts.lock().unwrap_or_else(|p| p.into_inner());
+    // Two first chunks raced: keep the one registered first.
+    Ok(parts.entry(id.to_string()).or_insert(part).clone())
+}
+
+fn restore_or_create(
+    target: PathBuf,
+    staging: PathBuf,
+    sidecar: PathBuf,
+    create: Option<u64>,
+) -> Result<Part, Refusal> {
+    match std::fs::read_to_string(&sidecar) {
+        Ok(text) => {
+            let mut lines = text.lines();
+            let size: u64 = lines
+                .next()
+                .and_then(|l| l.strip_prefix("size "))
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| {
+                    Refusal::new(
+                        status::INTERNAL_ERROR,
+                        "server error\n",
+                        format!("{}: damaged upload record", sidecar.display()),
+                    )
+                })?;
+            if create.is_some_and(|s| s != size) {
+                return Err(Refusal::new(
+                    status::CONFLICT,
+                    "this upload id belongs to another size\n",
+                    format!("upload record {} says {size} bytes", sidecar.display()),
+                ));
+            }
+            let mut received = BTreeMap::new();
+            // A torn last line (a crash mid-append) is ignored: that chunk is sent again.
+            for l in lines {
+                if let Some((a, b)) = l.split_once('-') {
+                    if let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>()) {
+                        if a < b && b <= size {
+                            insert_range(&mut received, a, b);
+                        }
+                    }
+                }
+            }
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&staging)
+                .map_err(|e| Refusal::io("opening", &staging, &e))?;
+            Ok(Part {
+                target,
+                staging,
+                sidecar,
+                size,
+                file,
+                state: Mutex::new(PartState {
+                    received,
+                    last_activity: Instant::now(),
+                    completing: false,
+                }),
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let Some(size) = create else {
+                return Err(Refusal::new(
+                    status::NOT_FOUND,
+                    "no such upload\n",
+                    format!("no upload record {}", sidecar.display()),
+                ));
+            };
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&staging)
+                .map_err(|e| Refusal::io("creating", &staging, &e))?;
+            // Sparse: space is taken as chunks arrive, and a full disk shows as 507 then.
+            file.set_len(size)
+                .map_err(|e| Refusal::io("sizing", &staging, &e))?;
+            std::fs::write(&sidecar, format!("size {size}\n"))
+                .map_err(|e| Refusal::io("creating", &sidecar, &e))?;
+            Ok(Part {
+                target,
+                staging,
+                sidecar,
+                size,
+                file,
+                state: Mutex::new(PartState {
+                    received: BTreeMap::new(),
+                    last_activity: Instant::now(),
+                    completing: false,
+                }),
+            })
+        }
+        Err(e) => Err(Refusal::io("reading", &sidecar, &e)),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn chunk(
+    root: &Path,
+    uploads: &Uploads,
+    cfg: &UploadConfig,
+    request_path: &str,
+    id: &str,
+    range: &str,
+    head: &UploadHead,
+    body: &mut dyn UploadBody,
+) -> Result<ResponsePlan, Refusal> {
+    let (start, end, total) = parse_content_range(range).ok_or_else(|| {
+        Refusal::new(
+            status::BAD_REQUEST,
+            "malformed Content-Range\n",
+            format!("{range:?}: want bytes START-END/TOTAL"),
+        )
+    })?;
+    if total > cfg.max_size {
+        return Err(Refusal::new(
+            status::PAYLOAD_TOO_LARGE,
+            "file too large for this server\n",
+            format!("{total} bytes; the limit is {}", cfg.max_size),
+        ));
+    }
+    let expected = digest_field(&head.content_digest, "Content-Digest")?.ok_or_else(|| {
+        Refusal::new(
+            status::BAD_REQUEST,
+            "a chunk needs Content-Digest: sha-256\n",
+            "chunk without Content-Digest",
+        )
+    })?;
+    let target = blocking(root, request_path, resolve_for_write).await?;
+    let part = open_part(uploads, id, &target, Some(total)).await?;
+    part.lock().last_activity = Instant::now();
+    let file = part
+        .file
+        .try_clone()
+        .map_err(|e| Refusal::io("opening", &part.staging, &e))?;
+    let actual = receive(
+        file,
+        &part.staging,
+        start,
+        Some(end - start),
+        end - start,
+        body,
+    )
+    .await?
+    .0;
+    if actual != expected {
+        return Err(Refusal::new(
+            status::BAD_REQUEST,
+            "Content-Digest does not match the bytes received; send the chunk again\n",
+            format!(
+                "bytes {start}-{} of {}: got {actual}, declared {expected}",
+                end - 1,
+                target.path.display()
+            ),
+        ));
+    }
+    // Journal the verified range; a crash after this line keeps it, before it loses only
+    // this chunk.
+    let line = format!("{start}-{end}\n");
+    let sidecar = part.sidecar.clone();
+    off_runtime(move || {
+        OpenOptions::new()
+            .append(true)
+            .open(&sidecar)
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .map_err(|e| Refusal::io("recording", &sidecar, &e))
+    })
+    .await?;
+    {
+        let mut s = part.lock();
+        insert_range(&mut s.received, start, end);
+        s.last_activity = Instant::now();
+    }
+    let mut plan = ResponsePlan::empty(status::NO_CONTENT);
+    plan.headers.push((UPLOAD_RECEIVED, part.received_header()));
+    Ok(plan)
+}
+
+async fn complete(
+    root: &Path,
+    uploads: &Uploads,
+    request_path: &str,
+    id: &str,
+    head: &UploadHead,
+) -> Result<ResponsePlan, Refusal> {
+    let declared = digest_field(&head.repr_digest, "Repr-Digest")?.ok_or_else(|| {
+        Refusal::new(
+            status::BAD_REQUEST,
+            "completing an upload needs Repr-Digest: sha-256 of the whole file\n",
+            "completion without Repr-Digest",
+        )
+    })?;
+    let target = blocking(root, request_path, resolve_for_write).await?;
+    let part = open_part(uploads, id, &target, None).await?;
+    {
+        let mut s = part.lock();
+        if s.completing {
+            return Err(Refusal::new(
+                status::CONFLICT,
+                "this upload is being completed by another request\n",
+                format!("upload {id}"),
+            ));
+        }
+        s.completing = true;
+        s.last_activity = Instant::now();
+    }
+    if !part.is_whole() {
+        part.lock().completing = false;
+        return Err(Refusal::new(
+            status::CONFLICT,
+            "the upload is missing bytes; send them, then complete it\n",
+            format!("received {} of {} bytes", part.received_header(), part.size),
+        ));
+    }
+    let p = Arc::clone(&part);
+    let finished = off_runtime(move || finish(&p, declared)).await;
+    match finished {
+        Ok(()) => {
+            uploads.remove(id);
+            tracing::info!(path = %target.path.display(), size = part.size, sha256 = %declared, "upload complete");
+            Ok(stored(target.existed, declared))
+        }
+        Err(r) => {
+            if r.status == status::BAD_REQUEST {
+                // The bytes are wrong; keeping them would only let a retry fail the same way.
+                uploads.remove(id);
+                let _ = std::fs::remove_file(&part.staging);
+                let _ = std::fs::remove_file(&part.sidecar);
+            } else {
+                part.lock().completing = false;
+            }
+            Err(r)
+        }
+    }
+}
+
+/// Hash the staging file, compare, make it durable and rename it into place.
+fn finish(part: &Part, declared: Sha256Digest) -> Result<(), Refusal> {
+    let actual =
+        hash_file(&part.file, part.size).map_err(|e| Refusal::io("reading", &part.staging, &e))?;
+    if actual != declared {
+        return Err(Refusal::new(
+            status::BAD_REQUEST,
+            "the file's SHA-256 differs from the declared Repr-Digest; nothing was stored\n",
+            format!(
+                "{}: got {actual}, declared {declared}",
+                part.target.display()
+            ),
+        ));
+    }
+    commit(&part.file, &part.staging, &part.target)?;
+    let _ = std::fs::remove_file(&part.sidecar);
+    Ok(())
+}
+
+fn hash_file(file: &File, size: u64) -> io::Result<Sha256Digest> {
+    let mut h = Sha256Hasher::new();
+    let mut buf = vec![0u8; WRITE_BLOCK];
+    let mut off = 0u64;
+    while off < size {
+        let want = usize::try_from((size - off).min(WRITE_BLOCK as u64)).unwrap_or(WRITE_BLOCK);
+        file.read_exact_at(&mut buf[..want], off)?;
+        h.update(&buf[..want]);
+        off += want as u64;
+    }
+    Ok(h.finish())
+}
+
+/// Sync the staging file, rename it over the target, sync the directory.
+fn commit(file: &File, staging: &Path, target: &Path) -> Result<(), Refusal> {
+    file.sync_all()
+        .map_err(|e| Refusal::io("syncing", staging, &e))?;
+    std::fs::rename(staging, target).map_err(|e| Refusal::io("renaming", staging, &e))?;
+    if let Some(dir) = target.parent() {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Write the body at `offset`, hashing it: exactly `exact` bytes when given, never more than
+/// `max`. Returns the digest and the byte count.
+async fn receive(
+    file: File,
+    path: &Path,
+    offset: u64,
+    exact: Option<u64>,
+    max: u64,
+    body: &mut dyn UploadBody,
+) -> Result<(Sha256Digest, u64), Refusal> {
+    let file = Arc::new(file);
+    let mut hasher = Sha256Hasher::new();
+    let mut written = 0u64;
+    let mut pending: Vec<Bytes> = Vec::new();
+    let mut pending_len = 0usize;
+    loop {
+        let next = body.next_chunk().await;
+        let done = match next {
+            Some(Ok(b)) => {
+                written += b.len() as u64;
+                if exact.is_some_and(|l| written > l) {
+                    return Err(Refusal::new(
+                        status::BAD_REQUEST,
+                        "more bytes than announced\n",
+                        format!("{} after {written} bytes", path.display()),
+                    ));
+                }
+                if written > max {
+                    return Err(Refusal::new(
+                        status::PAYLOAD_TOO_LARGE,
+                        "file too large for this server\n",
+                        format!("{} over {max} bytes", path.display()),
+                    ));
+                }
+                pending_len += b.len();
+                pending.push(b);
+                false
+            }
+            Some(Err(e)) => {
+                return Err(Refusal::new(
+                    status::BAD_REQUEST,
+                    "the request body failed\n",
+                    format!("{}: {e}", path.display()),
+                ))
+            }
+            None => true,
+        };
+        if pending_len >= WRITE_BLOCK || (done && pending_len > 0) {
+            let at = offset + written - pending_len as u64;
+            let batch = std::mem::take(&mut pending);
+            pending_len = 0;
+            let f = Arc::clone(&file);
+            let (h, res) = tokio::task::spawn_blocking(move || {
+                let mut h = hasher;
+                let mut pos = at;
+                for b in &batch {
+                    h.update(b);
+                    if let Err(e) = f.write_all_at(b, pos) {
+                        return (h, Err(e));
+                    }
+                    pos += b.len() as u64;
+                }
+                (h, Ok(()))
+            })
+            .await
+            .map_err(|e| Refusal::new(status::INTERNAL_ERROR, "server error\n", e.to_string()))?;
+            hasher = h;
+            res.map_err(|e| Refusal::io("writing", path, &e))?;
+        }
+        if done {
+            break;
+        }
+    }
+    if let Some(l) = exact {
+        if written != l {
+            return Err(Refusal::new(
+                status::BAD_REQUEST,
+                "fewer bytes than announced\n",
+                format!("{}: {written} of {l} bytes", path.display()),
+            ));
+        }
+    }
+    Ok((hasher.finish(), written))
+}
+
+/// A plain `PUT`: the whole file in one body, verified against `Content-Digest` or
+/// `Repr-Digest` when the client sent one, renamed into place when complete.
+async fn whole(
+    root: &Path,
+    cfg: &UploadConfig,
+    request_path: &str,
+    head: &UploadHead,
+    body: &mut dyn UploadBody,
+) -> Result<ResponsePlan, Refusal> {
+    if head.content_length.is_some_and(|n| n > cfg.max_size) {
+        return Err(Refusal::new(
+            status::PAYLOAD_TOO_LARGE,
+            "file too large for this server\n",
+            format!("Content-Length over the limit of {} bytes", cfg.max_size),
+        ));
+    }
+    // For a whole body, Content-Digest and Repr-Digest describe the same bytes.
+    let expected = match digest_field(&head.content_digest, "Content-Digest")? {
+        Some(d) => Some(d),
+        None => digest_field(&head.repr_digest, "Repr-Digest")?,
+    };
+    let target = blocking(root, request_path, resolve_for_write).await?;
+    let staging = target.dir.join(staging_name(&unique_id(), &target.name));
+    let file = {
+        let s = staging.clone();
+        off_runtime(move || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&s)
+                .map_err(|e| Refusal::io("creating", &s, &e))
+        })
+        .await?
+    };
+    let keep = file
+        .try_clone()
+        .map_err(|e| Refusal::io("opening", &staging, &e))?;
+    let outcome = async {
+        let (actual, n) =
+            receive(file, &staging, 0, head.content_length, cfg.max_size, body).await?;
+        if let Some(expected) = expected {
+            if expected != actual {
+                return Err(Refusal::new(
+                    status::BAD_REQUEST,
+                    "the body's SHA-256 differs from the declared digest; nothing was stored\n",
+                    format!(
+                        "{}: got {actual}, declared {expected}",
+                        target.path.display()
+                    ),
+                ));
+            }
+        }
+        let (s, t) = (staging.clone(), target.path.clone());
+        off_runtime(move || commit(&keep, &s, &t)).await?;
+        Ok((actual, n))
+    }
+    .await;
+    match outcome {
+        Ok((digest, n)) => {
+            tracing::info!(path = %target.path.display(), size = n, sha256 = %digest, "upload complete");
+            Ok(stored(target.existed, digest))
+        }
+        Err(r) => {
+            let _ = std::fs::remove_file(&staging);
+            Err(r)
+        }
+    }
+}
+
+/// A name for a plain PUT's staging file, unique within this process and across restarts.
+fn unique_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "put-{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_merge() {
+        let mut s = BTreeMap::new();
+        insert_range(&mut s, 10, 20);
+        insert_range(&mut s, 0, 5);
+        insert_range(&mut s, 5, 10);
+        insert_range(&mut s, 30, 40);
+        insert_range(&mut s, 15, 32);
+        assert_eq!(s.into_iter().collect::<Vec<_>>(), vec![(0, 40)]);
+    }
+
+    #[test]
+    fn content_range_needs_a_total_and_order() {
+        assert_eq!(parse_content_range("bytes 0-9/10"), Some((0, 10, 10)));
+        assert_eq!(parse_content_range("bytes 5-4/10"), None);
+        assert_eq!(parse_content_range("bytes 0-10/10"), None);
+        assert_eq!(parse_content_range("bytes 0-9/*"), None);
+        assert_eq!(parse_content_range("items 0-9/10"), None);
+    }
+
+    #[test]
+    fn upload_ids_are_file_name_safe() {
+        assert!(valid_id("0123456789abcdef"));
+        assert!(!valid_id("short"));
+        assert!(!valid_id("../../../../etc/passwd-x"));
+        assert!(!valid_id("0123456789abcdef/"));
+    }
+}

@@ -1,0 +1,498 @@
+//! The tree driver: one task that owns the queue of files, the lane budget and the tree
+//! journal, and reacts to three kinds of event — a listing entry, a file's download ending,
+//! the listing ending — plus shutdown. Nothing polls: each `select!` arm is a channel or a
+//! task join.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use xfer_common::listing::{CaseFold, ListingEntry};
+use xfer_core::error::error_chain;
+use xfer_core::get::GetError;
+use xfer_core::progress::Report;
+use xfer_core::transport::{RemoteInfo, Transport};
+use xfer_core::Sha256Digest;
+
+use super::lane_map::LaneMap;
+use super::lister::{self, url_of, ListError, ListingFormat};
+use super::{
+    file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter, TreeConfig,
+    TreeError, TreeJournal, TreeProgress, TreeReport,
+};
+
+/// Entries buffered between the listing and the driver.
+const ENTRY_CHANNEL: usize = 256;
+/// Files waiting for a lane; beyond this the listing pauses, so memory stays bounded
+/// whatever the size of the tree.
+const QUEUE_LIMIT: usize = 4096;
+
+pub(super) struct Setup {
+    pub transport: Arc<dyn Transport>,
+    pub root_url: String,
+    pub root: DestRoot,
+    pub journal: TreeJournal,
+    pub filter: PathFilter,
+    pub case_insensitive: bool,
+    pub config: TreeConfig,
+    pub progress: TreeProgress,
+}
+
+struct Running {
+    job: FileJob,
+    lanes: Vec<usize>,
+}
+
+/// How a file's task ended well.
+enum FileOutcome {
+    Fetched(Box<Report>),
+    /// `--checksum`: the local copy already had the server's digest.
+    AlreadyComplete,
+}
+
+type Finished = (u64, Result<FileOutcome, GetError>);
+
+struct Driver {
+    s: Setup,
+    /// The listing's format, once the lister has chosen it.
+    format: Arc<OnceLock<ListingFormat>>,
+    queue: VecDeque<FileJob>,
+    running: HashMap<u64, Running>,
+    tasks: JoinSet<Finished>,
+    free_lanes: BTreeSet<usize>,
+    fold: CaseFold,
+    stop: CancellationToken,
+    report: TreeReport,
+    next_id: u64,
+    interrupted: bool,
+}
+
+pub(super) async fn run(
+    setup: Setup,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<TreeReport, TreeError> {
+    let started = Instant::now();
+    let (tx, mut entries) = mpsc::channel(ENTRY_CHANNEL);
+    let format = Arc::new(OnceLock::new());
+    let mut lister = tokio::spawn(lister::list_tree(
+        Arc::clone(&setup.transport),
+        setup.root_url.clone(),
+        Arc::clone(&format),
+        tx,
+    ));
+    let mut d = Driver {
+        report: TreeReport {
+            url: setup.root_url.clone(),
+            dest: setup.root.path().display().to_string(),
+            ..TreeReport::default()
+        },
+        free_lanes: (0..setup.config.lanes).collect(),
+        s: setup,
+        format,
+        queue: VecDeque::new(),
+        running: HashMap::new(),
+        tasks: JoinSet::new(),
+        fold: CaseFold::new(),
+        stop: CancellationToken::new(),
+        next_id: 0,
+        interrupted: false,
+    };
+    let (mut listing_open, mut lister_done) = (true, false);
+    tokio::pin!(shutdown);
+    loop {
+        d.launch();
+        if !listing_open && lister_done && d.queue.is_empty() && d.running.is_empty() {
+            break;
+        }
+        tokio::select! {
+            // Ctrl-C first: no new file starts once it is seen.
+            biased;
+            _ = &mut shutdown, if !d.interrupted => {
+                tracing::info!("interrupted: stopping every file");
+                d.interrupted = true;
+                d.stop.cancel();
+                d.queue.clear();
+                // The listing's reader sees the closed channel and stops.
+                entries.close();
+            }
+            Some(joined) = d.tasks.join_next(), if !d.tasks.is_empty() => match joined {
+                Ok((id, result)) => d.handle_finished(id, result),
+                Err(e) => d.handle_panic(&e),
+            },
+            entry = entries.recv(), if listing_open && d.queue.len() < QUEUE_LIMIT => match entry {
+                Some(e) => d.handle_entry(e),
+                None => listing_open = false,
+            },
+            listed = &mut lister, if !lister_done => {
+                lister_done = true;
+                d.handle_listing_end(listed);
+            }
+        }
+    }
+    d.s.progress.update(|c| c.listing_done = true);
+    let r = &mut d.report;
+    r.protocol = d.s.transport.protocol();
+    r.seconds = started.elapsed().as_secs_f64();
+    r.goodput_bps = if r.seconds > 0.0 {
+        r.bytes as f64 * 8.0 / r.seconds
+    } else {
+        0.0
+    };
+    if d.interrupted {
+        return Err(TreeError::Interrupted {
+            report: Box::new(d.report),
+        });
+    }
+    Ok(d.report)
+}
+
+impl Driver {
+    fn handle_entry(&mut self, e: ListingEntry) {
+        let path = e.path.as_str().to_string();
+        if self.s.filter.excluded(&path) || (!e.is_dir() && !self.s.filter.keeps_file(&path)) {
+            return;
+        }
+        if self.s.case_insensitive {
+            if let Err(other) = self.fold.insert(&e.path) {
+                let error = format!(
+                    "differs from {other} only by case: one file on this case-insensitive destination"
+                );
+                self.fail(path, FailureKind::Local, error, !e.is_dir());
+                return;
+            }
+        }
+        if e.is_dir() {
+            match self.s.root.create_dir(&e.path) {
+                Ok(_) => self.report.directories += 1,
+                Err(err) => self.fail(path, FailureKind::Local, err.to_string(), false),
+            }
+            return;
+        }
+        self.report.files += 1;
+        let size = e.size.unwrap_or(0);
+        self.s.progress.update(|c| {
+            c.files_total += 1;
+            c.bytes_total += size;
+        });
+        let compare_local = match self.local_state(&e) {
+            LocalState::Complete => {
+                self.report.skipped += 1;
+                self.s.progress.update(|c| c.files_done += 1);
+                return;
+            }
+            LocalState::Missing => false,
+            LocalState::HashToCompare => true,
+        };
+        self.next_id += 1;
+        self.queue.push_back(FileJob {
+            id: self.next_id,
+            path: e.path,
+            size: e.size,
+            modified: e.modified,
+            etag: e.etag,
+            sha256: e.sha256,
+            attempts: 0,
+            compare_local,
+        });
+    }
+
+    /// Whether the local file already is the listed one: same size and mtime (xfer gives a
+    /// fetched file the listed mtime), or when the listing has no mtime the size and ETag
+    /// recorded when it was fetched. With `--checksum` and a digest in the listing, a file of
+    /// the right size is hashed and compared instead (in the file's task, off this one).
+    fn local_state(&self, e: &ListingEntry) -> LocalState {
+        let local = e.path.under(self.s.root.path());
+        let Ok(meta) = std::fs::symlink_metadata(&local) else {
+            return LocalState::Missing;
+        };
+        if !meta.is_file() || e.size.is_some_and(|s| s != meta.len()) {
+            return LocalState::Missing;
+        }
+        if self.s.config.checksum && e.sha256.is_some() {
+            return LocalState::HashToCompare;
+        }
+        let local_mtime = meta.modified().ok().and_then(nanos);
+        let complete = match e.modified {
+            Some(t) => local_mtime.is_some() && local_mtime == nanos(t),
+            None => self.s.journal.record(e.path.as_str()).is_some_and(|r| {
+                r.size == meta.len()
+                    && r.mtime_ns == local_mtime
+                    && r.etag.is_some()
+                    && r.etag == e.etag
+            }),
+        };
+        if complete {
+            LocalState::Complete
+        } else {
+            LocalState::Missing
+        }
+    }
+
+    /// Start queued files, in order, while the file limit and the lane budget allow.
+    fn launch(&mut self) {
+        while let Some(job) = self.queue.front() {
+            if self.interrupted || self.running.len() >= self.s.config.max_files {
+                return;
+            }
+            let need = self.lanes_for(job.size);
+            if self.free_lanes.len() < need {
+                return;
+            }
+            let Some(job) = self.queue.pop_front() else {
+                return;
+            };
+            let lanes: Vec<usize> = self.free_lanes.iter().copied().take(need).collect();
+            for l in &lanes {
+                self.free_lanes.remove(l);
+            }
+            self.start(job, lanes);
+        }
+    }
+
+    /// A file no bigger than one chunk is one request; a bigger one gets one lane per chunk
+    /// up to the per-file limit.
+    fn lanes_for(&self, size: Option<u64>) -> usize {
+        let cfg = &self.s.config;
+        let per_file = cfg
+            .get
+            .lanes
+            .unwrap_or_else(|| self.s.transport.default_lanes())
+            .clamp(1, cfg.lanes);
+        match size {
+            Some(s) => {
+                let chunks = s.div_ceil(cfg.get.chunk_size.max(1)).max(1);
+                usize::try_from(chunks).unwrap_or(usize::MAX).min(per_file)
+            }
+            None => per_file,
+        }
+    }
+
+    fn start(&mut self, job: FileJob, lanes: Vec<usize>) {
+        let path = job.path.as_str().to_string();
+        let local = match self.s.root.prepare_file(&job.path) {
+            Ok(p) => p,
+            Err(e) => {
+                self.release(&lanes);
+                return self.fail(path, FailureKind::Local, e.to_string(), true);
+            }
+        };
+        let url = url_of(&self.s.root_url, &job.path);
+        let transport = match self.s.transport.sibling(&url) {
+            Ok(t) => t,
+            Err(e) => {
+                self.release(&lanes);
+                return self.fail(path, FailureKind::Remote, e.to_string(), true);
+            }
+        };
+        let mapped: Arc<dyn Transport> = Arc::new(LaneMap {
+            inner: transport,
+            lanes: lanes.clone(),
+        });
+        let mut download = file_download(
+            mapped,
+            &url,
+            &local,
+            self.s.config.get.clone(),
+            lanes.len(),
+            job.sha256,
+        );
+        if let Some(info) = self.known_remote(&job, &url) {
+            download = download.with_known_remote(info);
+        }
+        let progress = download.progress();
+        let (id, modified) = (job.id, job.modified);
+        self.s.progress.update(|c| c.running.push((id, progress)));
+        let stop = self.stop.clone();
+        let compare = job.sha256.filter(|_| job.compare_local);
+        tracing::debug!(file = %path, lanes = lanes.len(), "starting");
+        self.tasks.spawn(async move {
+            let already = match compare {
+                Some(want) => {
+                    let at = local.clone();
+                    let have = tokio::task::spawn_blocking(move || {
+                        Sha256Digest::of_reader(std::fs::File::open(&at)?)
+                    })
+                    .await;
+                    matches!(have, Ok(Ok(d)) if d == want)
+                }
+                None => false,
+            };
+            let mut result = if already {
+                Ok(FileOutcome::AlreadyComplete)
+            } else {
+                download
+                    .run_until(stop.cancelled_owned())
+                    .await
+                    .map(|r| FileOutcome::Fetched(Box::new(r)))
+            };
+            if let (Ok(_), Some(t)) = (&result, modified) {
+                if let Err(source) = set_mtime(&local, t) {
+                    result = Err(GetError::Io {
+                        what: "setting the modification time of",
+                        path: local,
+                        source,
+                    });
+                }
+            }
+            (id, result)
+        });
+        self.running.insert(job.id, Running { job, lanes });
+    }
+
+    /// What `stat` would say, when xfer's manifest already said it: a small file is then one
+    /// request, not two round trips. Only xfer's server is known to honour ranges and send the
+    /// strong ETag its manifest lists; a retried file asks again.
+    fn known_remote(&self, job: &FileJob, url: &str) -> Option<RemoteInfo> {
+        if self.format.get() != Some(&ListingFormat::XferManifest) || job.attempts > 0 {
+            return None;
+        }
+        Some(RemoteInfo {
+            url: url.to_string(),
+            size: job.size?,
+            etag: Some(job.etag.clone()?),
+            last_modified: None,
+            accepts_ranges: true,
+            sha256: None,
+        })
+    }
+
+    fn release(&mut self, lanes: &[usize]) {
+        self.free_lanes.extend(lanes.iter().copied());
+    }
+
+    fn handle_finished(&mut self, id: u64, result: Result<FileOutcome, GetError>) {
+        let Some(Running { mut job, lanes }) = self.running.remove(&id) else {
+            return;
+        };
+        self.release(&lanes);
+        self.s
+            .progress
+            .update(|c| c.running.retain(|(i, _)| *i != id));
+        let path = job.path.as_str().to_string();
+        match result {
+            Ok(FileOutcome::AlreadyComplete) => {
+                self.report.skipped += 1;
+                self.s.progress.update(|c| c.files_done += 1);
+            }
+            Ok(FileOutcome::Fetched(report)) => {
+                let new = report.size.saturating_sub(report.resumed_bytes);
+                self.report.fetched += 1;
+                self.report.bytes += new;
+                self.report.resumed_bytes += report.resumed_bytes;
+                self.report.received_bytes += report.received_bytes;
+                self.s.progress.update(|c| {
+                    c.files_done += 1;
+                    c.bytes_done += new;
+                    c.received_done += report.received_bytes;
+                });
+                let record = FileRecord {
+                    path: path.clone(),
+                    size: report.size,
+                    mtime_ns: job.modified.and_then(nanos),
+                    etag: job.etag.clone(),
+                    sha256: report
+                        .sha256
+                        .as_deref()
+                        .and_then(|h| Sha256Digest::from_hex(h).ok()),
+                };
+                if let Err(e) = self.s.journal.append(record) {
+                    // The file is in place; a re-run checks it against the listing again.
+                    tracing::warn!(error = %e, file = %path, "cannot record a finished file");
+                }
+                tracing::debug!(file = %path, "done");
+            }
+            Err(GetError::Interrupted) => {}
+            Err(e) => {
+                let kind = classify(&e);
+                let error = error_chain(&e);
+                job.attempts += 1;
+                if kind == FailureKind::Remote
+                    && job.attempts < self.s.config.file_attempts
+                    && !self.interrupted
+                {
+                    tracing::warn!(file = %path, attempt = job.attempts, error = %error, "file failed; queued again");
+                    self.queue.push_back(job);
+                } else {
+                    self.fail(path, kind, error, true);
+                }
+            }
+        }
+    }
+
+    fn handle_panic(&mut self, e: &tokio::task::JoinError) {
+        // The task's id is lost with its panic: count it failed, free nothing (its lanes
+        // stay out of the budget, which only shrinks parallelism).
+        tracing::error!(error = %e, "a file's task panicked");
+        self.fail(
+            String::new(),
+            FailureKind::Local,
+            format!("a file's task panicked: {e}"),
+            true,
+        );
+    }
+
+    fn handle_listing_end(
+        &mut self,
+        listed: Result<Result<ListingFormat, ListError>, tokio::task::JoinError>,
+    ) {
+        match listed {
+            Ok(Ok(format)) => self.report.listing = Some(format),
+            Ok(Err(_)) if self.interrupted => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %error_chain(&e), "listing failed");
+                self.fail(String::new(), FailureKind::Remote, error_chain(&e), false);
+            }
+            Err(e) => self.fail(
+                String::new(),
+                FailureKind::Local,
+                format!("the listing task failed: {e}"),
+                false,
+            ),
+        }
+    }
+
+    fn fail(&mut self, path: String, kind: FailureKind, error: String, is_file: bool) {
+        tracing::warn!(file = %path, %error, "failed");
+        if is_file {
+            self.s.progress.update(|c| {
+                c.files_done += 1;
+                c.files_failed += 1;
+            });
+        }
+        self.report.failed.push(FailedFile { path, kind, error });
+    }
+}
+
+/// What the destination holds for a listed file.
+enum LocalState {
+    Complete,
+    Missing,
+    HashToCompare,
+}
+
+fn classify(e: &GetError) -> FailureKind {
+    match e {
+        GetError::Stat { .. } | GetError::Chunk { .. } | GetError::Schedule { .. } => {
+            FailureKind::Remote
+        }
+        GetError::WholeDigestMismatch { .. } => FailureKind::Verify,
+        _ => FailureKind::Local,
+    }
+}
+
+fn nanos(t: SystemTime) -> Option<u64> {
+    t.duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_nanos()).ok())
+}
+
+fn set_mtime(path: &Path, t: SystemTime) -> std::io::Result<()> {
+    std::fs::File::options()
+        .write(true)
+        .open(path)?
+        .set_modified(t)
+}

@@ -1,0 +1,185 @@
+//! The tree journal, `<dest>.xfer-tree-journal`: one line per file fetched and verified, so a
+//! re-run knows which files are complete without fetching or hashing them again.
+//!
+//! ```text
+//! xfer-tree-journal 1
+//! {"path":"a/b.bin","size":1234,"mtime_ns":1700000000123456789,"sha256":"<hex>"}
+//! ```
+//!
+//! Lines are appended with one `write(2)` each; a torn or unreadable line is ignored (that file
+//! is checked against the listing again). Files cut short keep their own `.xfer-journal`, which
+//! resumes their chunks.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use xfer_core::Sha256Digest;
+
+const MAGIC: &str = "xfer-tree-journal 1";
+
+/// One completed file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    pub path: String,
+    pub size: u64,
+    /// The modification time given to the local file, nanoseconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime_ns: Option<u64>,
+    /// The server's entity tag, when the listing had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// The whole file's SHA-256, when it was computed (every verified download).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<Sha256Digest>,
+}
+
+/// The records of earlier runs, and the file new ones are appended to.
+#[derive(Debug)]
+pub struct TreeJournal {
+    path: PathBuf,
+    records: HashMap<String, FileRecord>,
+    out: File,
+}
+
+/// The journal cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TreeJournalError {
+    #[error("{path} is not an xfer tree journal; move it away or pass another destination")]
+    Foreign { path: PathBuf },
+    #[error("{what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl TreeJournal {
+    /// Load `path` if it exists, else create it.
+    pub fn open(path: &Path) -> Result<Self, TreeJournalError> {
+        let io = |what: &'static str| {
+            let path = path.to_path_buf();
+            move |source| TreeJournalError::Io { what, path, source }
+        };
+        let mut records = HashMap::new();
+        match File::open(path) {
+            Ok(f) => {
+                let mut lines = BufReader::new(f).lines();
+                match lines.next() {
+                    Some(Ok(first)) if first == MAGIC => {}
+                    None => {}
+                    _ => {
+                        return Err(TreeJournalError::Foreign {
+                            path: path.to_path_buf(),
+                        })
+                    }
+                }
+                let mut ignored = 0usize;
+                for line in lines {
+                    match serde_json::from_str::<FileRecord>(&line.map_err(io("reading"))?) {
+                        Ok(r) => {
+                            records.insert(r.path.clone(), r);
+                        }
+                        Err(_) => ignored += 1,
+                    }
+                }
+                if ignored > 0 {
+                    tracing::warn!(journal = %path.display(), lines = ignored, "ignored unreadable tree journal lines; those files are checked again");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("opening")(e)),
+        }
+        let fresh = records.is_empty();
+        let mut out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io("opening"))?;
+        if fresh && out.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
+            out.write_all(format!("{MAGIC}\n").as_bytes())
+                .map_err(io("writing"))?;
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            records,
+            out,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn record(&self, path: &str) -> Option<&FileRecord> {
+        self.records.get(path)
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Append `record` (one write, so a crash leaves whole lines or a torn last one).
+    pub fn append(&mut self, record: FileRecord) -> Result<(), TreeJournalError> {
+        let mut line = serde_json::to_vec(&record).map_err(|e| TreeJournalError::Io {
+            what: "encoding a record for",
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        line.push(b'\n');
+        self.out
+            .write_all(&line)
+            .map_err(|source| TreeJournalError::Io {
+                what: "appending to",
+                path: self.path.clone(),
+                source,
+            })?;
+        self.records.insert(record.path.clone(), record);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_a_reopen_and_torn_lines_are_ignored(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let tmp = tempfile::tempdir()?;
+        let path = tmp.path().join("t.xfer-tree-journal");
+        let rec = FileRecord {
+            path: "a/b c.bin".into(),
+            size: 5,
+            mtime_ns: Some(1_700_000_000_000_000_001),
+            etag: Some("\"e\"".into()),
+            sha256: Some(Sha256Digest::of(b"hello")),
+        };
+        {
+            let mut j = TreeJournal::open(&path)?;
+            assert!(j.is_empty());
+            j.append(rec.clone())?;
+        }
+        OpenOptions::new()
+            .append(true)
+            .open(&path)?
+            .write_all(b"{\"path\":\"torn")?;
+        let j = TreeJournal::open(&path)?;
+        assert_eq!(j.len(), 1);
+        assert_eq!(j.record("a/b c.bin"), Some(&rec));
+        std::fs::write(&path, "something else\n")?;
+        assert!(matches!(
+            TreeJournal::open(&path),
+            Err(TreeJournalError::Foreign { .. })
+        ));
+        Ok(())
+    }
+}

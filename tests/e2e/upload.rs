@@ -1,0 +1,364 @@
+//! `xfer put` and plain `PUT` against xfer's server over real sockets and TLS (HTTP/1.1,
+//! HTTP/2, h2c and QUIC): identical bytes,
+//! resume after the client is killed and after the server restarts, access refusals that write
+//! nothing, a full disk answered 507 while the server keeps serving, and `curl -T`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use xfer::serve::{ServeConfig, Servers};
+
+use crate::support::{
+    each_transport, json_report, require_program, run_xfer, sha256_file, u64_field,
+    write_random_file, xfer_bin, BoxError, Fixture, Proto, TestResult, MIB,
+};
+
+const ACCESS: &str = r#"
+[[token]]
+name = "uploader"
+token = "upload-token"
+access = "write"
+prefix = "/in"
+
+[[token]]
+name = "reader"
+token = "read-token"
+access = "read"
+prefix = "/"
+"#;
+
+fn configure(cfg: &mut ServeConfig, dir: &Path) {
+    let file = dir.join("access.toml");
+    std::fs::write(&file, ACCESS).expect("writing the access file");
+    cfg.access_file = Some(file);
+    cfg.uploads = Some(Default::default());
+}
+
+async fn fixture(proto: Proto) -> Result<Fixture, BoxError> {
+    let fx = Fixture::start_with(proto, configure).await?;
+    for (name, token) in [
+        ("upload.token", "upload-token"),
+        ("read.token", "read-token"),
+    ] {
+        std::fs::write(fx.dir.path().join(name), format!("{token}\n"))?;
+    }
+    Ok(fx)
+}
+
+fn put_args(fx: &Fixture, file: &Path, path: &str, token: &str, extra: &[&str]) -> Vec<String> {
+    let mut a = vec![
+        "put".to_string(),
+        file.display().to_string(),
+        fx.url(path),
+        "--json".into(),
+        "--token-file".into(),
+        fx.dir.path().join(token).display().to_string(),
+    ];
+    match fx.proto {
+        Proto::Http1Tls => a.extend(["--protocol".into(), "http1".into()]),
+        Proto::Http2Tls | Proto::H2c => a.extend(["--protocol".into(), "http2".into()]),
+        Proto::Quic => {}
+    }
+    if let Some(ca) = fx.ca_cert() {
+        a.push("--ca-cert".into());
+        a.push(ca.display().to_string());
+    }
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+async fn identical_and_refusals(proto: Proto) -> TestResult {
+    let fx = fixture(proto).await?;
+    let src = fx.out().join("src.bin");
+    let sha = write_random_file(&src, 64 * MIB + 12345, 41)?;
+    let out = run_xfer(put_args(
+        &fx,
+        &src,
+        "/in/deep/er/a.bin",
+        "upload.token",
+        &["--lanes", "8", "--chunk-size", "4MiB"],
+    ))
+    .await?;
+    let report = json_report(&out)?;
+    assert_eq!(out.status.code(), Some(0), "{proto:?}: {report}");
+    assert_eq!(report["sha256"].as_str(), Some(sha.as_str()));
+    assert_eq!(
+        sha256_file(&fx.root().join("in/deep/er/a.bin"))?,
+        sha,
+        "{proto:?}"
+    );
+
+    // A small file goes in one request.
+    let small = fx.out().join("small.bin");
+    let small_sha = write_random_file(&small, 1000, 42)?;
+    let out = run_xfer(put_args(&fx, &small, "/in/", "upload.token", &[])).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{proto:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sha256_file(&fx.root().join("in/small.bin"))?, small_sha);
+
+    // Refused: a read-only token, a path outside the token's scope, one outside the root.
+    for (path, token, status) in [
+        ("/in/r.bin", "read.token", "403"),
+        ("/elsewhere/r.bin", "upload.token", "403"),
+        ("/in/%2e%2e/%2e%2e/r.bin", "upload.token", "40"),
+    ] {
+        let out = run_xfer(put_args(&fx, &src, path, token, &[])).await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{proto:?} {path}: {stderr}");
+        assert!(stderr.contains(status), "{proto:?} {path}: {stderr}");
+    }
+    assert!(!fx.root().join("in/r.bin").exists() && !fx.root().join("elsewhere").exists());
+    assert!(!fx.dir.path().join("r.bin").exists());
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// The staging record of the one upload in progress under `dir`, if any.
+fn staging_record(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".xfer-upload.") && n.ends_with(".ranges"))
+        })
+}
+
+fn recorded_chunks(record: &Path) -> usize {
+    std::fs::read_to_string(record)
+        .map(|t| t.lines().count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+async fn killed_client_resumes(proto: Proto) -> TestResult {
+    let fx = fixture(proto).await?;
+    let src = fx.out().join("big.bin");
+    let size = 256 * MIB;
+    let sha = write_random_file(&src, size, 43)?;
+    let (lanes, chunk) = (2u64, MIB);
+    let args = put_args(
+        &fx,
+        &src,
+        "/in/big.bin",
+        "upload.token",
+        &["--lanes", "2", "--chunk-size", "1MiB"],
+    );
+    let dir = fx.root().join("in");
+    let (bin, a) = (xfer_bin(), args.clone());
+    let killed = tokio::task::spawn_blocking(move || -> Result<bool, BoxError> {
+        let mut child = Command::new(bin)
+            .args(&a)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if child.try_wait()?.is_some() {
+                return Ok(false);
+            }
+            if staging_record(&dir).is_some_and(|r| recorded_chunks(&r) >= 8) {
+                child.kill()?;
+                child.wait()?;
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                child.kill()?;
+                return Err("upload made no progress".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+    .await??;
+    assert!(
+        killed,
+        "{proto:?}: the upload finished before it could be interrupted"
+    );
+    assert!(
+        !fx.root().join("in/big.bin").exists(),
+        "{proto:?}: nothing under the final name"
+    );
+
+    let out = run_xfer(args).await?;
+    let report = json_report(&out)?;
+    assert_eq!(out.status.code(), Some(0), "{proto:?}: {report}");
+    let resumed = u64_field(&report, "resumed_bytes")?;
+    let sent = u64_field(&report, "sent_bytes")?;
+    assert!(resumed >= 8 * chunk, "{proto:?}: {report}");
+    // What the server had verified is not sent again; at most what was in flight is.
+    assert!(
+        sent <= size - resumed + lanes * chunk,
+        "{proto:?}: {report}"
+    );
+    assert_eq!(sha256_file(&fx.root().join("in/big.bin"))?, sha);
+    assert!(
+        staging_record(&fx.root().join("in")).is_none(),
+        "{proto:?}: record left behind"
+    );
+    fx.shutdown().await;
+    Ok(())
+}
+
+each_transport! {
+    put_identical => identical_and_refusals;
+    put_killed_then_resumed => killed_client_resumes;
+}
+
+/// The server restarts mid-upload (same root, same port): the re-run finishes from what the
+/// first server recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn server_restart_mid_upload_then_the_client_completes() -> TestResult {
+    let fx = fixture(Proto::Http1Tls).await?;
+    let src = fx.out().join("s.bin");
+    let sha = write_random_file(&src, 24 * MIB, 44)?;
+    // Half the chunks arrive, then the server goes away.
+    let args = put_args(
+        &fx,
+        &src,
+        "/in/s.bin",
+        "upload.token",
+        &["--lanes", "1", "--chunk-size", "1MiB"],
+    );
+    let dir = fx.root().join("in");
+    let (bin, a) = (xfer_bin(), args.clone());
+    let child = std::thread::spawn(move || {
+        Command::new(bin)
+            .args(&a)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while staging_record(&dir).is_none_or(|r| recorded_chunks(&r) < 4) {
+        assert!(Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let addr = fx.servers.http_addr;
+    let root = fx.root();
+    let tmp = fx.dir.path().to_path_buf();
+    fx.servers.shutdown().await;
+    let status = child.join().map_err(|_| "client thread panicked")??;
+    assert!(
+        !status.success(),
+        "the client cannot finish without its server"
+    );
+
+    // The same server again, on the same address and root, with the same certificate.
+    let mut cfg = ServeConfig::new(
+        root.clone(),
+        xfer::serve::ServerTls::Files {
+            cert: tmp.join("cert/cert.pem"),
+            key: tmp.join("cert/key.pem"),
+        },
+    );
+    cfg.http.listen = addr;
+    cfg.quic = false;
+    configure(&mut cfg, &tmp);
+    let servers = Servers::start(cfg).await?;
+    let out = run_xfer(args).await?;
+    let report = json_report(&out)?;
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert!(u64_field(&report, "resumed_bytes")? >= 4 * MIB, "{report}");
+    assert_eq!(sha256_file(&root.join("in/s.bin"))?, sha);
+    servers.shutdown().await;
+    Ok(())
+}
+
+/// `curl -T` with a token: a standard client uploads with a plain PUT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_put_uploads() -> TestResult {
+    let Some(curl) = require_program("curl", &["/usr/bin/curl"], "curl") else {
+        return Ok(());
+    };
+    let fx = fixture(Proto::Http2Tls).await?;
+    let src = fx.out().join("c.bin");
+    let sha = write_random_file(&src, 5 * MIB, 45)?;
+    let ca = fx.ca_cert().ok_or("no CA")?;
+    let url = fx.url("/in/curl/c.bin");
+    let run = |token: Option<&str>| {
+        let mut c = Command::new(&curl);
+        c.args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(&ca)
+            .arg("-T")
+            .arg(&src);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        c.arg(&url).output()
+    };
+    let out = run(None)?;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
+    assert!(!fx.root().join("in/curl/c.bin").exists());
+    let out = run(Some("upload-token"))?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "201",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sha256_file(&fx.root().join("in/curl/c.bin"))?, sha);
+    let out = run(Some("upload-token"))?;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "204", "a replacement");
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// The server's disk fills up during an upload: 507, nothing under the final name, no
+/// staging file left, and the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn full_server_disk_answers_507_and_keeps_serving() -> TestResult {
+    let fx = fixture(Proto::Http2Tls).await?;
+    let Some(disk) = crate::disk_full::SmallDisk::mount(&fx.root().join("in"), 8)? else {
+        return Ok(());
+    };
+    let readable = write_random_file(&fx.root().join("other.bin"), MIB, 46)?;
+    let src = fx.out().join("too-big.bin");
+    write_random_file(&src, 16 * MIB, 47)?;
+    for extra in [
+        &["--chunk-size", "32MiB"][..],
+        &["--chunk-size", "1MiB"][..],
+    ] {
+        let out = run_xfer(put_args(
+            &fx,
+            &src,
+            "/in/too-big.bin",
+            "upload.token",
+            extra,
+        ))
+        .await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{extra:?}: {stderr}");
+        assert!(stderr.contains("507"), "{extra:?}: {stderr}");
+        assert!(!disk.dir.join("too-big.bin").exists());
+    }
+    // The single-request upload cleaned up after itself; the parallel one keeps its record
+    // for a resume once space is freed.
+    let dest = fx.out().join("other.bin");
+    let mut get = vec![
+        "get".to_string(),
+        fx.url("/other.bin"),
+        "-o".into(),
+        dest.display().to_string(),
+        "--quiet".into(),
+    ];
+    if let Some(ca) = fx.ca_cert() {
+        get.extend(["--ca-cert".into(), ca.display().to_string()]);
+    }
+    let out = run_xfer(get).await?;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sha256_file(&dest)?, readable);
+    drop(disk);
+    fx.shutdown().await;
+    Ok(())
+}
