@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone ping:iputils-ping ip:iproute2; do
+for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone openssl:openssl ping:iputils-ping ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use xfer_common::tls::{self, SelfSigned, TlsError};
+use xfer_common::tls::{self, CertOrigin, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{QuicServer, QuicServerConfig, QuicTuning};
@@ -22,8 +22,11 @@ pub enum ServerTls {
     Plain,
     /// PEM files.
     Files { cert: PathBuf, key: PathBuf },
-    /// Generate a certificate for `names` and write it (and its key) into `dir`, for clients to
-    /// trust with `--ca-cert <dir>/cert.pem`.
+    /// Use the certificate and key in `dir` if they are usable for `names` now; otherwise
+    /// generate a certificate for `names` and write it (and its key) there, for clients to
+    /// trust with `--ca-cert <dir>/cert.pem`. Reusing it keeps clients (and transfers running
+    /// across a restart) working; [`ServeConfig::renew_self_signed`] forces a new one.
+    /// [`tls::default_cert_names`] gives the names `xfer serve` uses.
     SelfSigned { dir: PathBuf, names: Vec<String> },
 }
 
@@ -38,6 +41,9 @@ pub struct ServeConfig {
     /// A different UDP address for QUIC.
     pub quic_listen: Option<SocketAddr>,
     pub quic_tuning: QuicTuning,
+    /// With [`ServerTls::SelfSigned`]: generate a new certificate even if the one in the
+    /// directory is usable. Default off.
+    pub renew_self_signed: bool,
     /// Test hook: corrupt bytes at an offset in the first responses that cover it.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
     /// Tokens and client certificates with their scopes (`xfer_service::access`); `None`:
@@ -61,6 +67,7 @@ impl ServeConfig {
             quic: true,
             quic_listen: None,
             quic_tuning: QuicTuning::default(),
+            renew_self_signed: false,
             dangerous_fault: None,
             access_file: None,
             anonymous_read: true,
@@ -91,8 +98,10 @@ pub struct Servers {
     pub quic_addr: Option<SocketAddr>,
     /// Whether HTTP runs over TLS.
     pub tls: bool,
-    /// The generated certificate, when one was made.
+    /// The self-signed certificate in use, with [`ServerTls::SelfSigned`].
     pub self_signed: Option<SelfSigned>,
+    /// Whether that certificate was reused or generated (and why).
+    pub cert_origin: Option<CertOrigin>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -101,6 +110,7 @@ impl Servers {
     /// Bind and start serving in the background.
     pub async fn start(cfg: ServeConfig) -> Result<Self, ServeError> {
         let mut self_signed = None;
+        let mut cert_origin = None;
         let server_tls =
             match &cfg.tls {
                 ServerTls::Plain => None,
@@ -108,7 +118,8 @@ impl Servers {
                     tls::server_config_with_client_ca(cert, key, &[], cfg.client_ca.as_deref())?,
                 )),
                 ServerTls::SelfSigned { dir, names } => {
-                    let made = tls::self_signed(names, dir)?;
+                    let (made, origin) =
+                        tls::reuse_or_generate_self_signed(names, dir, cfg.renew_self_signed)?;
                     let config = tls::server_config_with_client_ca(
                         &made.cert_path,
                         &made.key_path,
@@ -116,6 +127,7 @@ impl Servers {
                         cfg.client_ca.as_deref(),
                     )?;
                     self_signed = Some(made);
+                    cert_origin = Some(origin);
                     Some(Arc::new(config))
                 }
             };
@@ -167,6 +179,7 @@ impl Servers {
             quic_addr,
             tls: server_tls.is_some(),
             self_signed,
+            cert_origin,
             stop,
             tasks,
         })

@@ -30,6 +30,21 @@ mod interop;
 #[path = "e2e/disk_full.rs"]
 mod disk_full;
 
+#[path = "e2e/identity.rs"]
+mod identity;
+
+#[path = "e2e/tiny_server.rs"]
+mod tiny_server;
+
+#[path = "e2e/hostile_server.rs"]
+mod hostile_server;
+
+#[path = "e2e/verification.rs"]
+mod verification;
+
+#[path = "e2e/faults.rs"]
+mod faults;
+
 #[path = "e2e/tree.rs"]
 mod tree;
 

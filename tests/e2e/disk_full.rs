@@ -1,5 +1,9 @@
 //! A disk that fills up during `xfer get`, on every transport: the command ends promptly with
 //! exit code 5, keeps the part file and journal, and a re-run after space is freed resumes.
+//! The disk has room for the file when the transfer starts (a size that cannot fit is refused
+//! before anything is written, `hostile_server.rs`) and shrinks once the part file exists, as
+//! if another writer took the space; a throttling proxy keeps the transfer from finishing
+//! before that.
 //!
 //! The small disk is a tmpfs mounted for the test, which needs root (CI runs as root). Without
 //! root the case is skipped with a message, except under `CI=true`, where it fails. The same
@@ -9,6 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use xfer_test_support::fault_proxy::{Fault, FaultProxy};
 
 use crate::support::{
     each_transport, json_report, u64_field, write_random_file, xfer_bin, BoxError, Fixture, Proto,
@@ -55,14 +61,14 @@ impl SmallDisk {
         }
     }
 
-    /// Free space, as deleting files elsewhere on a real disk would.
-    fn grow(&self, size_mib: u64) -> Result<(), BoxError> {
+    /// Change the space, as other writers taking it or freeing it would on a real disk.
+    fn resize(dir: &Path, size_mib: u64) -> Result<(), BoxError> {
         let st = Command::new("mount")
             .args(["-o", &format!("remount,size={size_mib}m")])
-            .arg(&self.dir)
+            .arg(dir)
             .status()?;
         if !st.success() {
-            return Err(format!("remounting {} failed: {st}", self.dir.display()).into());
+            return Err(format!("remounting {} failed: {st}", dir.display()).into());
         }
         Ok(())
     }
@@ -74,9 +80,16 @@ impl Drop for SmallDisk {
     }
 }
 
+/// Something to do once, as soon as a path exists.
+type OnCreated = (PathBuf, Box<dyn FnOnce() -> Result<(), BoxError> + Send>);
+
 /// Run `xfer`, killing it if it outlives `limit`: the failure this guards against was a
 /// process that kept running after its writer died.
-async fn run_xfer_within(args: Vec<String>, limit: Duration) -> Result<Output, BoxError> {
+async fn run_xfer_within(
+    args: Vec<String>,
+    limit: Duration,
+    mut on_created: Option<OnCreated>,
+) -> Result<Output, BoxError> {
     let bin = xfer_bin();
     let out = tokio::task::spawn_blocking(move || -> Result<Output, BoxError> {
         let mut child = Command::new(bin)
@@ -87,6 +100,11 @@ async fn run_xfer_within(args: Vec<String>, limit: Duration) -> Result<Output, B
             .spawn()?;
         let deadline = Instant::now() + limit;
         while child.try_wait()?.is_none() {
+            if on_created.as_ref().is_some_and(|(path, _)| path.exists()) {
+                if let Some((_, action)) = on_created.take() {
+                    action()?;
+                }
+            }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let out = child.wait_with_output()?;
@@ -108,13 +126,29 @@ async fn full_disk_exits_5_and_resumes(proto: Proto) -> TestResult {
     let fx = Fixture::start(proto).await?;
     let size = 32 * MIB;
     let sha = write_random_file(&fx.root().join("big.bin"), size, 77)?;
-    let Some(disk) = SmallDisk::mount(&fx.out().join("small"), 12)? else {
+    let Some(disk) = SmallDisk::mount(&fx.out().join("small"), 40)? else {
         return Ok(());
     };
+    // Every connection paced, so the disk shrinks long before the transfer could end.
+    let pace = vec![
+        Fault::Throttle {
+            bytes_per_sec: 4 * MIB
+        };
+        10_000
+    ];
+    let (proxy, scheme) = match proto {
+        Proto::Quic => {
+            let quic = fx.servers.quic_addr.ok_or("quic is not running")?;
+            (FaultProxy::udp(quic, pace).await?, "quic")
+        }
+        Proto::H2c => (FaultProxy::tcp(fx.servers.http_addr, pace).await?, "http"),
+        _ => (FaultProxy::tcp(fx.servers.http_addr, pace).await?, "https"),
+    };
+    let url = format!("{scheme}://127.0.0.1:{}/big.bin", proxy.addr().port());
     let dest = disk.dir.join("big.bin");
     let mut args = vec![
         "get".to_string(),
-        fx.url("/big.bin"),
+        url,
         "-o".into(),
         dest.display().to_string(),
         "--chunk-size".into(),
@@ -128,7 +162,10 @@ async fn full_disk_exits_5_and_resumes(proto: Proto) -> TestResult {
     // Generous: on a loaded machine a start-up takes seconds; a hang takes forever.
     let limit = Duration::from_secs(60);
 
-    let out = run_xfer_within(args.clone(), limit).await?;
+    let part = disk.dir.join("big.bin.part");
+    let dir = disk.dir.clone();
+    let shrink: OnCreated = (part.clone(), Box::new(move || SmallDisk::resize(&dir, 12)));
+    let out = run_xfer_within(args.clone(), limit, Some(shrink)).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{proto:?}: stderr: {stderr}");
     assert!(
@@ -136,15 +173,14 @@ async fn full_disk_exits_5_and_resumes(proto: Proto) -> TestResult {
         "{proto:?}: the message must say the disk is full: {stderr}"
     );
     assert!(!dest.exists(), "{proto:?}");
-    let part = disk.dir.join("big.bin.part");
     let journal = disk.dir.join("big.bin.xfer-journal");
     assert!(
         part.exists() && journal.exists(),
         "{proto:?}: part file and journal kept"
     );
 
-    disk.grow(64)?;
-    let out = run_xfer_within(args, limit).await?;
+    SmallDisk::resize(&disk.dir, 64)?;
+    let out = run_xfer_within(args, limit, None).await?;
     let report = json_report(&out)?;
     assert_eq!(out.status.code(), Some(0), "{proto:?}: {report}");
     assert!(

@@ -195,6 +195,18 @@ pub async fn run_xfer(args: Vec<String>) -> Result<Output, BoxError> {
     Ok(out)
 }
 
+/// `xfer get URL -o DEST` followed by `extra`.
+pub fn get_args(url: &str, dest: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "get".to_string(),
+        url.to_string(),
+        "-o".into(),
+        dest.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
 /// The report `xfer get --json` printed.
 pub fn json_report(out: &Output) -> Result<serde_json::Value, BoxError> {
     serde_json::from_slice(&out.stdout).map_err(|e| {

@@ -65,11 +65,13 @@ fn put_code(p: &PutError) -> u8 {
 fn get_code(g: &GetError) -> u8 {
     match g {
         GetError::Stat { .. } | GetError::Chunk { .. } | GetError::Schedule { .. } => REMOTE,
-        GetError::WholeDigestMismatch { .. } => VERIFY,
+        GetError::WholeDigestMismatch { .. } | GetError::Unverified { .. } => VERIFY,
         GetError::DestinationExists { .. }
         | GetError::DestinationNotAFile { .. }
         | GetError::Journal(_)
         | GetError::Io { .. }
+        | GetError::ImplausibleSize { .. }
+        | GetError::NoRoom { .. }
         | GetError::Write(_) => LOCAL,
         GetError::Plan(_) | GetError::Config(_) => USAGE,
         GetError::Interrupted => INTERRUPTED,

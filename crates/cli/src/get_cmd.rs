@@ -58,8 +58,13 @@ pub struct GetArgs {
     #[arg(long)]
     pub sha256_file: bool,
     /// Skip every digest: no hashing, nothing checked. Only to measure raw transport speed.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "require_digest")]
     pub no_verify: bool,
+    /// Fail (exit code 4, the part file kept, nothing under the final name) unless every byte
+    /// was checked against a digest from the server (per chunk or whole file) or
+    /// --expect-sha256.
+    #[arg(long)]
+    pub require_digest: bool,
     /// Replace the output file if it exists.
     #[arg(long)]
     pub overwrite: bool,
@@ -110,6 +115,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         lanes: args.lanes,
         verify: !args.no_verify,
         expect_sha256,
+        require_digest: args.require_digest,
         write_sha256_file: args.sha256_file,
         overwrite: args.overwrite,
         ..GetConfig::default()

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
+use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{Http2Config, QuicTuning};
 
@@ -28,12 +29,18 @@ pub struct ServeArgs {
     /// Generate a self-signed certificate; clients trust it with --ca-cert <cert-dir>/cert.pem.
     #[arg(long, conflicts_with_all = ["tls_cert", "plain"])]
     pub self_signed: bool,
-    /// Where --self-signed writes cert.pem and key.pem.
+    /// Where --self-signed keeps cert.pem and key.pem. A usable certificate already there is
+    /// reused, so clients that trust it keep working across restarts.
     #[arg(long, default_value = "xfer-cert")]
     pub cert_dir: PathBuf,
-    /// Names for the self-signed certificate (DNS names or IPs).
-    #[arg(long, default_values = ["localhost", "127.0.0.1", "::1"])]
+    /// More names for the self-signed certificate (DNS names or IPs), besides localhost,
+    /// 127.0.0.1, ::1, this host's name and the listen addresses. Repeatable.
+    #[arg(long, value_name = "NAME")]
     pub cert_name: Vec<String>,
+    /// Replace the certificate in --cert-dir with a new one even if it is still usable
+    /// (clients must then be given the new cert.pem).
+    #[arg(long, requires = "self_signed")]
+    pub new_cert: bool,
     /// Serve plain HTTP (no TLS, no QUIC). Anyone on the path can read and alter the data.
     #[arg(long, conflicts_with = "tls_cert")]
     pub plain: bool,
@@ -104,9 +111,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             key: key.clone(),
         }
     } else if args.self_signed {
+        let listen: Vec<_> = std::iter::once(args.listen.ip())
+            .chain(args.quic_listen.map(|a| a.ip()))
+            .collect();
+        let mut names = tls::default_cert_names(&listen);
+        for name in &args.cert_name {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
         ServerTls::SelfSigned {
             dir: args.cert_dir.clone(),
-            names: args.cert_name.clone(),
+            names,
         }
     } else {
         return Err(UsageError(
@@ -141,6 +157,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.http.repr_digest = !args.no_repr_digest;
     cfg.quic = !args.no_quic;
     cfg.quic_listen = args.quic_listen;
+    cfg.renew_self_signed = args.new_cert;
     let mut quic = QuicTuning::default();
     if let Some(cc) = args.quic_congestion {
         quic.congestion = cc.into();
@@ -160,9 +177,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let servers = Servers::start(cfg)
         .await
         .with_context(|| format!("serving {}", args.dir.display()))?;
-    if let Some(s) = &servers.self_signed {
+    if let (Some(s), Some(origin)) = (&servers.self_signed, &servers.cert_origin) {
+        let how = match origin {
+            CertOrigin::Reused => "reusing".to_string(),
+            CertOrigin::Generated { reason } => format!("generated ({reason})"),
+        };
         eprintln!(
-            "self-signed certificate: {} (SHA-256 {})",
+            "self-signed certificate: {} (SHA-256 {}), {how}",
             s.cert_path.display(),
             s.sha256_fingerprint
         );

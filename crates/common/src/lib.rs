@@ -34,7 +34,6 @@ pub mod secret;
 pub mod sockbuf;
 pub mod synthetic;
 pub mod tls;
-mod tls_identity;
 
 pub use digest_cache::{DigestCache, DigestCacheConfig};
 pub use fault::FaultInjection;

@@ -55,6 +55,11 @@ pub enum TransferError {
     /// The peer sent a response for a different range, size or representation than asked.
     #[error("{peer} sent an unexpected response: {message}")]
     Unexpected { peer: String, message: String },
+    /// The server answered a range request with the whole resource (a server that advertises
+    /// `Accept-Ranges: bytes` and ignores `Range`). Not retried: the engine starts over with
+    /// one sequential stream of the whole.
+    #[error("{peer} answered a range request with the whole resource (200): it ignores ranges")]
+    RangesIgnored { peer: String },
     /// The remote resource is not the one the transfer started with (size or validator changed).
     #[error("{url} changed during the transfer: {what}")]
     RemoteChanged { url: String, what: String },
@@ -74,8 +79,20 @@ impl TransferError {
             | Self::Protocol { .. }
             | Self::Unexpected { .. } => true,
             Self::Status { status, .. } => is_transient_status(*status),
-            Self::Tls { .. } | Self::RemoteChanged { .. } | Self::Config(_) => false,
+            Self::Tls { .. }
+            | Self::RangesIgnored { .. }
+            | Self::RemoteChanged { .. }
+            | Self::Config(_) => false,
         }
+    }
+}
+
+impl TransferError {
+    /// Whether the peer's host said nothing listens there (TCP RST to the SYN, ICMP port
+    /// unreachable for QUIC). Retried during a transfer, where it means a server restarting,
+    /// but not when first reaching the server: then it means a wrong address or port.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Self::Connect { source, .. } if source.kind() == io::ErrorKind::ConnectionRefused)
     }
 }
 

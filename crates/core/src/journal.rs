@@ -78,12 +78,19 @@ pub struct ChunkRecord {
     pub len: u64,
     /// `None` when the transfer ran without digests.
     pub sha256: Option<Sha256Digest>,
+    /// The server's own digest of the chunk matched (written as a trailing `s`; records
+    /// without it, including those of older journals, make no such claim).
+    pub server_checked: bool,
 }
 
 impl ChunkRecord {
     fn body(&self) -> String {
         let digest = self.sha256.map_or_else(|| "-".to_string(), |d| d.to_hex());
-        format!("c {} {} {} {digest}", self.chunk, self.offset, self.len)
+        let server = if self.server_checked { " s" } else { "" };
+        format!(
+            "c {} {} {} {digest}{server}",
+            self.chunk, self.offset, self.len
+        )
     }
 
     fn line(&self) -> String {
@@ -109,8 +116,16 @@ impl ChunkRecord {
                 "-" => None,
                 hex => Some(Sha256Digest::from_hex(hex).ok()?),
             },
+            server_checked: false,
         };
-        f.next().is_none().then_some(rec)
+        match (f.next(), f.next()) {
+            (None, _) => Some(rec),
+            (Some("s"), None) => Some(Self {
+                server_checked: true,
+                ..rec
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -300,7 +315,26 @@ mod tests {
             offset: u64::from(i) * (16 << 20),
             len: 16 << 20,
             sha256: (i != 2).then(|| Sha256Digest::of(&i.to_le_bytes())),
+            server_checked: i % 2 == 1,
         }
+    }
+
+    #[test]
+    fn server_checked_is_kept_and_old_records_make_no_claim() {
+        for i in 0..4 {
+            assert_eq!(ChunkRecord::parse(&rec(i).line()), Some(rec(i)));
+        }
+        assert!(rec(1).line().contains(" s "), "{}", rec(1).line());
+        // A record as journals wrote them before the flag existed.
+        let old = ChunkRecord {
+            server_checked: false,
+            ..rec(1)
+        };
+        assert_eq!(ChunkRecord::parse(&old.line()), Some(old));
+        // Anything else after the digest is a damaged line.
+        let body = format!("{} x", rec(0).body());
+        let check = &Sha256Digest::of(body.as_bytes()).to_hex()[..8];
+        assert_eq!(ChunkRecord::parse(&format!("{body} {check}\n")), None);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod schedule;
 pub mod sink;
 pub mod size;
 pub mod transport;
+pub mod verification;
 pub mod whole_hash;
 
 pub use digest::Sha256Digest;

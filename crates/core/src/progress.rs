@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::transport::ConnectionStats;
+use crate::verification::Verification;
 
 /// Counters for one lane.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -39,6 +40,9 @@ pub struct ProgressSnapshot {
     pub retries: u64,
     pub digest_mismatches: u64,
     pub duplicates: u64,
+    /// Verified chunks whose bytes matched a digest the server sent for them (this run's,
+    /// and resumed chunks whose journal record says so).
+    pub server_digest_chunks: u64,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -158,8 +162,10 @@ pub struct Report {
     pub duplicates: u64,
     /// Whole-file SHA-256, hex; `null` when verification was off.
     pub sha256: Option<String>,
-    /// What the whole-file digest and the chunks were checked against.
+    /// What the file was checked against, one phrase each ([`Verification::sources`]).
     pub verified_against: Vec<String>,
+    /// The same, as counts and flags.
+    pub verification: Verification,
     pub connections: Vec<ConnectionStats>,
 }
 
@@ -190,6 +196,7 @@ impl Report {
         if let Some(d) = &self.sha256 {
             s.push_str(&format!(", sha256 {d}"));
         }
+        s.push_str(&format!("; {}", self.verification.describe()));
         s
     }
 }

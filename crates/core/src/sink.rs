@@ -245,11 +245,13 @@ pub fn record(
     chunk: ChunkIndex,
     range: std::ops::Range<u64>,
     sha256: Option<Sha256Digest>,
+    server_checked: bool,
 ) -> ChunkRecord {
     ChunkRecord {
         chunk,
         offset: range.start,
         len: range.end - range.start,
         sha256,
+        server_checked,
     }
 }

@@ -344,7 +344,7 @@ impl xfer_core::sink::PartFile for FailingDisk {
 fn failing_disk(
     room: u64,
     sync_fails: bool,
-) -> impl FnOnce(std::fs::File) -> Box<dyn xfer_core::sink::PartFile> + Send {
+) -> impl FnMut(std::fs::File) -> Box<dyn xfer_core::sink::PartFile> + Send {
     move |file| {
         Box::new(FailingDisk {
             file,

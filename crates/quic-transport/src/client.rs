@@ -50,8 +50,9 @@ pub struct QuicClientConfig {
     pub connect_timeout: Duration,
     /// A connection with no packets for this long is dead (quinn's idle timeout; the smaller
     /// of both ends' values applies). Keep-alives go out every third of it, so an idle but
-    /// healthy connection survives. Also bounds the wait for a response head. Default 30 s.
-    /// Allowed 1 s to 1 h.
+    /// healthy connection survives. Also bounds the wait for a response head and for each
+    /// read of a body: a stream that delivers nothing for this long fails (retryable) even
+    /// while its connection lives. Default 30 s. Allowed 1 s to 1 h.
     pub idle_timeout: Duration,
     /// Bearer token sent with every request. Default none.
     pub token: Option<Secret>,
@@ -293,7 +294,13 @@ impl Inner {
         let connecting = endpoint
             .connect_with(self.quinn_config.clone(), addr, &self.target.host)
             .map_err(|e| TransferError::Config(format!("cannot connect to {}: {e}", self.peer)))?;
-        let connection = connecting.await.map_err(|e| {
+        let handshake = tokio::select! {
+            handshake = connecting => handshake,
+            refusal = port_unreachable(addr) => {
+                return Err(connect_err(refusal));
+            }
+        };
+        let connection = handshake.map_err(|e| {
             // A handshake that failed for reasons other than TLS never connected.
             match connection_error(&self.peer, e, "handshake") {
                 TransferError::Io { peer, source } => TransferError::Connect { peer, source },
@@ -440,11 +447,63 @@ fn describe_code(code: u64) -> String {
     }
 }
 
+/// Resolves with a "connection refused" error if `addr`'s host answers datagrams with ICMP
+/// port unreachable (nothing listens on that UDP port); never resolves otherwise.
+///
+/// quinn's endpoint socket is unconnected, so the kernel does not report ICMP errors to it and
+/// a handshake to a closed port would wait out the whole connect timeout. A connected socket
+/// beside it gets them: it sends a one-byte datagram, which a QUIC server drops as too short
+/// to be a packet, a few times in case one is lost.
+async fn port_unreachable(addr: SocketAddr) -> io::Error {
+    let local: SocketAddr = if addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let refused = |e: &io::Error| e.kind() == io::ErrorKind::ConnectionRefused;
+    if let Ok(socket) = tokio::net::UdpSocket::bind(local).await {
+        if socket.connect(addr).await.is_ok() {
+            let mut buf = [0u8; 64];
+            for wait in [100, 400, 1500].map(Duration::from_millis) {
+                if let Err(e) = socket.send(&[0]).await {
+                    if refused(&e) {
+                        return refusal(addr);
+                    }
+                }
+                if let Ok(Err(e)) = tokio::time::timeout(wait, socket.recv(&mut buf)).await {
+                    if refused(&e) {
+                        return refusal(addr);
+                    }
+                }
+            }
+        }
+    }
+    std::future::pending().await
+}
+
+fn refusal(addr: SocketAddr) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionRefused,
+        format!("nothing listens on UDP {addr} (ICMP port unreachable)"),
+    )
+}
+
+/// The TLS `unknown_ca` alert (RFC 8446 §6.2).
+const UNKNOWN_CA_ALERT: u64 = 48;
+
 /// Classify a dead connection: TLS alerts (QUIC crypto errors 0x100-0x1ff) are not retried,
 /// timeouts and everything else are.
 fn connection_error(peer: &str, e: ConnectionError, during: &str) -> TransferError {
     let crypto = |code: u64| (0x100..0x200).contains(&code);
     match &e {
+        // Our own verifier refused the server's certificate: rustls sends unknown_ca for an
+        // unknown issuer (RFC 9001 §4.8: crypto error 0x100 + the TLS alert).
+        ConnectionError::TransportError(t) if u64::from(t.code) == 0x100 + UNKNOWN_CA_ALERT => {
+            TransferError::Tls {
+                peer: peer.to_string(),
+                message: format!("{e}: {}", tls::UNKNOWN_ISSUER_HINT),
+            }
+        }
         ConnectionError::TransportError(t) if crypto(u64::from(t.code)) => TransferError::Tls {
             peer: peer.to_string(),
             message: e.to_string(),
@@ -716,6 +775,7 @@ impl Lane for QuicLane {
             }
             Ok(Box::new(QuicBody {
                 peer: inner.peer.clone(),
+                stall: inner.config.idle_timeout,
                 recv,
                 expected: expected.end - expected.start,
                 got: 0,
@@ -738,6 +798,8 @@ impl Lane for QuicLane {
 /// The body of one GET: exactly `expected` bytes, then the trailer if announced, then FIN.
 struct QuicBody {
     peer: String,
+    /// Longest wait for any read (see [`QuicClientConfig::idle_timeout`]).
+    stall: Duration,
     recv: RecvStream,
     expected: u64,
     got: u64,
@@ -758,7 +820,9 @@ impl QuicBody {
         }
         // Never read past the body: the trailer follows in the same stream.
         let max = usize::try_from(remaining).unwrap_or(usize::MAX);
-        match self.recv.read_chunk(max, true).await {
+        let read = tokio::time::timeout(self.stall, self.recv.read_chunk(max, true)).await;
+        let read = read.map_err(|_| self.stalled("body"))?;
+        match read {
             Ok(Some(chunk)) => {
                 self.got += chunk.bytes.len() as u64;
                 Ok(Some(chunk.bytes))
@@ -780,13 +844,14 @@ impl QuicBody {
     async fn finish(&mut self) -> Result<(), TransferError> {
         if self.trailer {
             let mut buf = [0u8; TRAILER_LEN];
-            self.recv
-                .read_exact(&mut buf)
+            tokio::time::timeout(self.stall, self.recv.read_exact(&mut buf))
                 .await
+                .map_err(|_| self.stalled("trailer"))?
                 .map_err(|e| read_exact_error(&self.peer, e, "trailer"))?;
             self.digest = Some(decode_trailer(&buf).map_err(|e| protocol(&self.peer, &e))?);
         }
-        match self.recv.read_chunk(1, true).await {
+        let end = tokio::time::timeout(self.stall, self.recv.read_chunk(1, true)).await;
+        match end.map_err(|_| self.stalled("end of the response"))? {
             Ok(None) => {
                 self.done = true;
                 Ok(())
@@ -796,6 +861,19 @@ impl QuicBody {
                 message: "bytes after the end of the response".into(),
             }),
             Err(e) => Err(read_error(&self.peer, e, "end of the response")),
+        }
+    }
+}
+
+impl QuicBody {
+    fn stalled(&self, what: &str) -> TransferError {
+        TransferError::Timeout {
+            peer: self.peer.clone(),
+            what: format!(
+                "stream stalled in the {what} after {} of {} bytes",
+                self.got, self.expected
+            ),
+            after: self.stall,
         }
     }
 }

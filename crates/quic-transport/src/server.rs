@@ -4,8 +4,9 @@
 //! `xfer/1` into a core request, encodes the plan into a [`ResponseHead`], and pumps the core's
 //! body stream with `write_chunk` (which hands the `Bytes` to quinn without a copy), ending
 //! with the binary digest trailer. What it owns: the accept loops, connection and stream
-//! limits, the request timeout, and stream aborts. One task per connection accepts streams;
-//! one task per stream reads the request and answers it.
+//! limits, the request timeout, the write-stall watchdog (a stream whose client takes
+//! nothing for `stall_timeout` is reset), and stream aborts. One task per connection accepts
+//! streams; one task per stream reads the request and answers it.
 //!
 //! LIST answers with the core's manifest of a directory, streamed to FIN.
 //!
@@ -72,6 +73,13 @@ pub struct QuicServerConfig {
     /// Block size and read-ahead of response bodies, the same policy as the HTTP server's.
     /// Default 256 KiB blocks, one ahead.
     pub stream: StreamOptions,
+    /// A response stream whose client takes no bytes for this long (its flow-control window
+    /// stays shut while the connection lives on keep-alives) is reset with
+    /// [`ErrorCode::Stalled`], which frees its send buffer and read-ahead. Default 60 s:
+    /// far above any pause of a reading client on a 300 ms path, and it caps how long a
+    /// client that stops reading holds up to a stream window of server memory. Allowed 1 s
+    /// to 1 h.
+    pub stall_timeout: Duration,
     /// Test hook: corrupt a byte after the digest is computed. Never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
     /// Who may read and write what; the same rules as the HTTP server's when both run.
@@ -96,6 +104,7 @@ impl QuicServerConfig {
             digest_cache: None,
             repr_digest: true,
             stream: StreamOptions::default(),
+            stall_timeout: Duration::from_secs(60),
             dangerous_fault: None,
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
@@ -112,6 +121,13 @@ impl QuicServerConfig {
                 "max_connections",
                 self.max_connections,
                 "1 to 100000",
+            ));
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.stall_timeout) {
+            return Err(ConfigError::new(
+                "stall_timeout",
+                format!("{:?}", self.stall_timeout),
+                "1 s to 1 h",
             ));
         }
         if !(1..=10_000).contains(&self.max_streams_per_connection) {
@@ -150,6 +166,7 @@ pub struct QuicServer {
 
 struct State {
     max_connections: usize,
+    stall_timeout: Duration,
     active: AtomicUsize,
     service: Service,
 }
@@ -194,6 +211,7 @@ impl QuicServer {
             buffers,
             state: Arc::new(State {
                 max_connections: config.max_connections,
+                stall_timeout: config.stall_timeout,
                 active: AtomicUsize::new(0),
                 service: Service::new(ServiceConfig {
                     root: config.root,
@@ -331,6 +349,10 @@ async fn handle_stream(
                 tracing::warn!(%peer, path = %request.path, error = %e, "read failed mid-body; resetting stream");
                 let _ = send.reset(ErrorCode::InternalError.varint());
             }
+            SendError::Stalled(after) => {
+                tracing::info!(%peer, path = %request.path, ?after, "client took nothing for the stall timeout; resetting stream");
+                let _ = send.reset(ErrorCode::Stalled.varint());
+            }
         }
     }
 }
@@ -418,6 +440,8 @@ fn abort_stream(send: &mut SendStream, recv: &mut RecvStream, code: ErrorCode, p
 enum SendError {
     Write(WriteError),
     Read(io::Error),
+    /// No byte was taken for this long.
+    Stalled(Duration),
 }
 
 impl From<WriteError> for SendError {
@@ -538,27 +562,42 @@ async fn respond(
         .service
         .respond_with_body(&decode(req, caller), body)
         .await;
+    let stall = state.stall_timeout;
     send_head(send, &encode_head(&plan)).await?;
     // A refusal's text travels in the head's message; only streams and listings have a body.
     match plan.body {
         Body::Stream(mut body) => {
             while let Some(event) = body.next().await {
                 match event.map_err(SendError::Read)? {
-                    BodyEvent::Data(block) => send.write_chunk(block).await?,
+                    BodyEvent::Data(block) => write_watched(send, block, stall).await?,
                     BodyEvent::Trailer(digest) => {
-                        send.write_chunk(Bytes::copy_from_slice(&encode_trailer(&digest)))
-                            .await?
+                        let trailer = Bytes::copy_from_slice(&encode_trailer(&digest));
+                        write_watched(send, trailer, stall).await?
                     }
                 }
             }
         }
         Body::Listing(mut listing) => {
             while let Some(chunk) = listing.next().await {
-                send.write_chunk(chunk.map_err(SendError::Read)?).await?;
+                write_watched(send, chunk.map_err(SendError::Read)?, stall).await?;
             }
         }
         Body::Empty | Body::Message(_) => {}
     }
     let _ = send.finish();
     Ok(())
+}
+
+/// `write_chunk`, failing with [`SendError::Stalled`] when the client takes none of it for
+/// `stall`. quinn accepts bytes as soon as flow control allows, so a write that waits this
+/// long means the client's window stayed shut.
+async fn write_watched(
+    send: &mut SendStream,
+    block: Bytes,
+    stall: Duration,
+) -> Result<(), SendError> {
+    match tokio::time::timeout(stall, send.write_chunk(block)).await {
+        Ok(written) => Ok(written?),
+        Err(_) => Err(SendError::Stalled(stall)),
+    }
 }

@@ -620,6 +620,9 @@ pub enum ErrorCode {
     Cancelled,
     /// The server refused the connection (over its connection limit) or is shutting down.
     ServerBusy,
+    /// The client read none of the body for the server's stall timeout; the server reset the
+    /// stream and freed what it held for it.
+    Stalled,
 }
 
 impl ErrorCode {
@@ -633,6 +636,7 @@ impl ErrorCode {
             Self::InternalError => 0x05,
             Self::Cancelled => 0x06,
             Self::ServerBusy => 0x07,
+            Self::Stalled => 0x08,
         }
     }
 
@@ -646,6 +650,7 @@ impl ErrorCode {
             0x05 => Self::InternalError,
             0x06 => Self::Cancelled,
             0x07 => Self::ServerBusy,
+            0x08 => Self::Stalled,
             _ => return None,
         })
     }
@@ -676,6 +681,7 @@ impl fmt::Display for ErrorCode {
             Self::InternalError => "internal error",
             Self::Cancelled => "cancelled",
             Self::ServerBusy => "server busy",
+            Self::Stalled => "stalled",
         };
         write!(f, "{name} (0x{:02x})", self.code())
     }

@@ -30,6 +30,14 @@ struct Fixture {
 
 impl Fixture {
     async fn start(fault: Option<Arc<FaultInjection>>) -> Self {
+        Self::start_with(fault, |_| {}).await
+    }
+
+    /// As [`Fixture::start`], with `tweak` applied to the server's configuration.
+    async fn start_with(
+        fault: Option<Arc<FaultInjection>>,
+        tweak: impl FnOnce(&mut QuicServerConfig),
+    ) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("root");
         std::fs::create_dir_all(&root).expect("mkdir root");
@@ -49,6 +57,7 @@ impl Fixture {
         );
         config.tuning = small_buffers();
         config.dangerous_fault = fault;
+        tweak(&mut config);
         let server = QuicServer::bind(config).await.expect("bind quic server");
         let addr = server.local_addr();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -479,6 +488,163 @@ async fn an_abandoned_body_does_not_disturb_the_next_request() {
             .await
             .expect("next request on the same connection");
         assert!(bytes == data[100..200]);
+        fx.shutdown().await;
+    });
+}
+
+/// A closed UDP port fails at once as a refused connection (ICMP port unreachable), not
+/// after the whole connect timeout, and is not retried when first reaching the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_port_is_refused_not_timed_out() {
+    limited!(async {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("free udp port")
+            .port();
+        let config = QuicClientConfig {
+            tuning: small_buffers(),
+            // Far beyond the limit of this test: a wait for the handshake fails it.
+            connect_timeout: Duration::from_secs(600),
+            ..QuicClientConfig::default()
+        };
+        let url = format!("quic://127.0.0.1:{port}/x");
+        let t = QuicTransport::new(&url, config).expect("client");
+        let err = t.stat().await.expect_err("nothing listens there");
+        assert!(err.is_refused(), "{err:?}");
+        assert!(err.to_string().contains("127.0.0.1"), "{err}");
+    });
+}
+
+/// The server announces a body, sends part of it and then nothing, while the connection
+/// stays alive on keep-alives: the client's read fails as a stall instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_times_out_on_a_live_connection() {
+    limited!(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let certs = tls::self_signed(&["127.0.0.1".to_string()], dir.path()).expect("cert");
+        let server_tls =
+            tls::server_config(&certs.cert_path, &certs.key_path, &[ALPN]).expect("tls");
+        let crypto =
+            quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(server_tls)).expect("q");
+        let endpoint = quinn::Endpoint::server(
+            quinn::ServerConfig::with_crypto(Arc::new(crypto)),
+            "127.0.0.1:0".parse().expect("literal"),
+        )
+        .expect("endpoint");
+        let addr = endpoint.local_addr().expect("addr");
+        let size = 1_000_000u64;
+        let server = tokio::spawn(async move {
+            let conn = endpoint
+                .accept()
+                .await
+                .expect("incoming")
+                .await
+                .expect("conn");
+            let mut held = Vec::new();
+            loop {
+                let Ok((mut send, mut recv)) = conn.accept_bi().await else {
+                    return;
+                };
+                let request = recv.read_to_end(8192).await.expect("request");
+                let request = Request::decode(&request).expect("valid request");
+                let head = ResponseHead {
+                    status: if request.range.is_some() { 206 } else { 200 },
+                    size,
+                    range: request.range.clone(),
+                    ..ResponseHead::default()
+                };
+                send.write_all(&head.encode().expect("head"))
+                    .await
+                    .expect("head");
+                if request.method == Method::Get {
+                    send.write_all(&[7u8; 1000]).await.expect("some body");
+                }
+                // Never finished, never reset: the stream stays open and silent.
+                held.push((send, recv));
+            }
+        });
+        let config = QuicClientConfig {
+            tuning: small_buffers(),
+            tls: ClientTlsOptions {
+                ca_certs: vec![certs.cert_path.clone()],
+                dangerous_insecure: false,
+                client_identity: None,
+            },
+            idle_timeout: Duration::from_secs(2),
+            ..QuicClientConfig::default()
+        };
+        let t = QuicTransport::new(&format!("quic://127.0.0.1:{}/f", addr.port()), config)
+            .expect("client");
+        let mut lane = t.open_lane(0).await.expect("lane");
+        let info = RemoteInfo {
+            url: String::new(),
+            size,
+            etag: None,
+            last_modified: None,
+            accepts_ranges: true,
+            sha256: None,
+        };
+        let whole = RangeRequest {
+            want_digest: false,
+            ..range_req(&info, 0..size)
+        };
+        let mut body = lane.fetch(&whole).await.expect("head");
+        let mut got = 0;
+        let err = loop {
+            match body.next_data().await {
+                Ok(Some(b)) => got += b.len(),
+                Ok(None) => panic!("the body ended after {got} bytes"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(got, 1000);
+        assert!(
+            matches!(&err, TransferError::Timeout { what, .. } if what.contains("stalled")),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
+        server.abort();
+    });
+}
+
+/// A client that asks for a large body and reads none of it: the server resets the stream
+/// after its stall timeout (freeing what it buffered) rather than holding it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_resets_a_stream_its_client_does_not_read() {
+    limited!(async {
+        let fx = Fixture::start_with(None, |c| c.stall_timeout = Duration::from_secs(1)).await;
+        fx.write("big.bin", &pattern(32 << 20));
+        let (_endpoint, conn) = raw_connection(&fx).await;
+        let request = Request {
+            method: Method::Get,
+            path: "/big.bin".into(),
+            range: None,
+            want_digest: false,
+            validator: None,
+            token: None,
+            upload: None,
+        };
+        let (mut send, mut recv) = conn.open_bi().await.expect("open stream");
+        send.write_all(&request.encode().expect("encode"))
+            .await
+            .expect("send");
+        send.finish().expect("finish");
+        // Read nothing; wait for the server to give up on the stream.
+        let code = recv.received_reset().await.expect("reset or finish");
+        assert_eq!(code, Some(ErrorCode::Stalled.varint()));
+        // The connection is still good for other requests.
+        let stat = raw_exchange(
+            &conn,
+            &Request {
+                method: Method::Stat,
+                ..request
+            }
+            .encode()
+            .expect("encode"),
+        )
+        .await
+        .expect("stat answered");
+        assert_eq!(stat.size, 32 << 20);
         fx.shutdown().await;
     });
 }

@@ -67,6 +67,9 @@ pub(super) struct Driver {
     buffers: HashMap<AttemptId, Vec<Bytes>>,
     /// The error behind each chunk's last failure, for the final message.
     errors: HashMap<ChunkIndex, TransferError>,
+    /// Per chunk: verified against a digest the server sent (this run or, for resumed
+    /// chunks, the journal's word). Counted into the progress's `server_digest_chunks`.
+    server_checked: Vec<bool>,
 }
 
 struct LaneSlot {
@@ -81,6 +84,7 @@ impl Driver {
         lanes: usize,
         ctx: LaneContext,
         source: String,
+        server_checked: Vec<bool>,
     ) -> (Self, mpsc::UnboundedReceiver<LaneEvent>) {
         let ctx = Arc::new(ctx);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -114,6 +118,7 @@ impl Driver {
             tokens: HashMap::new(),
             buffers: HashMap::new(),
             errors: HashMap::new(),
+            server_checked,
         };
         (driver, events_rx)
     }
@@ -310,6 +315,7 @@ impl Driver {
             p.verified -= bytes;
             p.resumed = p.resumed.saturating_sub(bytes);
         });
+        self.set_server_checked(chunk, false);
         self.sched.handle_chunk_invalidated(chunk);
     }
 
@@ -332,10 +338,11 @@ impl Driver {
                 attempt,
                 lane,
                 digest,
+                server_checked,
                 direct,
                 losers,
-                ..
             } => {
+                self.set_server_checked(chunk, server_checked);
                 let range = self.sched.plan().range(chunk);
                 let buffered = if direct {
                     None
@@ -350,7 +357,7 @@ impl Driver {
                     }
                 });
                 let op = WriteOp::Seal {
-                    record: sink::record(chunk, range, digest),
+                    record: sink::record(chunk, range, digest, server_checked),
                     losers,
                     buffered,
                 };
@@ -387,6 +394,22 @@ impl Driver {
                 self.progress.update(|p| p.duplicates += 1);
             }
             ScheduleEvent::Complete | ScheduleEvent::Failed(_) => {}
+        }
+    }
+
+    fn set_server_checked(&mut self, chunk: ChunkIndex, checked: bool) {
+        let Some(flag) = self.server_checked.get_mut(chunk as usize) else {
+            return;
+        };
+        let was = std::mem::replace(flag, checked);
+        if was != checked {
+            self.progress.update(|p| {
+                if checked {
+                    p.server_digest_chunks += 1;
+                } else {
+                    p.server_digest_chunks -= 1;
+                }
+            });
         }
     }
 

@@ -8,29 +8,23 @@ use crate::digest::Sha256Digest;
 use crate::plan::ChunkPlan;
 use crate::progress::{LaneReport, Progress, Report};
 use crate::transport::{RemoteInfo, Transport};
+use crate::verification::Verification;
 
-/// Compare the whole-file digest with every expectation; the list of what it was checked
-/// against, for the report.
+/// Compare the whole-file digest with every expectation; what matched, for the report (the
+/// per-chunk counts are the caller's to fill in).
 pub(super) fn check_whole(
     cfg: &GetConfig,
     info: &RemoteInfo,
     whole_digest: Option<Sha256Digest>,
     dest: &Path,
     part_path: &Path,
-) -> Result<Vec<String>, GetError> {
-    let mut verified_against = Vec::new();
-    if cfg.verify {
-        verified_against.push(
-            if info.accepts_ranges {
-                "per-chunk Content-Digest when the server sent one"
-            } else {
-                "Content-Digest when the server sent one"
-            }
-            .to_string(),
-        );
-    }
+) -> Result<Verification, GetError> {
+    let mut verification = Verification {
+        local_hash: whole_digest.is_some(),
+        ..Verification::default()
+    };
     let Some(actual) = whole_digest else {
-        return Ok(verified_against);
+        return Ok(verification);
     };
     for (expected, source_of_expected) in [
         (cfg.expect_sha256, "--expect-sha256"),
@@ -46,10 +40,36 @@ pub(super) fn check_whole(
                     source_of_expected,
                 });
             }
-            verified_against.push(source_of_expected.to_string());
         }
     }
-    Ok(verified_against)
+    verification.expected_sha256 = cfg.expect_sha256.is_some();
+    verification.server_whole_digest = info.sha256.is_some();
+    Ok(verification)
+}
+
+/// Warn when nothing from the server vouched for the file; with `require_digest`, refuse it
+/// unless the server or `--expect-sha256` did.
+pub(super) fn require_evidence(
+    cfg: &GetConfig,
+    verification: &Verification,
+    dest: &Path,
+    part_path: &Path,
+) -> Result<(), GetError> {
+    if cfg.require_digest && !verification.is_checked() {
+        return Err(GetError::Unverified {
+            path: dest.to_path_buf(),
+            part: part_path.to_path_buf(),
+            what: verification.describe(),
+        });
+    }
+    if cfg.verify && !verification.is_checked() {
+        tracing::warn!(
+            dest = %dest.display(),
+            "{}; the bytes are as received, which a faulty or hostile server could have altered (--require-digest refuses this)",
+            verification.describe()
+        );
+    }
+    Ok(())
 }
 
 /// What the report is made of.
@@ -61,7 +81,7 @@ pub(super) struct Finished<'a> {
     pub progress: &'a Progress,
     pub started: Instant,
     pub whole_digest: Option<Sha256Digest>,
-    pub verified_against: Vec<String>,
+    pub verification: Verification,
 }
 
 pub(super) fn report(f: Finished<'_>) -> Report {
@@ -104,7 +124,8 @@ pub(super) fn report(f: Finished<'_>) -> Report {
         digest_mismatches: snap.digest_mismatches,
         duplicates: snap.duplicates,
         sha256: f.whole_digest.map(|d| d.to_hex()),
-        verified_against: f.verified_against,
+        verified_against: f.verification.sources(),
+        verification: f.verification,
         connections: f.transport.connection_stats(),
     }
 }

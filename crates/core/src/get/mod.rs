@@ -25,6 +25,7 @@
 //!  └────────────┘                                                  hasher
 //! ```
 
+mod disk_space;
 mod driver;
 mod finish;
 mod lane;
@@ -48,6 +49,7 @@ use crate::sink::{self, PartFile, Writer};
 use crate::transport::{RemoteInfo, Transport};
 use crate::whole_hash;
 
+pub use disk_space::MAX_DECLARED_SIZE;
 use driver::{Driver, Ending, Inputs};
 use lane::LaneContext;
 
@@ -66,6 +68,10 @@ pub struct GetConfig {
     pub verify: bool,
     /// The whole file's SHA-256 must be this.
     pub expect_sha256: Option<Sha256Digest>,
+    /// Fail (keeping the part file) unless every byte was compared with a digest the server
+    /// sent (per chunk or whole file) or with `expect_sha256`. Default off: a server without
+    /// digests (nginx) gets a warning and a report that says so.
+    pub require_digest: bool,
     /// Write `<dest>.sha256` in `sha256sum` format when done.
     pub write_sha256_file: bool,
     /// Replace an existing destination. Default off: an existing file is never touched.
@@ -86,6 +92,7 @@ impl Default for GetConfig {
             schedule: ScheduleConfig::default(),
             verify: true,
             expect_sha256: None,
+            require_digest: false,
             write_sha256_file: false,
             overwrite: false,
             write_batch: 1 << 20,
@@ -142,6 +149,20 @@ pub enum GetError {
         expected: Sha256Digest,
         source_of_expected: &'static str,
     },
+    #[error("{url} declares {size} bytes, more than any file xfer writes ({max}); nothing was written", max = MAX_DECLARED_SIZE)]
+    ImplausibleSize { url: String, size: u64 },
+    #[error("{path}: the server declares {size} bytes but the filesystem has {available} free; nothing was written")]
+    NoRoom {
+        path: PathBuf,
+        size: u64,
+        available: u64,
+    },
+    #[error("{path}: {what}, and --require-digest was given; kept as {part}")]
+    Unverified {
+        path: PathBuf,
+        part: PathBuf,
+        what: String,
+    },
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error("invalid configuration: {0}")]
@@ -182,7 +203,7 @@ pub struct Download {
 }
 
 /// Turns the opened part file into what the writer writes through.
-type PartFileWrapper = Box<dyn FnOnce(std::fs::File) -> Box<dyn PartFile> + Send>;
+type PartFileWrapper = Box<dyn FnMut(std::fs::File) -> Box<dyn PartFile> + Send>;
 
 impl Download {
     /// `source` names the resource in the journal (the URL the user gave, before redirects), so
@@ -214,10 +235,11 @@ impl Download {
     }
 
     /// Route the part file's writes and syncs through `wrap`: to inject faults in tests (a
-    /// disk that fills up after some bytes), or to account for disk I/O.
+    /// disk that fills up after some bytes), or to account for disk I/O. Called each time the
+    /// part file is opened (twice when a server turns out to ignore ranges).
     pub fn wrap_part_file(
         mut self,
-        wrap: impl FnOnce(std::fs::File) -> Box<dyn PartFile> + Send + 'static,
+        wrap: impl FnMut(std::fs::File) -> Box<dyn PartFile> + Send + 'static,
     ) -> Self {
         self.part_file = Some(Box::new(wrap));
         self
@@ -235,7 +257,10 @@ impl Download {
 
     /// Run until done or until `shutdown` resolves (Ctrl-C): then stop the lanes, flush the
     /// journal and return [`GetError::Interrupted`].
-    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<Report, GetError> {
+    pub async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Report, GetError> {
         let started = Instant::now();
         let cfg = &self.config;
         if cfg.write_batch == 0 || cfg.write_queue == 0 {
@@ -261,7 +286,7 @@ impl Download {
             }
             _ => {}
         }
-        let info = match self.known {
+        let mut info = match self.known.take() {
             Some(info) => info,
             None => {
                 prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
@@ -269,7 +294,31 @@ impl Download {
             }
         };
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            match self.attempt(&info, started, shutdown.as_mut()).await {
+                Err(GetError::Chunk {
+                    source: TransferError::RangesIgnored { peer },
+                    ..
+                }) if info.accepts_ranges => {
+                    // It said it serves ranges and does not: what it does serve is the whole
+                    // resource, which one sequential stream can take.
+                    tracing::warn!(%peer, url = %info.url, "the server advertises byte ranges but ignores them: starting over with one sequential stream, no resume");
+                    info.accepts_ranges = false;
+                }
+                other => return other,
+            }
+        }
+    }
 
+    /// One try at the transfer, as `info` describes the remote.
+    async fn attempt(
+        &mut self,
+        info: &RemoteInfo,
+        started: Instant,
+        shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Report, GetError> {
+        let cfg = &self.config;
         let part_path = journal::part_path(&self.dest);
         let journal_path = journal::journal_path(&self.dest);
         let header = JournalHeader {
@@ -303,10 +352,18 @@ impl Download {
             .map_err(|e| GetError::Config(format!("preparing the destination panicked: {e}")))??
         };
         let plan = prepared.plan;
+        let mut server_checked = vec![false; plan.chunk_count() as usize];
+        for r in prepared.claimed.iter().filter(|r| r.server_checked) {
+            if let Some(flag) = server_checked.get_mut(r.chunk as usize) {
+                *flag = true;
+            }
+        }
+        let resumed_server_checked = server_checked.iter().filter(|&&c| c).count() as u64;
         self.progress.update(|p| {
             p.total = info.size;
             p.resumed = prepared.resumed_bytes;
             p.verified = prepared.resumed_bytes;
+            p.server_digest_chunks = resumed_server_checked;
             p.lanes = (0..lanes)
                 .map(|lane| LaneSnapshot {
                     lane,
@@ -341,7 +398,7 @@ impl Download {
         } else {
             (None, None)
         };
-        let part: Box<dyn PartFile> = match self.part_file {
+        let part: Box<dyn PartFile> = match self.part_file.as_mut() {
             Some(wrap) => wrap(prepared.part),
             None => Box::new(prepared.part),
         };
@@ -366,7 +423,8 @@ impl Download {
             open_attempts: cfg.lane_open_attempts.max(1),
             stop: CancellationToken::new(),
         };
-        let (driver, events) = Driver::start(sched, lanes, ctx, self.source.clone());
+        let (driver, events) =
+            Driver::start(sched, lanes, ctx, self.source.clone(), server_checked);
         let inputs = Inputs {
             events,
             writer_failed: writer.failed.take(),
@@ -389,21 +447,24 @@ impl Download {
             Ending::Failed(e) => return Err(e),
         };
         synced?;
-        let verified_against =
-            finish::check_whole(cfg, &info, whole_digest, &self.dest, &part_path)?;
+        let mut verification =
+            finish::check_whole(cfg, info, whole_digest, &self.dest, &part_path)?;
+        verification.chunks = u64::from(plan.chunk_count());
+        verification.chunks_with_server_digest = self.progress.snapshot().server_digest_chunks;
+        finish::require_evidence(cfg, &verification, &self.dest, &part_path)?;
         prepare::finalize(&part_path, &self.dest, &journal_path)?;
         if let (true, Some(d)) = (cfg.write_sha256_file, whole_digest) {
             prepare::write_sha256_file(&self.dest, d)?;
         }
         Ok(finish::report(finish::Finished {
-            info: &info,
+            info,
             dest: &self.dest,
             transport: self.transport.as_ref(),
             plan: &plan,
             progress: &self.progress,
             started,
             whole_digest,
-            verified_against,
+            verification,
         }))
     }
 }

@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 
+use super::disk_space::{available_bytes, MAX_DECLARED_SIZE};
 use super::{GetConfig, GetError};
 use crate::digest::Sha256Digest;
 use crate::journal::{self, JournalHeader, JournalWriter};
@@ -20,7 +21,11 @@ pub(super) async fn stat_with_retries(
     loop {
         match transport.stat().await {
             Ok(info) => return Ok(info),
-            Err(e) if e.is_retryable() && attempt + 1 < policy.max_attempts.min(4) => {
+            Err(e)
+                if e.is_retryable()
+                    && !e.is_refused()
+                    && attempt + 1 < policy.max_attempts.min(4) =>
+            {
                 attempt += 1;
                 let wait = policy
                     .backoff_initial
@@ -61,6 +66,12 @@ pub(super) fn prepare(
         let path = path.to_path_buf();
         move |source| GetError::Io { what, path, source }
     };
+    if info.size > MAX_DECLARED_SIZE {
+        return Err(GetError::ImplausibleSize {
+            url: info.url.clone(),
+            size: info.size,
+        });
+    }
     if info.accepts_ranges {
         if let Some(loaded) = journal::load(journal_path)? {
             let part_len = std::fs::metadata(part_path).map(|m| m.len()).ok();
@@ -122,6 +133,7 @@ pub(super) fn prepare(
             }
         }
     }
+    check_room(info, part_path)?;
     let plan = if info.accepts_ranges {
         ChunkPlan::new(info.size, cfg.chunk_size)?
     } else {
@@ -146,6 +158,27 @@ pub(super) fn prepare(
         claimed: Vec::new(),
         resumed_bytes: 0,
     })
+}
+
+/// Refuse a size the destination's filesystem cannot hold, before anything is created.
+fn check_room(info: &RemoteInfo, part_path: &Path) -> Result<(), GetError> {
+    let dir = part_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let available = available_bytes(dir).map_err(|source| GetError::Io {
+        what: "asking the free space of",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    match available {
+        Some(available) if info.size > available => Err(GetError::NoRoom {
+            path: part_path.to_path_buf(),
+            size: info.size,
+            available,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Make the verified part file the destination, durably.

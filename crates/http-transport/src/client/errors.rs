@@ -80,7 +80,7 @@ pub(crate) fn from_tls_handshake(peer: &str, e: io::Error) -> TransferError {
     match rustls_err {
         Some(tls) => TransferError::Tls {
             peer: peer.to_string(),
-            message: tls.to_string(),
+            message: xfer_common::tls::handshake_error_message(tls),
         },
         None => TransferError::Io {
             peer: peer.to_string(),

@@ -143,11 +143,10 @@ pub(crate) fn check_range_head(
                 // We asked for everything; a 200 of the right length is that.
                 return Ok(want_len);
             }
-            if req.validator.is_some() {
-                Err(ctx.unexpected("server ignored range and if-range (200)".into()))
-            } else {
-                Err(ctx.unexpected("server ignores range requests (200 instead of 206)".into()))
-            }
+            // The validator matched (or there was none): the same resource, range ignored.
+            Err(TransferError::RangesIgnored {
+                peer: ctx.peer.to_string(),
+            })
         }
         StatusCode::RANGE_NOT_SATISFIABLE => {
             match header_str(headers, header::CONTENT_RANGE)
@@ -233,7 +232,7 @@ mod tests {
         let ignored = head(&[("content-length", "1000")]);
         assert!(matches!(
             check_range_head(StatusCode::OK, &ignored, &req(0..100, None), &CTX),
-            Err(TransferError::Unexpected { .. })
+            Err(TransferError::RangesIgnored { .. })
         ));
         assert!(matches!(
             check_range_head(StatusCode::NOT_FOUND, &HeaderMap::new(), &r, &CTX),

@@ -253,10 +253,11 @@ async fn server_without_ranges() -> TestResult {
         whole: false,
     };
     match lane.fetch(&ranged).await {
-        Err(e @ xfer_core::TransferError::Unexpected { .. }) => {
-            assert!(e.to_string().contains("ignores range"), "{e}")
+        Err(e @ xfer_core::TransferError::RangesIgnored { .. }) => {
+            assert!(e.to_string().contains("ignores ranges"), "{e}");
+            assert!(!e.is_retryable(), "{e}");
         }
-        Err(e) => return Err(format!("expected Unexpected, got {e}").into()),
+        Err(e) => return Err(format!("expected RangesIgnored, got {e}").into()),
         Ok(_) => return Err("a 200 to a range request was accepted".into()),
     }
     Ok(())

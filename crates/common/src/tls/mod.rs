@@ -5,9 +5,12 @@
 //! nothing depends on which rustls features another crate turned on.
 //!
 //! - [`server_config`]: certificate chain and key from PEM files, ALPN list.
-//! - [`self_signed`]: a throw-away certificate for tests and quick starts (rcgen).
-//! - [`client_config`]: webpki roots by default, or the given CA files, or (footgun)
+//! - [`self_signed`]: a new certificate for tests and quick starts (rcgen);
+//!   [`reuse_or_generate_self_signed`] keeps the one already in its directory (`identity`).
+//! - [`client_config`]: webpki roots by default, or the given CA files (a configured
+//!   self-signed certificate may also be the server's own: `configured_cert`), or (footgun)
 //!   [`ClientTlsOptions::dangerous_insecure`].
+//! - [`handshake_error_message`]: a certificate error with what to do about it.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -20,6 +23,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest as _, Sha256};
+
+mod client_cert;
+mod configured_cert;
+mod identity;
+mod validity;
+
+pub use identity::{default_cert_names, host_name, reuse_or_generate_self_signed, CertOrigin};
+pub use validity::{validity, Validity};
 
 /// What went wrong setting up TLS. Each variant names the file involved.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +141,7 @@ pub fn server_config_with_client_ca(
             source,
         })?;
     let builder = match client_ca {
-        Some(ca) => builder.with_client_cert_verifier(crate::tls_identity::client_verifier(ca)?),
+        Some(ca) => builder.with_client_cert_verifier(client_cert::client_verifier(ca)?),
         None => builder.with_no_client_auth(),
     };
     let mut cfg = builder
@@ -272,23 +283,55 @@ pub fn client_config(
         let mut roots = RootCertStore::empty();
         if opts.ca_certs.is_empty() {
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            builder.with_root_certificates(roots).with_no_client_auth()
         } else {
+            let mut configured = Vec::new();
             for path in &opts.ca_certs {
                 for cert in load_certs(path)? {
-                    roots.add(cert).map_err(|e| TlsError::BadCa {
+                    roots.add(cert.clone()).map_err(|e| TlsError::BadCa {
                         path: path.clone(),
                         message: e.to_string(),
                     })?;
+                    configured.push(cert);
                 }
             }
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| TlsError::BadCa {
+                path: opts.ca_certs[0].clone(),
+                message: e.to_string(),
+            })?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(
+                    configured_cert::ConfiguredCertVerifier::new(webpki, configured),
+                ))
+                .with_no_client_auth()
         }
-        builder.with_root_certificates(roots).with_no_client_auth()
     };
     if let Some(id) = &opts.client_identity {
-        cfg.client_auth_cert_resolver = crate::tls_identity::resolver(id)?;
+        cfg.client_auth_cert_resolver = client_cert::resolver(id)?;
     }
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(cfg)
+}
+
+/// What to tell the user when a server's certificate is signed by no CA the client trusts.
+pub const UNKNOWN_ISSUER_HINT: &str = "the server's certificate is not signed by a CA this \
+     client trusts; if the server uses its own certificate (xfer serve --self-signed writes \
+     <cert-dir>/cert.pem), pass --ca-cert FILE or set XFER_CA_CERT=FILE";
+
+/// A failed handshake's message, with [`UNKNOWN_ISSUER_HINT`] when the issuer is unknown.
+pub fn handshake_error_message(e: &rustls::Error) -> String {
+    match e {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+            format!("{e}: {UNKNOWN_ISSUER_HINT}")
+        }
+        _ => e.to_string(),
+    }
 }
 
 /// See [`ClientTlsOptions::dangerous_insecure`].

@@ -10,7 +10,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, SignatureScheme};
 
-use crate::tls::{load_certs, load_key, provider, ClientIdentity, TlsError};
+use super::{load_certs, load_key, provider, ClientIdentity, TlsError};
 
 /// Verify client certificates against the CAs in `ca` (PEM). Clients without a certificate
 /// are let through, as anonymous.

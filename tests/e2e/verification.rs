@@ -1,0 +1,112 @@
+//! The report says exactly what a file was checked against: xfer's own server vouches for
+//! every chunk; a server without digests vouches for nothing, and the report, the human line
+//! and `--json` say so; `--require-digest` turns that into a failure that keeps the part file.
+
+use xfer::GetConfig;
+use xfer_test_support::random_bytes;
+
+use crate::support::{
+    each_transport, get_args, json_report, run_xfer, write_random_file, Fixture, Proto, TestResult,
+    MIB,
+};
+use crate::tiny_server::{Misbehaviour, TinyServer};
+
+async fn own_server_vouches_for_every_chunk(proto: Proto) -> TestResult {
+    let fx = Fixture::start(proto).await?;
+    write_random_file(&fx.root().join("f.bin"), 5 * MIB + 3, 9)?;
+    let get = GetConfig {
+        chunk_size: MIB,
+        ..GetConfig::default()
+    };
+    let report = xfer::download(&fx.url("/f.bin"), fx.out().join("f"), &fx.client, get).await?;
+    let v = &report.verification;
+    assert_eq!(v.chunks, 6);
+    assert_eq!(v.chunks_with_server_digest, 6, "{v:?}");
+    assert!(v.is_server_checked());
+    assert!(
+        report.verified_against[0].contains("all 6 chunks"),
+        "{:?}",
+        report.verified_against
+    );
+    fx.shutdown().await;
+    Ok(())
+}
+
+each_transport! {
+    own_server => own_server_vouches_for_every_chunk;
+}
+
+/// `xfer get --json` in 64 KiB chunks, so a few hundred KiB make several range requests.
+fn json_get(url: &str, dest: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut args = get_args(url, dest, &["--chunk-size", "64KiB", "--json"]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Finding 4: nginx-like, no digests at all. The file is right, but nothing vouched for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_digests_is_not_claimed_as_verification() -> TestResult {
+    let data = random_bytes(300_000, 8);
+    let server = TinyServer::start(data.clone(), Misbehaviour::default()).await?;
+    let dir = tempfile::tempdir()?;
+    let dest = dir.path().join("plain.bin");
+    let out = run_xfer(json_get(&server.url("/plain.bin"), &dest, &[])).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read(&dest)?, data);
+    let report = json_report(&out)?;
+    assert_eq!(report["verification"]["chunks_with_server_digest"], 0);
+    assert_eq!(report["verification"]["server_whole_digest"], false);
+    let against = report["verified_against"].to_string();
+    assert!(!against.contains("Content-Digest"), "{against}");
+    assert!(against.contains("local SHA-256 only"), "{against}");
+    assert!(stderr.contains("NOT verified"), "{stderr}");
+    Ok(())
+}
+
+/// One byte altered in every range and no digest to betray it: without `--require-digest`
+/// the wrong file lands (the limit is inherent) but is not called verified; with it, the
+/// transfer fails with exit code 4, nothing under the final name, the part file kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn altered_bytes_without_digests_fail_require_digest() -> TestResult {
+    let data = random_bytes(300_000, 9);
+    let server = TinyServer::start(
+        data.clone(),
+        Misbehaviour {
+            flip_first_byte: true,
+            ..Misbehaviour::default()
+        },
+    )
+    .await?;
+    let dir = tempfile::tempdir()?;
+
+    let lax = dir.path().join("lax.bin");
+    let out = run_xfer(json_get(&server.url("/f"), &lax, &[])).await?;
+    assert_eq!(out.status.code(), Some(0));
+    assert_ne!(
+        std::fs::read(&lax)?,
+        data,
+        "the server's alteration reached the file"
+    );
+    let report = json_report(&out)?;
+    assert_eq!(report["verification"]["chunks_with_server_digest"], 0);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NOT verified"));
+
+    let strict = dir.path().join("strict.bin");
+    let out = run_xfer(json_get(&server.url("/f"), &strict, &["--require-digest"])).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        !strict.exists(),
+        "a file nothing vouched for got its final name"
+    );
+    assert!(
+        dir.path().join("strict.bin.part").exists(),
+        "the part file was not kept"
+    );
+    let report = json_report(&out)?;
+    assert_eq!(report["status"], "failed");
+    assert_eq!(report["exit_code"], 4);
+    assert!(stderr.contains("--require-digest"), "{stderr}");
+    Ok(())
+}
