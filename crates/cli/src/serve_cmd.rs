@@ -78,6 +78,9 @@ pub struct ServeArgs {
     /// Most simultaneous connections.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Most simultaneous connections from one client address.
+    #[arg(long, default_value_t = 128)]
+    pub max_connections_per_address: usize,
     /// Do not compute whole-file digests in the background (no Repr-Digest).
     #[arg(long)]
     pub no_repr_digest: bool,
@@ -154,6 +157,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cfg.http.http2.max_send_buffer = v;
     }
     cfg.http.max_connections = args.max_connections;
+    cfg.http.max_connections_per_address = args.max_connections_per_address;
     cfg.http.repr_digest = !args.no_repr_digest;
     cfg.quic = !args.no_quic;
     cfg.quic_listen = args.quic_listen;

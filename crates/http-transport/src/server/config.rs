@@ -37,10 +37,15 @@ pub struct ServerConfig {
     /// A connection on which nothing was read or written for this long is closed. Default
     /// 120 s. Covers idle HTTP/2 connections and clients that stopped reading a response.
     pub idle_timeout: Duration,
-    /// Connections served at once; further ones are closed at accept. Default 1024.
+    /// Connections served at once. Default 1024. When full, a connection idle for 2 s is
+    /// closed to make room; when none is, a newcomer gets 503 with `Retry-After`.
     /// Each costs up to a socket send buffer (32 MiB by default, mostly untouched unless the
     /// peer is slow) and `(1 + read_ahead) × read_block_size` per active response.
     pub max_connections: usize,
+    /// Connections served at once from one client address. Default 128 (a tree download
+    /// runs up to 64 HTTP/1.1 connections). One host cannot take every slot; over it a
+    /// client is answered 503 with `Retry-After`.
+    pub max_connections_per_address: usize,
     /// Bytes read from disk (or generated) per block and sent per body frame. Default 256 KiB.
     /// Larger means fewer thread-pool hops and frames; more memory per response in flight.
     pub read_block_size: usize,
@@ -86,6 +91,7 @@ impl ServerConfig {
             header_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
             max_connections: 1024,
+            max_connections_per_address: 128,
             read_block_size: DEFAULT_BLOCK_SIZE,
             read_ahead: 1,
             repr_digest: true,
@@ -124,6 +130,13 @@ impl ServerConfig {
             return Err(ConfigError::new(
                 "max_connections",
                 self.max_connections,
+                "1 to 1000000",
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.max_connections_per_address) {
+            return Err(ConfigError::new(
+                "max_connections_per_address",
+                self.max_connections_per_address,
                 "1 to 1000000",
             ));
         }

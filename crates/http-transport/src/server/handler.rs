@@ -31,6 +31,8 @@ pub(crate) struct ConnCtx {
     pub peer: SocketAddr,
     /// `http/1.1`, `h2` or `h2c`, for logs.
     pub protocol: &'static str,
+    /// The server is full: every request gets 503 with `Retry-After`.
+    pub refusing: bool,
     /// The client certificate the TLS handshake verified, when the server asks for one.
     pub client_certificate: Option<Arc<Vec<u8>>>,
     pub shared: Arc<Shared>,
@@ -40,6 +42,9 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
     ctx: Arc<ConnCtx>,
 ) -> Result<Response<ServeBody>, Infallible> {
+    if ctx.refusing {
+        return Ok(busy(req.version()));
+    }
     let request = decode(&req, &ctx);
     let version = req.version();
     let mut body = RequestBody(req.into_body());
@@ -60,6 +65,24 @@ pub(crate) async fn handle(
 const DISCARD_LIMIT: u64 = 8 << 20;
 /// How long reading a refused body may take.
 const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// 503 for a client the server has no slot for: try again in a second, on a new connection.
+fn busy(version: Version) -> Response<ServeBody> {
+    let mut r = Response::new(ServeBody::message(
+        "server busy: no connection slot free; retry shortly\n",
+    ));
+    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let h = r.headers_mut();
+    h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if version == Version::HTTP_11 {
+        h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
 
 /// A request body as the core pulls it: data frames only (an upload's trailers carry
 /// nothing the core uses).

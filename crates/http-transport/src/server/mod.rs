@@ -23,6 +23,7 @@
 //! `max_concurrent_streams` and reset floods end in GOAWAY (h2's pending-reset and
 //! local-error-reset limits, set explicitly here).
 
+mod admission;
 mod body;
 mod config;
 mod handler;
@@ -42,6 +43,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use admission::{Admission, Admit, Ticket};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use xfer_common::DigestCache;
@@ -194,7 +198,13 @@ impl HttpServer {
             listener, shared, ..
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
-        let permits = Arc::new(Semaphore::new(shared.cfg.max_connections));
+        let admission = Admission::new(
+            shared.cfg.max_connections,
+            shared.cfg.max_connections_per_address,
+        );
+        let refusals = Arc::new(Semaphore::new(admission::REFUSAL_SLOTS));
+        let mut sampler = tokio::time::interval(admission::IDLE_FOR_EVICTION / 4);
+        sampler.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut tasks = JoinSet::new();
         let mut refused = 0u64;
         let mut last_warning = None;
@@ -204,17 +214,24 @@ impl HttpServer {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        let Ok(permit) = permits.clone().try_acquire_owned() else {
-                            refused += 1;
-                            // At most one warning per second: a flood must not become a log flood.
-                            if last_warning.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)) {
-                                tracing::warn!(%peer, max = shared.cfg.max_connections, refused, "connection limit reached; closing new connections");
-                                last_warning = Some(Instant::now());
+                        let progress = Arc::new(AtomicU64::new(0));
+                        let admitted = match admission.admit(peer.ip(), Arc::clone(&progress)) {
+                            Admit::Serve(ticket) => Admitted::Slot(ticket),
+                            Admit::Refuse(why) => {
+                                refused += 1;
+                                // At most one warning per second: a flood must not become a log flood.
+                                if last_warning.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)) {
+                                    tracing::warn!(%peer, max = shared.cfg.max_connections, per_address = shared.cfg.max_connections_per_address, refused, why, "refusing new connections with 503");
+                                    last_warning = Some(Instant::now());
+                                }
+                                match refusals.clone().try_acquire_owned() {
+                                    Ok(permit) => Admitted::Refusing { _slot: permit },
+                                    // Too many to even answer: closed at once.
+                                    Err(_) => continue,
+                                }
                             }
-                            drop(stream);
-                            continue;
                         };
-                        tasks.spawn(serve_connection(stream, peer, shared.clone(), stop_rx.clone(), permit));
+                        tasks.spawn(serve_connection(stream, peer, shared.clone(), stop_rx.clone(), admitted, progress));
                     }
                     Err(e) => {
                         // Out of descriptors and the like: back off instead of spinning.
@@ -223,6 +240,7 @@ impl HttpServer {
                     }
                 },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = sampler.tick() => admission.sample(),
             }
         }
         drop(listener);
@@ -275,15 +293,35 @@ async fn serve_connection(
     peer: SocketAddr,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
+    admitted: Admitted,
+    progress: Arc<AtomicU64>,
 ) {
     let _ = stream.set_nodelay(shared.cfg.tcp.nodelay);
-    let progress = Arc::new(AtomicU64::new(0));
     let handshake_timeout = shared.cfg.header_read_timeout;
+    // A slot asked back before the first request (the server is full and this client has
+    // not spoken yet) ends the connection here.
+    let evict = match &admitted {
+        Admitted::Slot(t) => Some(t.evict.clone()),
+        Admitted::Refusing { .. } => None,
+    };
+    let evicted = async move {
+        match evict {
+            Some(t) => t.cancelled_owned().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(evicted);
     match shared.tls.clone() {
         Some(acceptor) => {
             let io = ServerIo::new(Bytes::new(), stream, progress.clone());
-            let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await {
+            let accepted = tokio::select! {
+                r = tokio::time::timeout(handshake_timeout, acceptor.accept(io)) => r,
+                _ = &mut evicted => {
+                    tracing::debug!(%peer, "closing a silent connection to make room");
+                    return;
+                }
+            };
+            let tls = match accepted {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "tls handshake failed");
@@ -305,11 +343,18 @@ async fn serve_connection(
                 protocol,
                 peer,
                 client_certificate,
+                admitted,
             };
             drive(tls, h2, conn, shared, stop, progress).await;
         }
         None => {
-            let sniffed = tokio::time::timeout(handshake_timeout, sniff(&mut stream)).await;
+            let sniffed = tokio::select! {
+                r = tokio::time::timeout(handshake_timeout, sniff(&mut stream)) => r,
+                _ = &mut evicted => {
+                    tracing::debug!(%peer, "closing a silent connection to make room");
+                    return;
+                }
+            };
             let (prefix, h2) = match sniffed {
                 Ok(Ok(Some(found))) => found,
                 Ok(Ok(None)) => return,
@@ -328,6 +373,7 @@ async fn serve_connection(
                 protocol,
                 peer,
                 client_certificate: None,
+                admitted,
             };
             drive(io, h2, conn, shared, stop, progress).await;
         }
@@ -382,11 +428,21 @@ where
     }
 }
 
+/// Why a connection is being served: a slot, or only to be told 503.
+enum Admitted {
+    Slot(Ticket),
+    /// Held for the connection's life: it bounds how many refusals are answered at once.
+    Refusing {
+        _slot: OwnedSemaphorePermit,
+    },
+}
+
 /// Who is on the other end of a connection.
 struct Conn {
     protocol: &'static str,
     peer: SocketAddr,
     client_certificate: Option<Arc<Vec<u8>>>,
+    admitted: Admitted,
 }
 
 async fn drive<I>(
@@ -403,13 +459,20 @@ async fn drive<I>(
         protocol,
         peer,
         client_certificate,
+        admitted,
     } = conn;
+    let (evict, refusing, idle_override) = match &admitted {
+        Admitted::Slot(t) => (Some(t.evict.clone()), false, None),
+        // A refused client gets its 503 and little time to read it.
+        Admitted::Refusing { .. } => (None, true, Some(Duration::from_secs(5))),
+    };
     tracing::debug!(%peer, protocol, client_certificate = client_certificate.is_some(), "connection");
     let cfg = &shared.cfg;
-    let idle = cfg.idle_timeout;
+    let idle = idle_override.unwrap_or(cfg.idle_timeout);
     let ctx = Arc::new(ConnCtx {
         peer,
         protocol,
+        refusing,
         client_certificate,
         shared: shared.clone(),
     });
@@ -429,7 +492,15 @@ async fn drive<I>(
             .max_header_list_size(MAX_HEADER_BYTES as u32)
             .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESETS)
             .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESETS);
-        run(b.serve_connection(io, service), peer, stop, progress, idle).await;
+        run(
+            b.serve_connection(io, service),
+            peer,
+            stop,
+            progress,
+            idle,
+            evict.clone(),
+        )
+        .await;
     } else {
         let mut b = hyper::server::conn::http1::Builder::new();
         b.timer(TokioTimer::new())
@@ -437,7 +508,15 @@ async fn drive<I>(
             .max_headers(MAX_HEADERS)
             .max_header_size(MAX_HEADER_BYTES)
             .keep_alive(true);
-        run(b.serve_connection(io, service), peer, stop, progress, idle).await;
+        run(
+            b.serve_connection(io, service),
+            peer,
+            stop,
+            progress,
+            idle,
+            evict.clone(),
+        )
+        .await;
     }
 }
 
@@ -449,7 +528,15 @@ async fn run<C: Graceful>(
     mut stop: watch::Receiver<bool>,
     progress: Arc<AtomicU64>,
     idle: Duration,
+    evict: Option<CancellationToken>,
 ) {
+    let evicted = async {
+        match &evict {
+            Some(t) => t.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(evicted);
     tokio::pin!(conn);
     let mut stopping = *stop.borrow();
     if stopping {
@@ -473,6 +560,13 @@ async fn run<C: Graceful>(
             }
             _ = stop.changed(), if !stopping => {
                 stopping = true;
+                conn.as_mut().graceful();
+            }
+            // The server is full and this connection was idle: it closes (after any request
+            // that has just begun) so a waiting client can be served.
+            _ = &mut evicted, if !stopping => {
+                stopping = true;
+                tracing::debug!(%peer, "closing an idle connection to make room");
                 conn.as_mut().graceful();
             }
             _ = ticker.tick() => {

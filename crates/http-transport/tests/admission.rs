@@ -1,0 +1,90 @@
+//! Connection admission over real sockets: a per-address cap, an answer (503 with
+//! `Retry-After`) instead of a silent close when full, and idle connections closed to make
+//! room for a client that wants to be served.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use xfer_http::server::{HttpServer, ServerConfig};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::new(IpAddr::from([127, 0, 0, last]), 0))
+        .expect("bind a loopback address");
+    socket.connect(to).await.expect("connect")
+}
+
+/// Send a GET and read the status line and headers of the answer (or what the server did).
+async fn get_on(mut s: TcpStream) -> String {
+    let req = b"GET /f.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if s.write_all(req).await.is_err() {
+        return "write failed".into();
+    }
+    let mut out = Vec::new();
+    match tokio::time::timeout(PATIENCE, s.read_to_end(&mut out)).await {
+        Ok(Ok(_)) => String::from_utf8_lossy(&out).into_owned(),
+        Ok(Err(e)) => format!("read failed: {e}"),
+        Err(_) => "no answer".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_servers_answer_503_and_make_room_from_idle_connections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.bin"), b"payload").expect("write");
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.listen = "127.0.0.1:0".parse().expect("addr");
+    cfg.max_connections = 4;
+    cfg.max_connections_per_address = 3;
+    let server = HttpServer::bind(cfg).await.expect("bind");
+    let addr = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+
+    // One host opens three silent connections: its cap.
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(connect_from(1, addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answer = get_on(connect_from(1, addr).await).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 503"),
+        "over the per-address cap: {answer}"
+    );
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+
+    // Another host is served: one slot of four is still free.
+    let answer = get_on(connect_from(2, addr).await).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "another address: {answer}"
+    );
+
+    // Four slots, four connections (one more silent one from a third host). Once they have
+    // been quiet a while, a newcomer is served by closing one of them, not refused.
+    silent.push(connect_from(3, addr).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let answer = get_on(connect_from(4, addr).await).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "an idle slot was not freed: {answer}"
+    );
+
+    drop(silent);
+    let _ = stop.send(());
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("server stops")
+        .expect("server task");
+}
