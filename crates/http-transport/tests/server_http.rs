@@ -1011,3 +1011,21 @@ async fn a_file_truncated_while_served_is_not_completed() {
     );
     srv.stop().await;
 }
+
+/// `Want-Digest: adler32` (RFC 3230, what gfal-sum sends) answered in a `Digest` header over
+/// a real socket, for HEAD and GET alike.
+#[tokio::test]
+async fn want_digest_adler32_is_answered() {
+    let fx = fixture();
+    std::fs::write(fx.root.join("wiki.txt"), b"Wikipedia").expect("write");
+    let srv = start(config(&fx.root)).await;
+    for method in ["HEAD", "GET"] {
+        let req = format!(
+            "{method} /wiki.txt HTTP/1.1\r\nHost: x\r\nWant-Digest: adler32\r\nConnection: close\r\n\r\n"
+        );
+        let r = raw(srv.addr, req.as_bytes()).await;
+        assert_eq!(r.status, 200, "{method}");
+        assert_eq!(r.header("digest"), Some("adler32=11e60398"), "{method}");
+    }
+    srv.stop().await;
+}

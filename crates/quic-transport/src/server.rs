@@ -214,6 +214,7 @@ impl QuicServer {
                 stall_timeout: config.stall_timeout,
                 active: AtomicUsize::new(0),
                 service: Service::new(ServiceConfig {
+                    checksums: Default::default(),
                     root: config.root,
                     digests: config.digest_cache.unwrap_or_default(),
                     repr_digest: config.repr_digest,

@@ -31,6 +31,7 @@
 
 pub mod access;
 mod body;
+mod checksums;
 mod dav;
 mod directory;
 mod listing_body;
@@ -43,6 +44,7 @@ pub use access::{
     AccessControl, AccessFileError, Credentials, Denied, Identity, Operation, Policy, Secret,
 };
 pub use body::{BodyEvent, BodyStream};
+pub use checksums::ChecksumCache;
 pub use directory::MAX_HTML_ENTRIES;
 pub use listing_body::ListingStream;
 pub use plan::{

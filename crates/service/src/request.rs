@@ -87,6 +87,8 @@ pub struct Request {
     pub credentials: Credentials,
     /// What an upload (`PUT`, or the `HEAD` of an upload's status) said about itself.
     pub upload: UploadHead,
+    /// RFC 3230 `Want-Digest` field values (`adler32`, `md5`, `sha-256` with q-values).
+    pub want_digest: Vec<String>,
 }
 
 impl Request {
@@ -114,6 +116,7 @@ impl Request {
             protocol,
             credentials: Credentials::default(),
             upload: UploadHead::default(),
+            want_digest: Vec::new(),
         }
     }
 

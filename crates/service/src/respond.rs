@@ -11,6 +11,7 @@ use xfer_core::error::ConfigError;
 
 use crate::access::{AccessControl, Denied, Identity, Operation};
 use crate::body::{BodyStream, StreamPlan};
+use crate::checksums::{self, ChecksumCache};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
 use crate::upload::{self, NoBody, UploadBody, UploadConfig, Uploads};
@@ -87,6 +88,8 @@ pub struct ServiceConfig {
     pub uploads: Option<UploadConfig>,
     /// Parallel uploads in progress, shared by every codec.
     pub upload_state: Uploads,
+    /// adler32 and MD5 computed for `Want-Digest`, shared by every codec.
+    pub checksums: ChecksumCache,
 }
 
 impl ServiceConfig {
@@ -101,6 +104,7 @@ impl ServiceConfig {
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
             upload_state: Uploads::default(),
+            checksums: ChecksumCache::default(),
         }
     }
 }
@@ -263,6 +267,14 @@ impl Service {
             repr_digest: repr,
             ..ResponsePlan::empty(status::OK)
         };
+        if !req.want_digest.is_empty() {
+            // RFC 3230, as gfal2 and FTS ask for adler32; an unknown algorithm is ignored.
+            if let Some(field) =
+                checksums::digest_field(&cfg.checksums, &resource, &req.want_digest, repr).await
+            {
+                plan.headers.push(("digest", field));
+            }
+        }
         if let Some(v) = &req.if_match {
             if !resource.matches_strong_etag(v) {
                 plan.status = status::PRECONDITION_FAILED;

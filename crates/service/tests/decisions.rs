@@ -265,3 +265,39 @@ fn uri_too_long_is_permanent_for_both_clients() {
         status::INTERNAL_ERROR
     ));
 }
+
+/// RFC 3230 `Want-Digest`, as gfal2 asks for adler32: the known vectors for "Wikipedia"
+/// (adler32 11e60398) and the empty string's MD5 (d41d8cd9…), best algorithm first, unknown
+/// ones ignored.
+#[tokio::test]
+async fn want_digest_is_answered_with_digest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("w.txt"), b"Wikipedia").expect("write");
+    std::fs::write(dir.path().join("e.txt"), b"").expect("write");
+    let svc = Service::new(ServiceConfig::new(
+        dir.path().canonicalize().expect("canonical root"),
+    ));
+    let ask = |path: &str, want: &str| {
+        let mut r = Request::new(Method::Head, path, peer(), "test");
+        r.want_digest = vec![want.to_string()];
+        r
+    };
+    let digest = |plan: &ResponsePlan| {
+        plan.headers
+            .iter()
+            .find(|(n, _)| *n == "digest")
+            .map(|(_, v)| v.clone())
+    };
+    let plan = svc.respond(&ask("/w.txt", "ADLER32")).await;
+    assert_eq!(digest(&plan).as_deref(), Some("adler32=11e60398"));
+    let plan = svc
+        .respond(&ask("/e.txt", "md5;q=0.9, adler32;q=0.1, crc64"))
+        .await;
+    assert_eq!(
+        digest(&plan).as_deref(),
+        Some("md5=1B2M2Y8AsgTpgAmY7PhCfg==")
+    );
+    let plan = svc.respond(&ask("/w.txt", "crc64, unknown")).await;
+    assert_eq!(plan.status, status::OK);
+    assert_eq!(digest(&plan), None, "an unknown algorithm is ignored");
+}

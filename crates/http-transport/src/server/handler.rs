@@ -161,6 +161,9 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
         id: text(upload::UPLOAD_ID),
         complete: text(upload::UPLOAD_COMPLETE).is_some_and(|v| v.trim() == "?1"),
     };
+    r.want_digest = values(headers, HeaderName::from_static("want-digest"))
+        .map(str::to_string)
+        .collect();
     r.credentials = Credentials {
         bearer: bearer_token(headers),
         client_certificate: ctx.client_certificate.clone(),

@@ -164,6 +164,7 @@ impl HttpServer {
             local_addr,
             shared: Arc::new(Shared {
                 service: Service::new(ServiceConfig {
+                    checksums: Default::default(),
                     root,
                     digests,
                     repr_digest: cfg.repr_digest,
