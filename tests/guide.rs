@@ -50,7 +50,7 @@ fn every_command_in_the_guide_runs() {
         "the xfer binary is missing in {}: run `cargo build -p xfer-cli` first",
         bin.display()
     );
-    for program in ["davix-ls", "sha256sum", "timeout"] {
+    for program in ["davix-ls", "curl", "sha256sum", "timeout"] {
         if !have(program) {
             let ci = std::env::var("CI").is_ok_and(|v| v == "true");
             assert!(
