@@ -164,6 +164,24 @@ pub struct UploadStatus {
     pub received: Vec<Range<u64>>,
 }
 
+impl UploadStatus {
+    /// The received ranges as servers write them, `0-1023,4096-8191` (inclusive ends), as
+    /// sorted half-open ranges; what does not parse is left out, which only means it is sent
+    /// again.
+    pub fn parse_ranges(v: &str) -> Vec<Range<u64>> {
+        let mut out: Vec<Range<u64>> = v
+            .split(',')
+            .filter_map(|part| {
+                let (a, b) = part.trim().split_once('-')?;
+                let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+                (a <= b).then(|| a..b + 1)
+            })
+            .collect();
+        out.sort_by_key(|r| r.start);
+        out
+    }
+}
+
 /// Which listing of a directory to ask for; `docs/listing.md` describes each format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListRequest {
@@ -268,4 +286,18 @@ pub struct ConnectionStats {
     /// Socket buffer sizes the kernel actually granted (bytes), when they were set.
     pub send_buffer: Option<u64>,
     pub recv_buffer: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn received_ranges_parse_and_sort() {
+        assert_eq!(
+            UploadStatus::parse_ranges("4096-8191, 0-1023,junk,9-3"),
+            vec![0..1024, 4096..8192]
+        );
+        assert!(UploadStatus::parse_ranges("").is_empty());
+    }
 }

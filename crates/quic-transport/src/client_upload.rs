@@ -106,7 +106,7 @@ impl Inner {
                 received: head
                     .message
                     .as_deref()
-                    .map(parse_ranges)
+                    .map(UploadStatus::parse_ranges)
                     .unwrap_or_default(),
             })),
             status::NOT_FOUND => Ok(None),
@@ -133,19 +133,4 @@ impl Inner {
         self.upload_exchange(conn, &req, None, "PUT (complete upload)")
             .await
     }
-}
-
-/// `0-1023,4096-8191` (inclusive ends) as sorted half-open ranges; what does not parse is
-/// left out, which only means it is sent again.
-fn parse_ranges(v: &str) -> Vec<Range<u64>> {
-    let mut out: Vec<Range<u64>> = v
-        .split(',')
-        .filter_map(|part| {
-            let (a, b) = part.trim().split_once('-')?;
-            let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
-            (a <= b).then(|| a..b + 1)
-        })
-        .collect();
-    out.sort_by_key(|r| r.start);
-    out
 }

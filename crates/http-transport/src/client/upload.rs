@@ -2,8 +2,6 @@
 //! the chunks of a parallel upload, the `HEAD` that asks what the server holds, and the
 //! completing `PUT`.
 
-use std::ops::Range;
-
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use xfer_core::digest::{Sha256Digest, CONTENT_DIGEST, REPR_DIGEST};
@@ -80,7 +78,7 @@ impl HttpLane {
         let size = header_str(&headers, HeaderName::from_static(UPLOAD_SIZE))
             .and_then(|v| v.trim().parse::<u64>().ok());
         let received = header_str(&headers, HeaderName::from_static(UPLOAD_RECEIVED))
-            .map(parse_ranges)
+            .map(UploadStatus::parse_ranges)
             .unwrap_or_default();
         Ok(size.map(|size| UploadStatus { size, received }))
     }
@@ -136,21 +134,6 @@ impl HttpLane {
     }
 }
 
-/// `0-1023,4096-8191` (inclusive ends) as half-open ranges; malformed parts are dropped,
-/// which only means they are sent again.
-fn parse_ranges(v: &str) -> Vec<Range<u64>> {
-    let mut out: Vec<Range<u64>> = v
-        .split(',')
-        .filter_map(|part| {
-            let (a, b) = part.trim().split_once('-')?;
-            let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
-            (a <= b).then(|| a..b + 1)
-        })
-        .collect();
-    out.sort_by_key(|r| r.start);
-    out
-}
-
 fn value(s: &str) -> Result<HeaderValue, TransferError> {
     HeaderValue::from_str(s)
         .map_err(|_| TransferError::Config(format!("value {s:?} cannot be sent in a header")))
@@ -172,18 +155,4 @@ fn octet_stream() -> (HeaderName, HeaderValue) {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn received_ranges_parse_and_sort() {
-        assert_eq!(
-            parse_ranges("4096-8191, 0-1023,junk,9-3"),
-            vec![0..1024, 4096..8192]
-        );
-        assert!(parse_ranges("").is_empty());
-    }
 }
