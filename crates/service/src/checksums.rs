@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use xfer_common::resource::ContentKey;
-use xfer_common::Resource;
+use xfer_common::{DigestCache, Resource};
 use xfer_core::checksum::{want_digest_preferences, Checksum, ChecksumAlgorithm, Checksummer};
 use xfer_core::digest::Sha256Digest;
 
@@ -47,6 +47,7 @@ impl ChecksumCache {
 /// when it names nothing xfer computes. A resource that cannot be read leaves the field out.
 pub(crate) async fn digest_field(
     cache: &ChecksumCache,
+    digests: &DigestCache,
     resource: &Resource,
     want: &[String],
     sha256: Option<Sha256Digest>,
@@ -69,6 +70,13 @@ pub(crate) async fn digest_field(
         .ok()?;
     match computed {
         Ok(c) => {
+            // A SHA-256 computed here is the representation's digest: `Repr-Digest` gets it
+            // too, instead of the background hasher reading the file once more.
+            if algorithm == ChecksumAlgorithm::Sha256 {
+                if let Ok(bytes) = <[u8; 32]>::try_from(c.as_bytes()) {
+                    digests.insert(resource, Sha256Digest(bytes));
+                }
+            }
             cache.put(key, c.clone());
             Some(c.to_rfc3230_member())
         }

@@ -269,8 +269,14 @@ impl Service {
         };
         if !req.want_digest.is_empty() {
             // RFC 3230, as gfal2 and FTS ask for adler32; an unknown algorithm is ignored.
-            if let Some(field) =
-                checksums::digest_field(&cfg.checksums, &resource, &req.want_digest, repr).await
+            if let Some(field) = checksums::digest_field(
+                &cfg.checksums,
+                &cfg.digests,
+                &resource,
+                &req.want_digest,
+                repr,
+            )
+            .await
             {
                 plan.headers.push(("digest", field));
             }

@@ -176,6 +176,29 @@ impl Uploads {
 }
 
 impl Part {
+    fn new(
+        target: PathBuf,
+        staging: PathBuf,
+        sidecar: PathBuf,
+        size: u64,
+        file: File,
+        received: BTreeMap<u64, u64>,
+    ) -> Self {
+        Self {
+            target,
+            staging,
+            sidecar,
+            size,
+            file,
+            state: Mutex::new(PartState {
+                received,
+                last_activity: Instant::now(),
+                completing: false,
+            }),
+            gate: tokio::sync::RwLock::new(false),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, PartState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -569,19 +592,7 @@ fn restore_or_create(
                 .write(true)
                 .open(&staging)
                 .map_err(|e| Refusal::io("opening", &staging, &e))?;
-            Ok(Part {
-                target,
-                staging,
-                sidecar,
-                size,
-                file,
-                state: Mutex::new(PartState {
-                    received,
-                    last_activity: Instant::now(),
-                    completing: false,
-                }),
-                gate: tokio::sync::RwLock::new(false),
-            })
+            Ok(Part::new(target, staging, sidecar, size, file, received))
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let Some(size) = create else {
@@ -602,19 +613,14 @@ fn restore_or_create(
                 .map_err(|e| Refusal::io("sizing", &staging, &e))?;
             std::fs::write(&sidecar, format!("size {size}\n"))
                 .map_err(|e| Refusal::io("creating", &sidecar, &e))?;
-            Ok(Part {
+            Ok(Part::new(
                 target,
                 staging,
                 sidecar,
                 size,
                 file,
-                state: Mutex::new(PartState {
-                    received: BTreeMap::new(),
-                    last_activity: Instant::now(),
-                    completing: false,
-                }),
-                gate: tokio::sync::RwLock::new(false),
-            })
+                BTreeMap::new(),
+            ))
         }
         Err(e) => Err(Refusal::io("reading", &sidecar, &e)),
     }
