@@ -124,13 +124,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
     let transport = xfer::transport_for(&args.url, &client).map_err(xfer::Error::from)?;
     let download = Download::new(transport, &args.url, &dest, config);
     let display = Display::start(download.progress(), args.quiet || args.json);
-    let ctrl_c = async {
-        // If the handler cannot be installed, Ctrl-C falls back to killing the process, which the
-        // journal survives too.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+    let ctrl_c = crate::interrupt::ctrl_c();
     let progress = download.progress();
     let result = download.run_until(ctrl_c).await;
     display.finish();

@@ -10,6 +10,7 @@ mod demo_cmd;
 mod doctor;
 mod exit;
 mod get_cmd;
+mod interrupt;
 mod lab_cmd;
 mod progress_bar;
 mod put_cmd;

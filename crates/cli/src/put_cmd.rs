@@ -56,11 +56,7 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     let transport = xfer::transport_for(&url, &client).map_err(xfer::Error::from)?;
     let upload = Upload::new(transport, &args.file, &url, config);
     let display = Display::start(upload.progress(), args.quiet || args.json);
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+    let ctrl_c = crate::interrupt::ctrl_c();
     let progress = upload.progress();
     let result = upload.run_until(ctrl_c).await;
     display.finish();
