@@ -23,6 +23,18 @@ pub struct LaneSnapshot {
     pub retries: u64,
 }
 
+impl LaneSnapshot {
+    /// Zeroed counters for lanes `0..n`, as a transfer starts.
+    pub fn fresh(n: usize) -> Vec<Self> {
+        (0..n)
+            .map(|lane| Self {
+                lane,
+                ..Self::default()
+            })
+            .collect()
+    }
+}
+
 /// A consistent view of a transfer in progress.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ProgressSnapshot {

@@ -189,12 +189,7 @@ impl Upload {
             .clamp(1, plan.chunk_count().max(1) as usize);
         self.progress.update(|p| {
             p.total = size;
-            p.lanes = (0..lanes)
-                .map(|lane| LaneSnapshot {
-                    lane,
-                    ..Default::default()
-                })
-                .collect();
+            p.lanes = LaneSnapshot::fresh(lanes);
         });
         let mut first = self.transport.open_lane(0).await.map_err(remote)?;
 

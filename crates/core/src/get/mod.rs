@@ -364,12 +364,7 @@ impl Download {
             p.resumed = prepared.resumed_bytes;
             p.verified = prepared.resumed_bytes;
             p.server_digest_chunks = resumed_server_checked;
-            p.lanes = (0..lanes)
-                .map(|lane| LaneSnapshot {
-                    lane,
-                    ..Default::default()
-                })
-                .collect();
+            p.lanes = LaneSnapshot::fresh(lanes);
         });
 
         // The whole-file hasher reads back each sealed chunk, in order.

@@ -499,7 +499,7 @@ async fn drive<I>(
             stop,
             progress,
             idle,
-            evict.clone(),
+            evict,
         )
         .await;
     } else {
@@ -515,7 +515,7 @@ async fn drive<I>(
             stop,
             progress,
             idle,
-            evict.clone(),
+            evict,
         )
         .await;
     }
