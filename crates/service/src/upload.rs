@@ -30,6 +30,8 @@ use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 use crate::plan::ResponsePlan;
 use crate::respond::status;
 
+pub mod resumable;
+
 /// Request header naming the upload a chunk, a status query or a completion belongs to.
 pub const UPLOAD_ID: &str = "xfer-upload";
 /// Request header (`?1`) asking the server to complete the upload.
@@ -77,6 +79,8 @@ pub struct UploadHead {
     pub id: Option<String>,
     /// `Xfer-Upload-Complete: ?1`.
     pub complete: bool,
+    /// The resumable-upload draft's fields ([`resumable`]).
+    pub draft: resumable::DraftHead,
 }
 
 /// A request body, pulled piece by piece.
@@ -102,6 +106,7 @@ impl UploadBody for NoBody {
 #[derive(Debug, Clone, Default)]
 pub struct Uploads {
     parts: Arc<Mutex<HashMap<String, Arc<Part>>>>,
+    resumable: Arc<resumable::Registry>,
 }
 
 #[derive(Debug)]
@@ -142,7 +147,7 @@ impl Uploads {
             let _ = std::fs::remove_file(&p.staging);
             let _ = std::fs::remove_file(&p.sidecar);
         }
-        expired.len()
+        expired.len() + self.resumable.sweep(expiry)
     }
 
     /// Every `period`, remove uploads idle for longer than `expiry`. Runs until the runtime
