@@ -381,3 +381,56 @@ async fn curl_resumes_an_interrupted_upload_http1() -> TestResult {
 async fn curl_resumes_an_interrupted_upload_http2() -> TestResult {
     interrupted_then_resumed(Proto::Http2Tls).await
 }
+
+/// The disk fills up during a resumable upload: 507 with the offset reached, nothing under
+/// the final name, the server goes on serving, and cancelling frees the space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn full_disk_answers_507_with_the_offset() -> TestResult {
+    let Some(bin) = require_program("curl", &["/usr/bin/curl"], "curl") else {
+        return Ok(());
+    };
+    let fx = Fixture::start_with(Proto::Http2Tls, configure).await?;
+    let Some(disk) = crate::disk_full::SmallDisk::mount(&fx.root().join("in"), 8)? else {
+        return Ok(());
+    };
+    let curl = Curl {
+        bin,
+        ca: fx.ca_cert().ok_or("no CA")?,
+        base: fx.servers.http_base(),
+        http2: true,
+    };
+    let src = fx.out().join("big.bin");
+    write_random_file(&src, 16 * MIB, 62)?;
+    let readable = write_random_file(&fx.root().join("other.bin"), MIB, 63)?;
+    let full = curl.run(
+        "PUT",
+        "/in/big.bin",
+        Some("upload-token"),
+        &["Upload-Complete: ?1", VERSION],
+        Some(&src),
+    )?;
+    assert_eq!(full.status, 507, "{}", full.body);
+    assert_eq!(full.header("upload-complete"), Some("?0"));
+    let offset: u64 = full.header("upload-offset").ok_or("no offset")?.parse()?;
+    assert!(offset < 8 * MIB, "offset {offset}");
+    assert!(!disk.dir.join("big.bin").exists());
+    let location = full.header("location").ok_or("no Location")?.to_string();
+    // Still serving.
+    let dest = fx.out().join("other.bin");
+    let got = Command::new(&curl.bin)
+        .args(["-sS", "--cacert"])
+        .arg(&curl.ca)
+        .arg("-o")
+        .arg(&dest)
+        .arg(format!("{}/other.bin", curl.base))
+        .status()?;
+    assert!(got.success());
+    assert_eq!(sha256_file(&dest)?, readable);
+    // Cancelling removes the partial bytes.
+    let cancel = curl.run("DELETE", &location, Some("upload-token"), &[VERSION], None)?;
+    assert_eq!(cancel.status, 204);
+    assert!(staging_file(&disk.dir).is_none());
+    drop(disk);
+    fx.shutdown().await;
+    Ok(())
+}

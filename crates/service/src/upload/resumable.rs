@@ -480,7 +480,15 @@ pub(crate) async fn create(
             let (guard, mine) = up.take_over().await;
             let result = append(ctx, &up, mine, complete, head, body, true).await;
             drop(guard);
-            result.unwrap_or_else(|p| p.plan(ctx.cfg))
+            result.unwrap_or_else(|p| {
+                let mut plan = p.plan(ctx.cfg);
+                // No 104 carried the upload's address (see `docs/upload-protocol.md`): a
+                // failed creation names it, so that the client can resume.
+                if ctx.uploads.resumable.get(&up.id).is_some() {
+                    plan.location = Some(up.location());
+                }
+                plan
+            })
         }
         Err(p) => p.plan(ctx.cfg),
     }
