@@ -24,6 +24,7 @@ mod runner;
 mod spec;
 mod tools;
 pub mod units;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 
