@@ -23,7 +23,7 @@ pub struct PutArgs {
     #[arg(long, default_value_t = 8)]
     pub files: usize,
     /// Chunk size: each chunk is one request, checked by the server on arrival.
-    #[arg(long, value_parser = size_arg, default_value = "8MiB")]
+    #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
     /// Lanes to run, overriding what --connections/--streams imply.
     #[arg(long)]
