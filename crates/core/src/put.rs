@@ -323,6 +323,7 @@ impl Upload {
                 plan: *plan,
                 size,
                 queue: Arc::clone(&queue),
+                lanes,
                 cfg: self.config.clone(),
                 progress: self.progress.clone(),
                 stop: stop.clone(),
@@ -411,6 +412,9 @@ struct LaneCtx {
     plan: ChunkPlan,
     size: u64,
     queue: Arc<Mutex<VecDeque<ChunkIndex>>>,
+    /// Lanes running: near the end a lane reads ahead no more, so that the last chunks go to
+    /// lanes that are free instead of waiting behind a busy one.
+    lanes: usize,
     cfg: PutConfig,
     progress: Progress,
     stop: CancellationToken,
@@ -444,9 +448,9 @@ impl LaneCtx {
         };
         let label = conn.label();
         self.progress.lane(lane, |s| s.label = label);
-        let mut next = self.prepare_next();
+        let mut next = self.prepare_next(true);
         loop {
-            let Some(prepared) = next.take() else {
+            let Some(prepared) = next.take().or_else(|| self.prepare_next(true)) else {
                 return Ok(conn);
             };
             let up = prepared
@@ -454,7 +458,7 @@ impl LaneCtx {
                 .map_err(|e| PutError::Config(format!("read task failed: {e}")))??;
             // The following chunk is read and hashed while this one is on the wire, so the
             // lane does not idle between requests for the disk and the digest.
-            next = self.prepare_next();
+            next = self.prepare_next(false);
             let range = up.range.clone();
             let t0 = Instant::now();
             let mut attempt = 0u32;
@@ -494,13 +498,19 @@ impl LaneCtx {
         }
     }
 
-    /// Take the next chunk from the queue and read and hash it on the blocking pool.
-    fn prepare_next(&self) -> Option<tokio::task::JoinHandle<Result<ChunkUpload, PutError>>> {
-        let chunk = self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()?;
+    /// Take the next chunk from the queue and read and hash it on the blocking pool. A lane
+    /// reading ahead (`now` false) leaves the last `lanes` chunks to lanes that are free.
+    fn prepare_next(
+        &self,
+        now: bool,
+    ) -> Option<tokio::task::JoinHandle<Result<ChunkUpload, PutError>>> {
+        let chunk = {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if !now && q.len() <= self.lanes {
+                return None;
+            }
+            q.pop_front()?
+        };
         let range = self.plan.range(chunk);
         let (file, path, id, total) = (
             Arc::clone(&self.file),

@@ -779,7 +779,7 @@ async fn chunk(
     .await?
     .0;
     if actual != expected {
-        return Err(Refusal::new(
+        let mut plan = Refusal::new(
             status::BAD_REQUEST,
             "Content-Digest does not match the bytes received; send the chunk again\n",
             format!(
@@ -787,7 +787,12 @@ async fn chunk(
                 end - 1,
                 target.path.display()
             ),
-        ));
+        )
+        .plan();
+        // The received ranges mark this 400 as "the bytes were damaged", which a client
+        // answers by sending the chunk again, unlike a malformed request.
+        plan.headers.push((UPLOAD_RECEIVED, part.received_header()));
+        return Ok(plan);
     }
     // Journal the verified range; a crash after this line keeps it, before it loses only
     // this chunk.
