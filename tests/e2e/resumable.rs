@@ -9,32 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use xfer::serve::ServeConfig;
-
 use crate::support::{
     require_program, sha256_file, write_random_file, BoxError, Fixture, Proto, TestResult, MIB,
 };
-
-const ACCESS: &str = r#"
-[[token]]
-name = "uploader"
-token = "upload-token"
-access = "write"
-prefix = "/in"
-
-[[token]]
-name = "reader"
-token = "read-token"
-access = "read"
-prefix = "/"
-"#;
-
-fn configure(cfg: &mut ServeConfig, dir: &Path) {
-    let file = dir.join("access.toml");
-    std::fs::write(&file, ACCESS).expect("writing the access file");
-    cfg.access_file = Some(file);
-    cfg.uploads = Some(Default::default());
-}
+use crate::upload::configure;
 
 /// One curl exchange: status, response header fields (lower-case names, last of each) and
 /// body.

@@ -28,7 +28,8 @@ access = "read"
 prefix = "/"
 "#;
 
-fn configure(cfg: &mut ServeConfig, dir: &Path) {
+/// Uploads on, with the tokens above; shared with the resumable-upload cases.
+pub(crate) fn configure(cfg: &mut ServeConfig, dir: &Path) {
     let file = dir.join("access.toml");
     std::fs::write(&file, ACCESS).expect("writing the access file");
     cfg.access_file = Some(file);

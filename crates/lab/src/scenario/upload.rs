@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::process::{die_with_parent, proc_cpu_time, stop, wait_with_deadline};
 use super::report::median;
+use super::runner::{load_average, wait_for_server};
 use super::ScenarioError;
 use crate::{HostProfile, Lab, LabConfig, LinkConfig};
 
@@ -87,12 +88,6 @@ const TOKEN: &str = "lab-upload-token";
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ScenarioError {
     let path = path.to_path_buf();
     move |source| ScenarioError::Io { op, path, source }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// A file of `size` pseudo-random bytes (incompressible, different in every MiB).
@@ -167,7 +162,7 @@ pub fn run_upload_bench(b: &UploadBench) -> Result<UploadReport, ScenarioError> 
     let mut cmd = lab.command_in_server(&b.xfer_bin);
     cmd.args(&serve_args);
     let mut server = spawn(cmd, &serve_log, None)?;
-    wait_for_serving(&serve_log, &cert_dir.join("cert.pem"), &mut server)?;
+    wait_for_server(&serve_log, &cert_dir.join("cert.pem"), &mut server)?;
     let ca = cert_dir.join("cert.pem").display().to_string();
     let base = format!("https://{SERVER}:{}", b.port);
     let load_start = load_average();
@@ -280,27 +275,6 @@ fn spawn(mut cmd: Command, stderr: &Path, stdout: Option<&Path>) -> Result<Child
         program: "a lab process",
         source,
     })
-}
-
-fn wait_for_serving(log: &Path, cert: &Path, server: &mut Child) -> Result<(), ScenarioError> {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains("serving") && cert.exists() {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = server.try_wait() {
-            return Err(ScenarioError::ServerStart {
-                reason: format!("xfer serve exited ({status}): {}", text.trim()),
-            });
-        }
-        if Instant::now() > until {
-            return Err(ScenarioError::ServerStart {
-                reason: format!("xfer serve not ready after 20 s: {}", text.trim()),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
