@@ -789,9 +789,11 @@ async fn chunk(
             ),
         )
         .plan();
-        // The received ranges mark this 400 as "the bytes were damaged", which a client
-        // answers by sending the chunk again, unlike a malformed request.
+        // The received ranges (and, for xfer/1, the size) mark this 400 as "the bytes were
+        // damaged", which a client answers by sending the chunk again, unlike a malformed
+        // request.
         plan.headers.push((UPLOAD_RECEIVED, part.received_header()));
+        plan.headers.push((UPLOAD_SIZE, part.size.to_string()));
         return Ok(plan);
     }
     // Journal the verified range; a crash after this line keeps it, before it loses only
