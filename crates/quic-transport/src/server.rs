@@ -25,6 +25,7 @@ use quinn::{Endpoint, RecvStream, SendStream, WriteError};
 use xfer_common::fault::FaultInjection;
 use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
+use xfer_core::checksum::ChecksumAlgorithm;
 use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{
     AccessControl, Body, BodyEvent, ResponsePlan, Service, ServiceConfig, UploadConfig, Uploads,
@@ -89,6 +90,9 @@ pub struct QuicServerConfig {
     pub uploads: Option<UploadConfig>,
     /// Parallel uploads in progress, shared with the HTTP server.
     pub upload_state: Uploads,
+    /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
+    /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
+    pub checksums_on_send: Vec<ChecksumAlgorithm>,
 }
 
 impl QuicServerConfig {
@@ -109,6 +113,7 @@ impl QuicServerConfig {
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
             upload_state: Uploads::default(),
+            checksums_on_send: vec![ChecksumAlgorithm::Adler32],
         }
     }
 
@@ -223,6 +228,7 @@ impl QuicServer {
                     access: config.access,
                     uploads: config.uploads,
                     upload_state: config.upload_state,
+                    checksums_on_send: config.checksums_on_send,
                 }),
             }),
         })
