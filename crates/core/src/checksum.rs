@@ -181,6 +181,7 @@ impl fmt::Display for Checksum {
 }
 
 /// Computes one checksum over bytes fed in order.
+#[derive(Clone)]
 pub enum Checksummer {
     Adler32(adler2::Adler32),
     Md5(md5::Md5),
