@@ -518,3 +518,78 @@ async fn xrootd_pulls_from_xfer_by_http_tpc() -> TestResult {
     );
     Ok(())
 }
+
+/// `xfer get --checksum=ALG` from xfer itself, over HTTP/1.1, HTTP/2 (`Want-Digest`) and QUIC
+/// (`xfer/1`'s CHECKSUMS): every algorithm is asked, computed over the bytes received and
+/// named in the report; a file that is not there costs no part file.
+async fn get_with_checksum(proto: Proto, extra: &[&str]) -> TestResult {
+    let fx = Fixture::start(proto).await?;
+    let src = fx.root().join("c.bin");
+    let expected = write_random_file(&src, 3 * MIB + 11, 46)?;
+    for (flag, algorithm) in [
+        ("--checksum=adler32", ChecksumAlgorithm::Adler32),
+        ("--checksum=MD5", ChecksumAlgorithm::Md5),
+        ("--checksum", ChecksumAlgorithm::Sha256),
+    ] {
+        let dest = fx.out().join(format!("{algorithm}.bin"));
+        let mut args = vec![
+            "get".to_string(),
+            fx.url("/c.bin"),
+            "-o".into(),
+            dest.display().to_string(),
+            flag.into(),
+            "--json".into(),
+        ];
+        if let Some(ca) = fx.ca_cert() {
+            args.push("--ca-cert".into());
+            args.push(ca.display().to_string());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let out = run_xfer(args).await?;
+        let report = json_report(&out)?;
+        assert!(out.status.success(), "{proto:?} {flag}: {report}");
+        assert_eq!(sha256_file(&dest)?, expected);
+        assert_eq!(
+            report["verification"]["server_checksum"].as_str(),
+            Some(checksum_of(algorithm, &src)?.to_string().as_str()),
+            "{proto:?} {flag}: {report}"
+        );
+    }
+    fx.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn xfer_get_checksum_over_http1() -> TestResult {
+    get_with_checksum(Proto::Http1Tls, &["--protocol", "http1"]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn xfer_get_checksum_over_http2() -> TestResult {
+    get_with_checksum(Proto::Http2Tls, &["--protocol", "http2"]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn xfer_get_checksum_over_quic() -> TestResult {
+    get_with_checksum(Proto::Quic, &[]).await
+}
+
+/// A tree compares SHA-256 only: `--checksum=adler32` on a directory URL is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_refuses_a_non_sha256_checksum() -> TestResult {
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    let out = run_xfer(vec![
+        "get".into(),
+        fx.url("/"),
+        fx.out().join("t").display().to_string(),
+        "--checksum=adler32".into(),
+    ])
+    .await?;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--checksum=adler32"),
+        "{out:?}"
+    );
+    fx.shutdown().await;
+    Ok(())
+}

@@ -492,6 +492,11 @@ fn decode(req: &Request, caller: &Caller) -> xfer_service::Request {
     r.exact_range = req.range.clone();
     r.if_match = req.validator.clone();
     r.want_content_digest = req.want_digest;
+    if !req.checksums.is_empty() {
+        // HTTP's `Want-Digest` with equal weights: the strongest asked for is answered.
+        let names: Vec<&str> = req.checksums.iter().map(|a| a.rfc3230_name()).collect();
+        r.want_digest = vec![names.join(", ")];
+    }
     r.trailers_ok = true;
     r.credentials.bearer = req.token.clone().map(xfer_service::Secret::new);
     r.credentials.client_certificate = caller.client_certificate.clone();
@@ -555,6 +560,7 @@ fn encode_head(plan: &ResponsePlan) -> ResponseHead {
         trailer: plan.trailer,
         streamed: false,
         message: message.map(fit_message),
+        checksums: plan.digest.clone().into_iter().collect(),
     }
 }
 

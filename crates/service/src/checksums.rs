@@ -57,20 +57,18 @@ impl ChecksumCache {
     }
 }
 
-/// The `Digest` field value answering `want` (the `Want-Digest` field values, which RFC 9110
-/// §5.3 lets a sender split over several lines), or `None` when it names nothing xfer
-/// computes. A resource that cannot be read leaves the field out.
-pub(crate) async fn digest_field(
+/// The checksum answering `want` (the `Want-Digest` field values, which RFC 9110 §5.3 lets a
+/// sender split over several lines), or `None` when it names nothing xfer computes. A
+/// resource that cannot be read leaves it out.
+pub(crate) async fn wanted_digest(
     cache: &ChecksumCache,
     digests: &DigestCache,
     resource: &Resource,
     want: &[String],
     sha256: Option<Sha256Digest>,
-) -> Option<String> {
+) -> Option<Checksum> {
     let algorithm = *want_digest_preferences(&want.join(",")).first()?;
-    checksum_of(cache, digests, resource, algorithm, sha256)
-        .await
-        .map(|c| c.to_rfc3230_member())
+    checksum_of(cache, digests, resource, algorithm, sha256).await
 }
 
 /// The `Repr-Digest` member to send besides a known SHA-256 for an RFC 9530

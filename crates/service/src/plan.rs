@@ -44,6 +44,8 @@ pub struct ResponsePlan {
     pub repr_digest: Option<Sha256Digest>,
     /// Further `Repr-Digest` members (adler32, MD5) a `Want-Repr-Digest` asked for.
     pub repr_checksums: Vec<Checksum>,
+    /// The whole resource's checksum a `Want-Digest` asked for (RFC 3230 `Digest`).
+    pub digest: Option<Checksum>,
     /// SHA-256 of the body, known up front (`Content-Digest` in the head).
     pub content_digest: Option<Sha256Digest>,
     /// A `Content-Digest` trailer follows the body.
@@ -101,6 +103,7 @@ impl ResponsePlan {
             content_length: Some(0),
             repr_digest: None,
             repr_checksums: Vec::new(),
+            digest: None,
             content_digest: None,
             trailer: false,
             allow: None,

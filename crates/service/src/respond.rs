@@ -276,17 +276,14 @@ impl Service {
         };
         if !req.want_digest.is_empty() {
             // RFC 3230, as gfal2 and FTS ask for adler32; an unknown algorithm is ignored.
-            if let Some(field) = checksums::digest_field(
+            plan.digest = checksums::wanted_digest(
                 &cfg.checksums,
                 &cfg.digests,
                 &resource,
                 &req.want_digest,
                 repr,
             )
-            .await
-            {
-                plan.headers.push(("digest", field));
-            }
+            .await;
         }
         if !req.want_repr_digest.is_empty() {
             // RFC 9530; `adler` is the WLCG's adler32.
