@@ -36,7 +36,32 @@ fn configure(cfg: &mut ServeConfig, dir: &Path) {
     cfg.uploads = Some(Default::default());
 }
 
-/// An xfer server over https (HTTP/1.1 and HTTP/2 by ALPN) that takes uploads under `/in`.
+/// An xfer server over https (HTTP/1.1 and HTTP/2 by ALPN) that takes uploads under `/in`,
+/// `data.bin` of `size` bytes in its root (with its SHA-256), and its certificate in a hashed
+/// CA directory.
+struct Endpoint {
+    fx: Fixture,
+    data: PathBuf,
+    data_sha256: String,
+    capath: String,
+}
+
+async fn endpoint_with_data(openssl: &Path, size: u64, seed: u64) -> Result<Endpoint, BoxError> {
+    let fx = xfer_endpoint().await?;
+    let data = fx.root().join("data.bin");
+    let data_sha256 = write_random_file(&data, size, seed)?;
+    let ca = fx.ca_cert().ok_or("no certificate")?;
+    let capath = hashed_ca_dir(openssl, &ca, fx.dir.path())?
+        .display()
+        .to_string();
+    Ok(Endpoint {
+        fx,
+        data,
+        data_sha256,
+        capath,
+    })
+}
+
 async fn xfer_endpoint() -> Result<Fixture, BoxError> {
     let fx = Fixture::start_with(Proto::Http1Tls, configure).await?;
     std::fs::create_dir(fx.root().join("in"))?;
@@ -129,15 +154,12 @@ async fn gfal_sum_and_gfal_ls_against_xfer() -> TestResult {
         return Ok(());
     };
     record_version(&gfal_sum, &["--version"]).await?;
-    let fx = xfer_endpoint().await?;
-    let file = fx.root().join("data.bin");
-    write_random_file(&file, 5 * MIB + 17, 41)?;
-    let capath = hashed_ca_dir(
-        &openssl,
-        &fx.ca_cert().ok_or("no certificate")?,
-        fx.dir.path(),
-    )?;
-    let capath_s = capath.display().to_string();
+    let Endpoint {
+        fx,
+        data: file,
+        capath: capath_s,
+        ..
+    } = endpoint_with_data(&openssl, 5 * MIB + 17, 41).await?;
     let env = [("X509_CERT_DIR", capath_s.as_str())];
     let davs = fx.url("/data.bin").replacen("https://", "davs://", 1);
 
@@ -200,15 +222,12 @@ async fn davix_get_put_and_ls_against_xfer() -> TestResult {
         return Ok(());
     };
     record_version(&get, &["--version"]).await?;
-    let fx = xfer_endpoint().await?;
-    let file = fx.root().join("data.bin");
-    let expected = write_random_file(&file, 7 * MIB + 3, 42)?;
-    let capath = hashed_ca_dir(
-        &openssl,
-        &fx.ca_cert().ok_or("no certificate")?,
-        fx.dir.path(),
-    )?;
-    let capath_s = capath.display().to_string();
+    let Endpoint {
+        fx,
+        data_sha256: expected,
+        capath: capath_s,
+        ..
+    } = endpoint_with_data(&openssl, 7 * MIB + 3, 42).await?;
 
     let got = fx.out().join("got.bin");
     let out = run(

@@ -242,6 +242,20 @@ impl QuicTransport {
 }
 
 impl Inner {
+    /// A STAT of this transport's resource, asking for `checksums`.
+    fn stat_request(&self, checksums: Vec<ChecksumAlgorithm>) -> Request {
+        Request {
+            upload: None,
+            token: self.config.token.as_ref().map(|t| t.expose().to_string()),
+            method: Method::Stat,
+            path: self.target.path_and_query.clone(),
+            range: None,
+            want_digest: false,
+            checksums,
+            validator: None,
+        }
+    }
+
     /// The live connection of slot `index`, connecting when there is none or it died.
     async fn connection(&self, index: usize) -> Result<Connection, TransferError> {
         let slot = &self.slots[index % self.slots.len()];
@@ -543,16 +557,7 @@ impl Transport for QuicTransport {
     fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
         Box::pin(async move {
             let inner = &self.inner;
-            let req = Request {
-                upload: None,
-                token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
-                method: Method::Stat,
-                path: inner.target.path_and_query.clone(),
-                range: None,
-                want_digest: false,
-                checksums: Vec::new(),
-                validator: None,
-            };
+            let req = inner.stat_request(Vec::new());
             let (head, _recv) = inner.exchange(0, &req).await?;
             if head.status != status::OK {
                 return Err(inner.status_error(&head, format!("STAT {}", req.path)));
@@ -576,16 +581,7 @@ impl Transport for QuicTransport {
             let inner = &self.inner;
             // A server that predates CHECKSUMS resets the stream as malformed: an error, not a
             // silent "no checksum".
-            let req = Request {
-                upload: None,
-                token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
-                method: Method::Stat,
-                path: inner.target.path_and_query.clone(),
-                range: None,
-                want_digest: false,
-                checksums: vec![algorithm],
-                validator: None,
-            };
+            let req = inner.stat_request(vec![algorithm]);
             let (head, _recv) = inner.exchange(0, &req).await?;
             if head.status != status::OK {
                 return Err(
