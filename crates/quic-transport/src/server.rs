@@ -28,7 +28,8 @@ use xfer_common::DigestCache;
 use xfer_core::checksum::ChecksumAlgorithm;
 use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{
-    AccessControl, Body, BodyEvent, ResponsePlan, Service, ServiceConfig, UploadConfig, Uploads,
+    AccessControl, Body, BodyEvent, ChecksumCache, ResponsePlan, Service, ServiceConfig,
+    UploadConfig, Uploads,
 };
 
 use crate::socket::{bind_udp, SocketBuffers};
@@ -68,6 +69,8 @@ pub struct QuicServerConfig {
     /// Whole-resource digests, shared with other servers of the process when given;
     /// `None` makes a private cache with default settings.
     pub digest_cache: Option<DigestCache>,
+    /// adler32 and MD5 values, shared with other servers of the process when given.
+    pub checksum_cache: Option<ChecksumCache>,
     /// Send the whole-resource SHA-256 in response heads (and compute it in the background).
     /// Default on.
     pub repr_digest: bool,
@@ -106,6 +109,7 @@ impl QuicServerConfig {
             max_connections: 256,
             max_streams_per_connection: 64,
             digest_cache: None,
+            checksum_cache: None,
             repr_digest: true,
             stream: StreamOptions::default(),
             stall_timeout: Duration::from_secs(60),
@@ -219,7 +223,7 @@ impl QuicServer {
                 stall_timeout: config.stall_timeout,
                 active: AtomicUsize::new(0),
                 service: Service::new(ServiceConfig {
-                    checksums: Default::default(),
+                    checksums: config.checksum_cache.unwrap_or_default(),
                     root: config.root,
                     digests: config.digest_cache.unwrap_or_default(),
                     repr_digest: config.repr_digest,
