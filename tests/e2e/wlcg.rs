@@ -612,3 +612,79 @@ async fn tree_refuses_a_non_sha256_checksum() -> TestResult {
     fx.shutdown().await;
     Ok(())
 }
+
+/// A server whose `Digest` does not match the bytes it sends: `--checksum=adler32` fails with
+/// exit code 4, nothing under the final name and the part file kept (as any whole-file digest
+/// mismatch); one that sends no `Digest` fails before fetching anything; the true adler32
+/// passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xfer_get_checksum_refuses_a_wrong_or_missing_digest() -> TestResult {
+    use crate::tiny_server::{Misbehaviour, TinyServer};
+    use xfer::crates::core::journal::part_path;
+
+    let data = xfer_test_support::random_bytes(300_000, 47);
+    let dir = tempfile::tempdir()?;
+    let adler = {
+        let mut c = xfer::crates::core::checksum::Checksummer::new(ChecksumAlgorithm::Adler32);
+        c.update(&data);
+        c.finish().to_rfc3230_member()
+    };
+    let get = |url: String, dest: &Path| {
+        vec![
+            "get".to_string(),
+            url,
+            "-o".into(),
+            dest.display().to_string(),
+            "--checksum=adler32".into(),
+            "--quiet".into(),
+        ]
+    };
+    let server = |digest: Option<String>| {
+        TinyServer::start(
+            data.clone(),
+            Misbehaviour {
+                digest,
+                ..Misbehaviour::default()
+            },
+        )
+    };
+
+    let wrong = server(Some("adler32=00000001".into())).await?;
+    let dest = dir.path().join("wrong.bin");
+    let out = run_xfer(get(wrong.url("/f"), &dest)).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("adler32") && stderr.contains("00000001"),
+        "{stderr}"
+    );
+    assert!(
+        !dest.exists(),
+        "a file that failed its checksum was put in place"
+    );
+    assert_eq!(
+        std::fs::read(part_path(&dest))?,
+        data,
+        "the part file is kept"
+    );
+
+    let missing = server(None).await?;
+    let dest = dir.path().join("missing.bin");
+    let out = run_xfer(get(missing.url("/f"), &dest)).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("sent no adler32"), "{stderr}");
+    assert!(!dest.exists() && !part_path(&dest).exists());
+
+    // Names and hex digits in upper case, as some servers send them.
+    let right = server(Some(adler.to_uppercase())).await?;
+    let dest = dir.path().join("right.bin");
+    let out = run_xfer(get(right.url("/f"), &dest)).await?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&dest)?, data);
+    Ok(())
+}
