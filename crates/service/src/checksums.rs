@@ -16,6 +16,9 @@ use xfer_core::digest::Sha256Digest;
 
 /// Checksums remembered at most; beyond, an arbitrary one is forgotten.
 const CACHE_ENTRIES: usize = 4096;
+/// Synthetic resources larger than this (bytes) get no checksum on request, as the digest
+/// cache hashes none larger in the background.
+const MAX_SYNTHETIC_SIZE: u64 = 1 << 30;
 /// Bytes read at a time while computing.
 const BLOCK: usize = 1 << 20;
 
@@ -103,6 +106,11 @@ async fn checksum_of(
     }
     if let Some(c) = cache.lookup(resource, algorithm) {
         return Some(c);
+    }
+    if resource.synthetic_spec().is_some() && resource.size() > MAX_SYNTHETIC_SIZE {
+        // `/.xfer/synthetic?size=1P` exists for throughput runs: hashing it would hold a
+        // blocking thread for hours on one request.
+        return None;
     }
     let r = resource.clone();
     let computed = tokio::task::spawn_blocking(move || compute(&r, algorithm))
