@@ -164,6 +164,8 @@ impl Servers {
             qc.repr_digest = cfg.http.repr_digest;
             qc.stream = cfg.http.stream_options();
             qc.digest_cache = Some(http.digest_cache());
+            qc.checksum_cache = Some(http.checksum_cache());
+            qc.checksums_on_send = cfg.http.checksums_on_send.clone();
             qc.access = access.clone();
             qc.uploads = cfg.uploads.clone();
             qc.upload_state = upload_state.clone();

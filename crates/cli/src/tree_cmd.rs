@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use percent_encoding::percent_decode_str;
 use xfer::tree::{FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
-use xfer::GetConfig;
+use xfer::{ChecksumAlgorithm, GetConfig};
 
 use crate::exit::{self, UsageError};
 use crate::get_cmd::GetArgs;
@@ -19,6 +19,16 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         )
         .into());
     }
+    let checksum = match args.checksum {
+        None => false,
+        Some(ChecksumAlgorithm::Sha256) => true,
+        Some(other) => {
+            return Err(UsageError(format!(
+                "--checksum={other} names one file's checksum; a tree compares the SHA-256 of its manifest (--checksum or --checksum=sha256)"
+            ))
+            .into())
+        }
+    };
     let root_url = if args.url.ends_with('/') {
         args.url.clone()
     } else {
@@ -36,7 +46,7 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         get,
         max_files: args.files,
         lanes: args.tree_lanes,
-        checksum: args.checksum,
+        checksum,
         include: args.include.clone(),
         exclude: args.exclude.clone(),
         ..TreeConfig::default()

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 
+use xfer_core::checksum::{want_repr_digest_preferences, ChecksumAlgorithm};
 use xfer_core::digest::wants_sha256;
 
 use crate::access::Credentials;
@@ -74,9 +75,9 @@ pub struct Request {
     pub accept: Vec<String>,
     /// `Want-Content-Digest` asks for SHA-256.
     pub want_content_digest: bool,
-    /// `Want-Repr-Digest` asks for SHA-256. The representation digest is sent whenever known,
-    /// so this only documents the wish.
-    pub want_repr_digest: bool,
+    /// `Want-Repr-Digest` (RFC 9530): the algorithms asked for, best first. A known SHA-256 is
+    /// sent whatever this says; adler32 or MD5 ranked here are computed if need be.
+    pub want_repr_digest: Vec<ChecksumAlgorithm>,
     /// The codec can deliver a trailer after the body (HTTP/2, HTTP/1.1 with `TE: trailers`,
     /// `xfer/1`).
     pub trailers_ok: bool,
@@ -110,7 +111,7 @@ impl Request {
             depth: None,
             accept: Vec::new(),
             want_content_digest: false,
-            want_repr_digest: false,
+            want_repr_digest: Vec::new(),
             trailers_ok: false,
             peer,
             protocol,
@@ -144,9 +145,11 @@ impl Request {
         self
     }
 
-    /// Record `Want-Repr-Digest` field values.
+    /// Record `Want-Repr-Digest` field values; several lines make one dictionary (RFC 8941
+    /// §4.2).
     pub fn with_want_repr_digest<'a>(mut self, values: impl IntoIterator<Item = &'a str>) -> Self {
-        self.want_repr_digest = values.into_iter().any(wants_sha256);
+        let joined = values.into_iter().collect::<Vec<_>>().join(", ");
+        self.want_repr_digest = want_repr_digest_preferences(&joined);
         self
     }
 }

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::Full;
 use hyper::client::conn::http2;
-use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
+use xfer_core::checksum::{parse_digest_field, parse_rfc9530_field, Checksum, ChecksumAlgorithm};
+use xfer_core::digest::{REPR_DIGEST, SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
 };
@@ -395,6 +396,62 @@ impl HttpTransport {
         Ok(info)
     }
 
+    /// `HEAD` with `Want-Digest` (RFC 3230, what gfal2 sends and XRootD, dCache and xfer answer)
+    /// and `Want-Repr-Digest` (RFC 9530): the server's checksum of the whole resource.
+    async fn checksum_inner(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> Result<Option<Checksum>, TransferError> {
+        let inner = &self.inner;
+        let mut lane = HttpLane::new(inner.clone(), 0);
+        let want = [
+            (
+                HeaderName::from_static("want-digest"),
+                HeaderValue::from_static(algorithm.rfc3230_name()),
+            ),
+            (
+                HeaderName::from_static(WANT_REPR_DIGEST),
+                HeaderValue::from_str(&format!("{}=10", algorithm.rfc9530_key()))
+                    .map_err(|e| TransferError::Config(e.to_string()))?,
+            ),
+        ];
+        let head = lane
+            .request(Method::HEAD, inner.target(), &want, "")
+            .await?;
+        let status = head.response.status();
+        if !status.is_success() {
+            let err = TransferError::Status {
+                peer: head.peer.clone(),
+                status: status.as_u16(),
+                what: format!(
+                    "HEAD {} (Want-Digest: {})",
+                    head.target,
+                    algorithm.rfc3230_name()
+                ),
+            };
+            drain(head.response.into_body(), inner).await;
+            return Err(err);
+        }
+        let h = head.response.headers();
+        let found = h
+            .get_all(HeaderName::from_static("digest"))
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(parse_digest_field)
+            .chain(
+                h.get_all(HeaderName::from_static(REPR_DIGEST))
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(parse_rfc9530_field),
+            )
+            .find(|c| c.algorithm == algorithm);
+        drain(head.response.into_body(), inner).await;
+        if let Some(conn) = lane.take_connection() {
+            inner.park(conn);
+        }
+        Ok(found)
+    }
+
     /// `GET` with `Range: bytes=0-0`: size from `Content-Range` (206) or `Content-Length` (200,
     /// no range support).
     async fn probe(
@@ -497,6 +554,13 @@ impl Transport for HttpTransport {
 
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
         Box::pin(self.open(index))
+    }
+
+    fn checksum(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> BoxFuture<'_, Result<Option<Checksum>, TransferError>> {
+        Box::pin(self.checksum_inner(algorithm))
     }
 
     fn connection_stats(&self) -> Vec<ConnectionStats> {

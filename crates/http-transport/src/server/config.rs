@@ -8,6 +8,7 @@ use xfer_service::{AccessControl, UploadConfig, Uploads};
 
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
 use xfer_common::{DigestCacheConfig, FaultInjection};
+use xfer_core::checksum::ChecksumAlgorithm;
 
 use crate::config::{ConfigError, Http2Config, TcpConfig};
 
@@ -70,6 +71,9 @@ pub struct ServerConfig {
     pub uploads: Option<UploadConfig>,
     /// Parallel uploads in progress; shared with the QUIC server by `xfer serve`.
     pub upload_state: Uploads,
+    /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
+    /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
+    pub checksums_on_send: Vec<ChecksumAlgorithm>,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +105,7 @@ impl ServerConfig {
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
             upload_state: Uploads::default(),
+            checksums_on_send: vec![ChecksumAlgorithm::Adler32],
         }
     }
 

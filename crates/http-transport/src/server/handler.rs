@@ -220,8 +220,18 @@ fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
     {
         headers.insert(LAST_MODIFIED, v);
     }
-    if let Some(d) = &plan.repr_digest {
-        insert_digest(&mut headers, REPR_DIGEST, d);
+    if let Some(v) = plan
+        .repr_digest_field()
+        .and_then(|v| HeaderValue::from_str(&v).ok())
+    {
+        headers.insert(HeaderName::from_static(REPR_DIGEST), v);
+    }
+    if let Some(v) = plan
+        .digest
+        .as_ref()
+        .and_then(|c| HeaderValue::from_str(&c.to_rfc3230_member()).ok())
+    {
+        headers.insert(HeaderName::from_static("digest"), v);
     }
     if let Some(d) = &plan.content_digest {
         insert_digest(&mut headers, CONTENT_DIGEST, d);
