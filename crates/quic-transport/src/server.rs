@@ -223,6 +223,8 @@ impl QuicServer {
                     access: config.access,
                     uploads: config.uploads,
                     upload_state: config.upload_state,
+                    // xfer/1 has no COPY: third-party copy is HTTP's (the WLCG's) protocol.
+                    tpc: None,
                 }),
             }),
         })

@@ -6,6 +6,7 @@ use std::ops::Range;
 use xfer_core::digest::wants_sha256;
 
 use crate::access::Credentials;
+use crate::tpc::CopyHead;
 use crate::upload::UploadHead;
 
 /// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
@@ -22,6 +23,8 @@ pub enum Method {
     List,
     /// HTTP `PUT`: a whole file, or a chunk or the completion of a parallel upload.
     Put,
+    /// WebDAV `COPY` as HTTP third-party copy uses it (`Source` or `Destination`).
+    Copy,
     Other(String),
 }
 
@@ -35,6 +38,7 @@ impl Method {
             "OPTIONS" => Self::Options,
             "PROPFIND" => Self::Propfind,
             "PUT" => Self::Put,
+            "COPY" => Self::Copy,
             other => Self::Other(other.to_string()),
         }
     }
@@ -48,6 +52,7 @@ impl Method {
             Self::Propfind => "PROPFIND",
             Self::List => "LIST",
             Self::Put => "PUT",
+            Self::Copy => "COPY",
             Self::Other(m) => m,
         }
     }
@@ -89,6 +94,8 @@ pub struct Request {
     pub upload: UploadHead,
     /// RFC 3230 `Want-Digest` field values (`adler32`, `md5`, `sha-256` with q-values).
     pub want_digest: Vec<String>,
+    /// What a `COPY` (third-party copy) said about the remote.
+    pub copy: CopyHead,
 }
 
 impl Request {
@@ -117,6 +124,7 @@ impl Request {
             credentials: Credentials::default(),
             upload: UploadHead::default(),
             want_digest: Vec::new(),
+            copy: CopyHead::default(),
         }
     }
 

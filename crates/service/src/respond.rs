@@ -14,6 +14,7 @@ use crate::body::{BodyStream, StreamPlan};
 use crate::checksums::{self, ChecksumCache};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
+use crate::tpc::{self, Tpc};
 use crate::upload::{self, NoBody, UploadBody, UploadConfig, Uploads};
 use crate::{dav, directory};
 
@@ -22,6 +23,8 @@ use crate::{dav, directory};
 pub mod status {
     /// Whole resource follows.
     pub const OK: u16 = 200;
+    /// A third-party copy started; its outcome follows in the body.
+    pub const ACCEPTED: u16 = 202;
     /// An upload created a new file.
     pub const CREATED: u16 = 201;
     /// An upload replaced a file, or a chunk of a parallel upload was stored.
@@ -55,8 +58,12 @@ pub mod status {
     pub const URI_TOO_LONG: u16 = 414;
     /// The range starts at or beyond the end of the resource.
     pub const RANGE_NOT_SATISFIABLE: u16 = 416;
+    /// As many third-party copies as allowed are running; retry later.
+    pub const TOO_MANY_REQUESTS: u16 = 429;
     /// The server failed before sending the body.
     pub const INTERNAL_ERROR: u16 = 500;
+    /// A third-party copy to a URL scheme the server cannot reach.
+    pub const NOT_IMPLEMENTED: u16 = 501;
     /// The server is shutting down or over a limit; retry later.
     pub const SERVICE_UNAVAILABLE: u16 = 503;
     /// The server's disk is full (or a quota reached); nothing was stored under the final
@@ -90,6 +97,8 @@ pub struct ServiceConfig {
     pub upload_state: Uploads,
     /// adler32 and MD5 computed for `Want-Digest`, shared by every codec.
     pub checksums: ChecksumCache,
+    /// HTTP third-party copy (`COPY`). Default off: `None`.
+    pub tpc: Option<Tpc>,
 }
 
 impl ServiceConfig {
@@ -105,6 +114,7 @@ impl ServiceConfig {
             uploads: None,
             upload_state: Uploads::default(),
             checksums: ChecksumCache::default(),
+            tpc: None,
         }
     }
 }
@@ -166,6 +176,12 @@ impl Service {
             .policy()
             .check(&req.credentials, op, &req.path)
         {
+            // A push makes this server send a file where the caller says: never for anonymous.
+            Ok(Identity::Anonymous) if req.method == Method::Copy && self.cfg.tpc.is_some() => {
+                denial(Denied::Unauthenticated {
+                    invalid_token: false,
+                })
+            }
             Ok(who) => (self.decide(req, body).await, who),
             Err(denied) => denial(denied),
         };
@@ -180,6 +196,34 @@ impl Service {
             tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
         }
         plan
+    }
+
+    /// `COPY`: third-party copy when it is on; a pull also needs uploads on, as it writes.
+    async fn copy(&self, req: &Request) -> ResponsePlan {
+        let cfg = &self.cfg;
+        let refuse = |text: &'static str, detail: &str| {
+            let mut plan =
+                ResponsePlan::refusal(status::METHOD_NOT_ALLOWED, text, Some(detail.to_string()));
+            plan.allow = Some(if cfg.uploads.is_some() {
+                ALLOWED_WITH_PUT
+            } else {
+                ALLOWED
+            });
+            plan
+        };
+        let Some(tpc) = &cfg.tpc else {
+            return refuse(
+                "this server does not do third-party copy\n",
+                "COPY while third-party copy is off",
+            );
+        };
+        if tpc::is_pull(req) && cfg.uploads.is_none() {
+            return refuse(
+                "this server does not accept writes (xfer serve --allow-upload), so it cannot pull\n",
+                "COPY with Source while uploads are off",
+            );
+        }
+        tpc::copy(tpc, &cfg.root, &cfg.digests, req).await
     }
 
     async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
@@ -215,6 +259,7 @@ impl Service {
                     return plan;
                 }
             },
+            Method::Copy => return self.copy(req).await,
             Method::Options => return dav::options(cfg.uploads.is_some()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
@@ -350,6 +395,9 @@ impl Service {
 fn operation(req: &Request) -> Operation {
     match &req.method {
         Method::Put => Operation::Write,
+        // A pull writes the path; a push reads it (and needs a known caller, checked later).
+        Method::Copy if tpc::is_pull(req) => Operation::Write,
+        Method::Copy => Operation::Read,
         // An upload's status is for its uploader.
         Method::Head if req.upload.id.is_some() => Operation::Write,
         Method::Get | Method::Head | Method::Options | Method::Propfind | Method::List => {

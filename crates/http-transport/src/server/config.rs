@@ -4,7 +4,7 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use xfer_service::{AccessControl, UploadConfig, Uploads};
+use xfer_service::{AccessControl, Tpc, UploadConfig, Uploads};
 
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
 use xfer_common::{DigestCacheConfig, FaultInjection};
@@ -70,6 +70,9 @@ pub struct ServerConfig {
     pub uploads: Option<UploadConfig>,
     /// Parallel uploads in progress; shared with the QUIC server by `xfer serve`.
     pub upload_state: Uploads,
+    /// HTTP third-party copy (`COPY` with `Source` or `Destination`): the runner that moves
+    /// the bytes, and its limits. Default off; `xfer serve` supplies one over xfer's client.
+    pub tpc: Option<Tpc>,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +104,7 @@ impl ServerConfig {
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
             upload_state: Uploads::default(),
+            tpc: None,
         }
     }
 
@@ -156,6 +160,11 @@ impl ServerConfig {
                 secs(self.shutdown_grace),
                 "at most 1 h",
             ));
+        }
+        if let Some(tpc) = &self.tpc {
+            tpc.config
+                .validate()
+                .map_err(|e| ConfigError::new(e.field, e.value, e.allowed))?;
         }
         if let Err(e) = self.digest_cache.validate() {
             return Err(ConfigError::new(

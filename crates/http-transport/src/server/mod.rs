@@ -173,6 +173,7 @@ impl HttpServer {
                     access: cfg.access.clone(),
                     uploads: cfg.uploads.clone(),
                     upload_state: cfg.upload_state.clone(),
+                    tpc: cfg.tpc.clone(),
                 }),
                 cfg,
                 tls,
