@@ -8,6 +8,8 @@ need=()
 for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone openssl:openssl ping:iputils-ping ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
+# Third-party copy interop (tests/e2e/tpc.rs): gfal-copy and gfal2's HTTP plugin.
+dpkg -s gfal2 gfal2-plugin-http gfal2-util-scripts >/dev/null 2>&1 || need+=(gfal2 gfal2-plugin-http gfal2-util-scripts)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing: ${need[*]}"

@@ -71,6 +71,9 @@ pub(crate) struct Pool {
 /// Idle HTTP/1.1 connections kept for reuse; more are closed.
 const MAX_IDLE: usize = 256;
 
+/// Header fields sent to one origin besides those every request carries.
+type ExtraFields = Arc<Vec<(HeaderName, HeaderValue)>>;
+
 pub(crate) struct Inner {
     pub cfg: HttpClientConfig,
     pub user_agent: HeaderValue,
@@ -78,7 +81,7 @@ pub(crate) struct Inner {
     /// redirect to another origin does not carry it.
     authorization: Option<(Origin, HeaderValue)>,
     /// [`HttpClientConfig::extra_headers`], for the same origin only.
-    extra: Option<(Origin, Arc<Vec<(HeaderName, HeaderValue)>>)>,
+    extra: Option<(Origin, ExtraFields)>,
     target: RwLock<Target>,
     pool: Arc<Pool>,
 }
