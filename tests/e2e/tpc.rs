@@ -170,6 +170,22 @@ async fn copy(
 
 const BEARER: &str = "Bearer tpc-token";
 
+/// The fields of a `COPY` by the token holder: `which` (`source` or `destination`) and the
+/// remote URL, the token for the remote too when `pass_token`, then `extra`.
+fn fields<'a>(
+    which: &'a str,
+    remote: &'a str,
+    pass_token: bool,
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut out = vec![("authorization", BEARER), (which, remote)];
+    if pass_token {
+        out.push(("TransferHeaderAuthorization", BEARER));
+    }
+    out.extend_from_slice(extra);
+    out
+}
+
 /// Check a marker stream: blocks of only the standard lines, counts that never go down, and
 /// the last line; returns the last line.
 fn check_markers(text: &str) -> String {
@@ -213,14 +229,12 @@ async fn pull_and_push_with_a_token_passed_through() -> TestResult {
     let sha = write_random_file(&src, 40 * MIB + 4321, 71)?;
 
     // Pull into b, from a, which wants the token: without it the copy fails and leaves nothing.
+    let src_url = p.a.url("/data/src.bin");
     let c = copy(
         &p.b,
         &p.cert,
         "/in/pulled.bin",
-        &[
-            ("authorization", BEARER),
-            ("source", &p.a.url("/data/src.bin")),
-        ],
+        &fields("source", &src_url, false, &[]),
         false,
     )
     .await?;
@@ -239,12 +253,7 @@ async fn pull_and_push_with_a_token_passed_through() -> TestResult {
             &p.b,
             &p.cert,
             "/in/pulled.bin",
-            &[
-                ("authorization", BEARER),
-                ("source", &p.a.url("/data/src.bin")),
-                ("TransferHeaderAuthorization", BEARER),
-                ("X-Number-Of-Streams", "4"),
-            ],
+            &fields("source", &src_url, true, &[("X-Number-Of-Streams", "4")]),
             h2,
         )
         .await?;
@@ -256,15 +265,12 @@ async fn pull_and_push_with_a_token_passed_through() -> TestResult {
     }
 
     // Push from a to b.
+    let dest_url = p.b.url("/out/pushed.bin");
     let c = copy(
         &p.a,
         &p.cert,
         "/data/src.bin",
-        &[
-            ("authorization", BEARER),
-            ("destination", &p.b.url("/out/pushed.bin")),
-            ("TransferHeaderAuthorization", BEARER),
-        ],
+        &fields("destination", &dest_url, true, &[]),
         false,
     )
     .await?;
@@ -278,11 +284,7 @@ async fn pull_and_push_with_a_token_passed_through() -> TestResult {
         &p.b,
         &p.cert,
         "/in/pulled.bin",
-        &[
-            ("authorization", BEARER),
-            ("source", &p.a.url("/data/src.bin")),
-            ("overwrite", "F"),
-        ],
+        &fields("source", &src_url, true, &[("overwrite", "F")]),
         false,
     )
     .await?;
@@ -368,7 +370,7 @@ async fn over_the_limit_429_and_a_client_that_leaves_cancels_its_copy() -> TestR
         &p.b,
         &p.cert,
         "/in/slow.bin",
-        &[("authorization", BEARER), ("source", &slow)],
+        &fields("source", &slow, false, &[]),
         false,
     )
     .await?;
@@ -385,7 +387,7 @@ async fn over_the_limit_429_and_a_client_that_leaves_cancels_its_copy() -> TestR
         &p.b,
         &p.cert,
         "/in/other.bin",
-        &[("authorization", BEARER), ("source", &slow)],
+        &fields("source", &slow, false, &[]),
         false,
     )
     .await?;
@@ -406,40 +408,24 @@ async fn over_the_limit_429_and_a_client_that_leaves_cancels_its_copy() -> TestR
 
     // The slot is free again.
     std::fs::write(p.a.root().join("small.bin"), b"small")?;
-    let again = copy(
-        &p.b,
-        &p.cert,
-        "/in/small.bin",
-        &[
-            ("authorization", BEARER),
-            ("source", &p.a.url("/small.bin")),
-            ("TransferHeaderAuthorization", BEARER),
-        ],
-        false,
-    )
-    .await?;
-    let mut status = again.status;
-    let mut text = again.text().await?;
+    let small = p.a.url("/small.bin");
+    let (mut status, mut text) = (0, String::new());
     // The slot is released a moment after the files are removed.
     for _ in 0..50 {
-        if status != 429 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
         let c = copy(
             &p.b,
             &p.cert,
             "/in/small.bin",
-            &[
-                ("authorization", BEARER),
-                ("source", &p.a.url("/small.bin")),
-                ("TransferHeaderAuthorization", BEARER),
-            ],
+            &fields("source", &small, true, &[]),
             false,
         )
         .await?;
         status = c.status;
         text = c.text().await?;
+        if status != 429 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(status, 202, "{text}");
     assert_eq!(check_markers(&text), "success: Created");
