@@ -366,70 +366,76 @@ async fn over_the_limit_429_and_a_client_that_leaves_cancels_its_copy() -> TestR
     .await?;
     let tarpit = Tarpit::start().await?;
     let slow = format!("http://{}/big.bin", tarpit.addr);
-    let first = copy(
-        &p.b,
-        &p.cert,
-        "/in/slow.bin",
-        &fields("source", &slow, false, &[]),
-        false,
-    )
-    .await?;
-    assert_eq!(first.status, 202);
-    // The copy has started writing its staging file.
-    let dir = p.b.root().join("in");
-    wait_until(Duration::from_secs(20), || {
-        staging_names(&dir).is_ok_and(|n| !n.is_empty())
-    })
-    .await
-    .map_err(|()| "no staging file appeared")?;
-
-    let second = copy(
-        &p.b,
-        &p.cert,
-        "/in/other.bin",
-        &fields("source", &slow, false, &[]),
-        false,
-    )
-    .await?;
-    assert_eq!(second.status, 429);
-    assert!(second.retry_after.is_some());
-    drop(second.text().await?);
-
-    // The client goes away: the copy stops, its files go, nothing has the final name.
-    let Copy { body, conn, .. } = first;
-    drop(body);
-    conn.abort();
-    wait_until(Duration::from_secs(20), || {
-        staging_names(&dir).is_ok_and(|n| n.is_empty())
-    })
-    .await
-    .map_err(|()| format!("staging files left: {:?}", staging_names(&dir)))?;
-    assert!(!dir.join("slow.bin").exists());
-
-    // The slot is free again.
     std::fs::write(p.a.root().join("small.bin"), b"small")?;
     let small = p.a.url("/small.bin");
-    let (mut status, mut text) = (0, String::new());
-    // The slot is released a moment after the files are removed.
-    for _ in 0..50 {
-        let c = copy(
+    // Over HTTP/1.1 the connection closes; over HTTP/2 too, with the stream reset.
+    for h2 in [false, true] {
+        let first = copy(
             &p.b,
             &p.cert,
-            "/in/small.bin",
-            &fields("source", &small, true, &[]),
+            &format!("/in/slow-{h2}.bin"),
+            &fields("source", &slow, false, &[]),
+            h2,
+        )
+        .await?;
+        assert_eq!(first.status, 202);
+        // The copy has started writing its staging file.
+        let dir = p.b.root().join("in");
+        wait_until(Duration::from_secs(20), || {
+            staging_names(&dir).is_ok_and(|n| !n.is_empty())
+        })
+        .await
+        .map_err(|()| "no staging file appeared")?;
+
+        let second = copy(
+            &p.b,
+            &p.cert,
+            "/in/other.bin",
+            &fields("source", &slow, false, &[]),
             false,
         )
         .await?;
-        status = c.status;
-        text = c.text().await?;
-        if status != 429 {
-            break;
+        assert_eq!(second.status, 429);
+        assert!(second.retry_after.is_some());
+        drop(second.text().await?);
+
+        // The client goes away: the copy stops, its files go, nothing has the final name.
+        let Copy { body, conn, .. } = first;
+        drop(body);
+        conn.abort();
+        wait_until(Duration::from_secs(20), || {
+            staging_names(&dir).is_ok_and(|n| n.is_empty())
+        })
+        .await
+        .map_err(|()| format!("staging files left: {:?}", staging_names(&dir)))?;
+        assert!(!dir.join(format!("slow-{h2}.bin")).exists());
+
+        // The slot is free again.
+        let (mut status, mut text) = (0, String::new());
+        // The slot is released a moment after the files are removed.
+        for _ in 0..50 {
+            let c = copy(
+                &p.b,
+                &p.cert,
+                &format!("/in/small-{h2}.bin"),
+                &fields("source", &small, true, &[]),
+                false,
+            )
+            .await?;
+            status = c.status;
+            text = c.text().await?;
+            if status != 429 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(status, 202, "{text}");
+        assert_eq!(check_markers(&text), "success: Created");
+        assert_eq!(
+            std::fs::read(dir.join(format!("small-{h2}.bin")))?,
+            b"small"
+        );
     }
-    assert_eq!(status, 202, "{text}");
-    assert_eq!(check_markers(&text), "success: Created");
-    assert_eq!(std::fs::read(dir.join("small.bin"))?, b"small");
     p.a.shutdown().await;
     p.b.shutdown().await;
     Ok(())
