@@ -44,6 +44,7 @@
 
 pub mod put_tree;
 pub mod serve;
+pub mod tpc;
 pub mod tree;
 
 use std::path::Path;

@@ -54,5 +54,7 @@ mod access;
 #[path = "e2e/upload.rs"]
 mod upload;
 
+#[path = "e2e/tpc.rs"]
+mod tpc;
 #[path = "e2e/wlcg.rs"]
 mod wlcg;

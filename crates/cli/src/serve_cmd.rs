@@ -108,6 +108,20 @@ pub struct ServeArgs {
     /// record).
     #[arg(long, value_parser = duration_arg, default_value = "24h", value_name = "DURATION")]
     pub upload_expiry: std::time::Duration,
+    /// Refuse HTTP third-party copy (COPY with Source or Destination; docs/tpc.md).
+    #[arg(long)]
+    pub no_tpc: bool,
+    /// Third-party copies running at once; more are answered 429.
+    #[arg(long, default_value_t = xfer::crates::service::TpcConfig::default().max_active, value_name = "N")]
+    pub tpc_max_active: usize,
+    /// Trust this CA (PEM) when a third-party copy connects to a remote, instead of the
+    /// Mozilla roots. Repeatable.
+    #[arg(long, value_name = "PEM")]
+    pub tpc_ca_cert: Vec<PathBuf>,
+    /// Largest number of lanes a third-party copy runs (X-Number-Of-Streams is capped here;
+    /// without it a copy runs 8 HTTP/1.1 connections).
+    #[arg(long, default_value_t = xfer::crates::service::TpcConfig::default().max_streams, value_name = "N")]
+    pub tpc_max_streams: usize,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -146,6 +160,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.allow_upload {
         cfg.uploads = Some(xfer::crates::service::UploadConfig {
             expiry: args.upload_expiry,
+            ..Default::default()
+        });
+    }
+    cfg.tpc = if args.no_tpc {
+        None
+    } else {
+        let tpc = xfer::crates::service::TpcConfig {
+            max_active: args.tpc_max_active,
+            max_streams: args.tpc_max_streams,
+            ..Default::default()
+        };
+        tpc.validate().map_err(|e| UsageError(e.to_string()))?;
+        Some(tpc)
+    };
+    if !args.tpc_ca_cert.is_empty() {
+        cfg.tpc_client = cfg.tpc_client.with_tls(xfer::ClientTlsOptions {
+            ca_certs: args.tpc_ca_cert.clone(),
             ..Default::default()
         });
     }

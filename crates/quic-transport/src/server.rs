@@ -233,6 +233,8 @@ impl QuicServer {
                     uploads: config.uploads,
                     upload_state: config.upload_state,
                     checksums_on_send: config.checksums_on_send,
+                    // xfer/1 has no COPY: third-party copy is HTTP's (the WLCG's) protocol.
+                    tpc: None,
                 }),
             }),
         })

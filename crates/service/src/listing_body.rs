@@ -64,6 +64,11 @@ impl ListingStream {
         Self { rx, done: false }
     }
 
+    /// The bytes another task sends into `rx`, as they come; an error ends the stream.
+    pub(crate) fn from_channel(rx: mpsc::Receiver<io::Result<Bytes>>) -> Self {
+        Self { rx, done: false }
+    }
+
     /// Next chunk; `None` once the listing is complete. After an error the stream ends.
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
         if self.done {

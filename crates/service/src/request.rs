@@ -7,6 +7,7 @@ use xfer_core::checksum::{want_repr_digest_preferences, ChecksumAlgorithm};
 use xfer_core::digest::wants_sha256;
 
 use crate::access::Credentials;
+use crate::tpc::CopyHead;
 use crate::upload::UploadHead;
 
 /// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
@@ -23,6 +24,8 @@ pub enum Method {
     List,
     /// HTTP `PUT`: a whole file, or a chunk or the completion of a parallel upload.
     Put,
+    /// WebDAV `COPY` as HTTP third-party copy uses it (`Source` or `Destination`).
+    Copy,
     Other(String),
 }
 
@@ -36,6 +39,7 @@ impl Method {
             "OPTIONS" => Self::Options,
             "PROPFIND" => Self::Propfind,
             "PUT" => Self::Put,
+            "COPY" => Self::Copy,
             other => Self::Other(other.to_string()),
         }
     }
@@ -49,6 +53,7 @@ impl Method {
             Self::Propfind => "PROPFIND",
             Self::List => "LIST",
             Self::Put => "PUT",
+            Self::Copy => "COPY",
             Self::Other(m) => m,
         }
     }
@@ -90,6 +95,8 @@ pub struct Request {
     pub upload: UploadHead,
     /// RFC 3230 `Want-Digest` field values (`adler32`, `md5`, `sha-256` with q-values).
     pub want_digest: Vec<String>,
+    /// What a `COPY` (third-party copy) said about the remote.
+    pub copy: CopyHead,
 }
 
 impl Request {
@@ -118,6 +125,7 @@ impl Request {
             credentials: Credentials::default(),
             upload: UploadHead::default(),
             want_digest: Vec::new(),
+            copy: CopyHead::default(),
         }
     }
 

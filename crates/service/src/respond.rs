@@ -15,6 +15,7 @@ use crate::body::{BodyStream, ChecksumsOnSend, StreamPlan};
 use crate::checksums::{self, ChecksumCache};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
+use crate::tpc::{self, Tpc};
 use crate::upload::{self, NoBody, UploadBody, UploadConfig, Uploads};
 use crate::{dav, directory};
 
@@ -23,6 +24,8 @@ use crate::{dav, directory};
 pub mod status {
     /// Whole resource follows.
     pub const OK: u16 = 200;
+    /// A third-party copy started; its outcome follows in the body.
+    pub const ACCEPTED: u16 = 202;
     /// An upload created a new file.
     pub const CREATED: u16 = 201;
     /// An upload replaced a file, or a chunk of a parallel upload was stored.
@@ -56,8 +59,12 @@ pub mod status {
     pub const URI_TOO_LONG: u16 = 414;
     /// The range starts at or beyond the end of the resource.
     pub const RANGE_NOT_SATISFIABLE: u16 = 416;
+    /// As many third-party copies as allowed are running; retry later.
+    pub const TOO_MANY_REQUESTS: u16 = 429;
     /// The server failed before sending the body.
     pub const INTERNAL_ERROR: u16 = 500;
+    /// A third-party copy to a URL scheme the server cannot reach.
+    pub const NOT_IMPLEMENTED: u16 = 501;
     /// The server is shutting down or over a limit; retry later.
     pub const SERVICE_UNAVAILABLE: u16 = 503;
     /// The server's disk is full (or a quota reached); nothing was stored under the final
@@ -96,6 +103,8 @@ pub struct ServiceConfig {
     /// Default adler32 (about 4 times SHA-256's speed, docs/wlcg.md); empty turns it off. SHA-256 here is kept in
     /// [`ServiceConfig::digests`]. Synthetic resources are never hashed this way.
     pub checksums_on_send: Vec<ChecksumAlgorithm>,
+    /// HTTP third-party copy (`COPY`). Default off: `None`.
+    pub tpc: Option<Tpc>,
 }
 
 impl ServiceConfig {
@@ -112,6 +121,7 @@ impl ServiceConfig {
             upload_state: Uploads::default(),
             checksums: ChecksumCache::default(),
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
+            tpc: None,
         }
     }
 }
@@ -173,6 +183,12 @@ impl Service {
             .policy()
             .check(&req.credentials, op, &req.path)
         {
+            // A push makes this server send a file where the caller says: never for anonymous.
+            Ok(Identity::Anonymous) if req.method == Method::Copy && self.cfg.tpc.is_some() => {
+                denial(Denied::Unauthenticated {
+                    invalid_token: false,
+                })
+            }
             Ok(who) => (self.decide(req, body).await, who),
             Err(denied) => denial(denied),
         };
@@ -187,6 +203,34 @@ impl Service {
             tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
         }
         plan
+    }
+
+    /// `COPY`: third-party copy when it is on; a pull also needs uploads on, as it writes.
+    async fn copy(&self, req: &Request) -> ResponsePlan {
+        let cfg = &self.cfg;
+        let refuse = |text: &'static str, detail: &str| {
+            let mut plan =
+                ResponsePlan::refusal(status::METHOD_NOT_ALLOWED, text, Some(detail.to_string()));
+            plan.allow = Some(if cfg.uploads.is_some() {
+                ALLOWED_WITH_PUT
+            } else {
+                ALLOWED
+            });
+            plan
+        };
+        let Some(tpc) = &cfg.tpc else {
+            return refuse(
+                "this server does not do third-party copy\n",
+                "COPY while third-party copy is off",
+            );
+        };
+        if tpc::is_pull(req) && cfg.uploads.is_none() {
+            return refuse(
+                "this server does not accept writes (xfer serve --allow-upload), so it cannot pull\n",
+                "COPY with Source while uploads are off",
+            );
+        }
+        tpc::copy(tpc, &cfg.root, &cfg.digests, req).await
     }
 
     async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
@@ -222,6 +266,7 @@ impl Service {
                     return plan;
                 }
             },
+            Method::Copy => return self.copy(req).await,
             Method::Options => return dav::options(cfg.uploads.is_some()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
@@ -397,6 +442,9 @@ fn checksums_on_send(
 fn operation(req: &Request) -> Operation {
     match &req.method {
         Method::Put => Operation::Write,
+        // A pull writes the path; a push reads it (and needs a known caller, checked later).
+        Method::Copy if tpc::is_pull(req) => Operation::Write,
+        Method::Copy => Operation::Read,
         // An upload's status is for its uploader.
         Method::Head if req.upload.id.is_some() => Operation::Write,
         Method::Get | Method::Head | Method::Options | Method::Propfind | Method::List => {

@@ -72,17 +72,30 @@ pub(crate) struct Pool {
 /// Idle HTTP/1.1 connections kept for reuse; more are closed.
 const MAX_IDLE: usize = 256;
 
+/// Header fields sent to one origin besides those every request carries.
+type ExtraFields = Arc<Vec<(HeaderName, HeaderValue)>>;
+
 pub(crate) struct Inner {
     pub cfg: HttpClientConfig,
     pub user_agent: HeaderValue,
     /// `Authorization: Bearer ...` and the origin it belongs to: the one the user named. A
     /// redirect to another origin does not carry it.
     authorization: Option<(Origin, HeaderValue)>,
+    /// [`HttpClientConfig::extra_headers`], for the same origin only.
+    extra: Option<(Origin, ExtraFields)>,
     target: RwLock<Target>,
     pool: Arc<Pool>,
 }
 
 impl Inner {
+    /// The configured extra header fields, when `target` is the origin they belong to.
+    pub fn extra_headers_for(&self, target: &Target) -> &[(HeaderName, HeaderValue)] {
+        match &self.extra {
+            Some((origin, fields)) if *origin == target.origin => fields,
+            _ => &[],
+        }
+    }
+
     /// The `Authorization` value for a request to `target`, if any.
     pub fn authorization_for(&self, target: &Target) -> Option<HeaderValue> {
         match &self.authorization {
@@ -282,6 +295,22 @@ impl HttpTransport {
             }
             None => None,
         };
+        let extra = if cfg.extra_headers.is_empty() {
+            None
+        } else {
+            let mut fields = Vec::with_capacity(cfg.extra_headers.len());
+            for (name, value) in &cfg.extra_headers {
+                let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    TransferError::Config(format!("{name:?} is not a header field name"))
+                })?;
+                let mut value = HeaderValue::from_str(value.expose()).map_err(|_| {
+                    TransferError::Config(format!("the value of {name} is not visible ASCII"))
+                })?;
+                value.set_sensitive(true);
+                fields.push((name, value));
+            }
+            Some((target.origin.clone(), Arc::new(fields)))
+        };
         let slots = (0..cfg.layout(Mode::H2).connections)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
@@ -290,6 +319,7 @@ impl HttpTransport {
                 cfg,
                 user_agent,
                 authorization,
+                extra,
                 target: RwLock::new(target),
                 pool: Arc::new(Pool {
                     tls: Arc::new(tls),
@@ -320,6 +350,7 @@ impl HttpTransport {
                 user_agent: self.inner.user_agent.clone(),
                 // Same origin (checked above): the token goes along.
                 authorization: self.inner.authorization.clone(),
+                extra: self.inner.extra.clone(),
                 target: RwLock::new(target),
                 pool: Arc::clone(&self.inner.pool),
             }),

@@ -20,6 +20,7 @@ use xfer_core::digest::{
     Sha256Digest, CONTENT_DIGEST, REPR_DIGEST, WANT_CONTENT_DIGEST, WANT_REPR_DIGEST,
 };
 use xfer_service::access::MAX_TOKEN_LEN;
+use xfer_service::tpc::CopyHead;
 use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{Body, ContentRange, Credentials, Method, ResponsePlan, Secret};
 
@@ -164,6 +165,13 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
     r.want_digest = values(headers, HeaderName::from_static("want-digest"))
         .map(str::to_string)
         .collect();
+    if r.method == Method::Copy {
+        r.copy = CopyHead::from_fields(
+            headers
+                .iter()
+                .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v))),
+        );
+    }
     r.credentials = Credentials {
         bearer: bearer_token(headers),
         client_certificate: ctx.client_certificate.clone(),

@@ -174,6 +174,7 @@ impl HttpServer {
                     uploads: cfg.uploads.clone(),
                     upload_state: cfg.upload_state.clone(),
                     checksums_on_send: cfg.checksums_on_send.clone(),
+                    tpc: cfg.tpc.clone(),
                 }),
                 cfg,
                 tls,
