@@ -17,12 +17,14 @@
 //!
 //! Key types: [`Scenario`], [`Case`], [`RunOptions`], [`Results`], [`RunRecord`].
 
+mod nginx;
 mod plot;
 mod process;
 mod report;
 mod runner;
 mod spec;
 mod tools;
+mod tree;
 pub mod units;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +33,7 @@ pub use plot::draw_all;
 pub use report::{median, run_bps, Machine, PingCheck, PointRecord, Results, RunRecord};
 pub use runner::{ping_times_ms, run_scenario, RunOptions};
 pub use spec::{Case, LinkFile, Protocol, Scenario, ScenarioFile, Tool, TransferFile};
+pub use tree::{TreeEntry, TreeFile, TreeShape};
 
 use crate::LabError;
 
@@ -52,7 +55,7 @@ pub enum ScenarioError {
     },
     #[error("invalid link in scenario: {0}")]
     InvalidLink(String),
-    #[error("the scenario uses {program}, which is not installed (Debian: apt-get install iperf3 curl aria2)")]
+    #[error("the scenario uses {program}, which is not installed (Debian: apt-get install iperf3 curl aria2 nginx rclone)")]
     ToolMissing { program: &'static str },
     #[error(transparent)]
     Lab(#[from] LabError),

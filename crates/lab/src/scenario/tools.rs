@@ -109,6 +109,8 @@ pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
             a.push(ctx.url(case.size, false));
             (PathBuf::from("aria2c"), a)
         }
+        // The spec admits rclone only in tree scenarios, whose command lines are tree.rs's.
+        Tool::Rclone => (PathBuf::from("rclone"), Vec::new()),
     }
 }
 
@@ -234,6 +236,7 @@ pub fn parse_outcome(case: &Case, stdout: &str, stderr: &str, exit_ok: bool, wal
                 ..Outcome::default()
             }
         }
+        Tool::Rclone => fail("rclone runs only in tree scenarios".into()),
     }
 }
 
