@@ -139,6 +139,23 @@ fn journal_chunks(journal: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// Lift the relay's budget, run `cmd` (with `--json`) to its end, and return its report; the
+/// run must succeed.
+async fn rerun_with_gate_open(
+    gate: &Gate,
+    mut cmd: Command,
+) -> Result<serde_json::Value, BoxError> {
+    gate.open_fully();
+    let out: Output = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    assert!(
+        out.status.success(),
+        "the resumed run failed: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 /// The child is killed when the test ends, however it ends.
 struct ChildGuard(Child);
 
@@ -269,16 +286,7 @@ impl Setup {
 
     /// Run the same command again with the relay open; check the resume and the file.
     async fn resume_and_check(&self, journalled: u64) -> TestResult {
-        self.gate.open_fully();
-        let mut cmd = self.command(true);
-        let out: Output = tokio::task::spawn_blocking(move || cmd.output()).await??;
-        assert!(
-            out.status.success(),
-            "resumed run failed: {:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let report = rerun_with_gate_open(&self.gate, self.command(true)).await?;
         let field = |name: &str| {
             report[name]
                 .as_u64()
@@ -450,16 +458,7 @@ async fn sigkill_mid_tree_then_rerun_fetches_only_what_is_missing() -> TestResul
         "everything arrived: nothing to resume"
     );
 
-    gate.open_fully();
-    let mut cmd = command(true);
-    let out: Output = tokio::task::spawn_blocking(move || cmd.output()).await??;
-    assert!(
-        out.status.success(),
-        "the re-run failed: {:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let report = rerun_with_gate_open(&gate, command(true)).await?;
     let field = |name: &str| {
         report[name]
             .as_u64()

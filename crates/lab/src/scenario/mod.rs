@@ -78,6 +78,17 @@ pub enum ScenarioError {
     Plot { path: PathBuf, reason: String },
 }
 
+impl ScenarioError {
+    /// A failed file operation, with what was done and to which path.
+    pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        ScenarioError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 /// Writes `results.json`, `results.csv`, `table.md` and the SVG figures into `dir` (created
 /// if missing); returns the files written.
 pub fn write_outputs(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ScenarioError> {

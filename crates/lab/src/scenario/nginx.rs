@@ -62,10 +62,10 @@ pub fn start(
     cert_dir: &Path,
     listen: &str,
 ) -> Result<Nginx, ScenarioError> {
-    std::fs::create_dir_all(dir).map_err(|source| io("creating", dir, source))?;
+    std::fs::create_dir_all(dir).map_err(|source| ScenarioError::io("creating", dir, source))?;
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, config(dir, tree, cert_dir, listen))
-        .map_err(|source| io("writing", &conf, source))?;
+        .map_err(|source| ScenarioError::io("writing", &conf, source))?;
     let pid_file = dir.join("nginx.pid");
     let _ = std::fs::remove_file(&pid_file);
     command.arg("-p").arg(dir).arg("-c").arg(&conf);
@@ -98,12 +98,4 @@ pub fn start(
 /// Where nginx keeps its files for a run under `work_dir`.
 pub fn dir_under(work_dir: &Path) -> PathBuf {
     work_dir.join("nginx")
-}
-
-fn io(op: &'static str, path: &Path, source: std::io::Error) -> ScenarioError {
-    ScenarioError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
 }

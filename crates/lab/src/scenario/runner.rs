@@ -69,7 +69,7 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
             return Err(ScenarioError::ToolMissing { program });
         }
     }
-    if s.tree.is_some() && s.cases.iter().any(tree::needs_nginx) && !installed_v("nginx") {
+    if s.tree.is_some() && s.cases.iter().any(tree::needs_nginx) && !runs("nginx", "-v") {
         return Err(ScenarioError::ToolMissing { program: "nginx" });
     }
     std::fs::create_dir_all(&opts.work_dir).map_err(|source| ScenarioError::Io {
@@ -508,19 +508,14 @@ fn prepare_tree(
     Ok(t)
 }
 
-/// Whether `program -v` runs (nginx has no `--version`).
-fn installed_v(program: &str) -> bool {
-    Command::new(program)
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
+fn installed(program: &str) -> bool {
+    runs(program, "--version")
 }
 
-fn installed(program: &str) -> bool {
+/// Whether `program flag` can be started (nginx knows `-v`, not `--version`).
+fn runs(program: &str, flag: &str) -> bool {
     Command::new(program)
-        .arg("--version")
+        .arg(flag)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

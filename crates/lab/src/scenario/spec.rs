@@ -578,7 +578,7 @@ fn duration_field(
     }
 }
 
-fn invalid(field: &str, value: impl ToString, allowed: &str) -> ScenarioError {
+pub(super) fn invalid(field: &str, value: impl ToString, allowed: &str) -> ScenarioError {
     invalid_owned(field.into(), value, allowed)
 }
 

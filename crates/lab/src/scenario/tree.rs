@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::spec::{Case, Protocol, Tool};
-use super::tools::{Outcome, ToolContext};
+use super::spec::{invalid, Case, Protocol, Tool};
+use super::tools::{xfer_case_args, Outcome, ToolContext, ARIA2C_QUIET};
 use super::units::parse_size;
 use super::ScenarioError;
 use crate::rng::SplitMix64;
@@ -134,10 +134,11 @@ impl TreeShape {
         for e in &entries {
             let path = root.join(&e.path);
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| io("creating", dir, source))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|source| ScenarioError::io("creating", dir, source))?;
             }
-            let mut f =
-                std::fs::File::create(&path).map_err(|source| io("creating", &path, source))?;
+            let mut f = std::fs::File::create(&path)
+                .map_err(|source| ScenarioError::io("creating", &path, source))?;
             let mut left = e.size;
             while left > 0 {
                 let n = left.min(buf.len() as u64) as usize;
@@ -146,7 +147,7 @@ impl TreeShape {
                     word.copy_from_slice(&r[..word.len()]);
                 }
                 f.write_all(&buf[..n])
-                    .map_err(|source| io("writing", &path, source))?;
+                    .map_err(|source| ScenarioError::io("writing", &path, source))?;
                 left -= n as u64;
             }
         }
@@ -182,7 +183,7 @@ impl TreeContext {
             ));
         }
         std::fs::write(&self.aria2c_input, text)
-            .map_err(|source| io("writing", &self.aria2c_input, source))
+            .map_err(|source| ScenarioError::io("writing", &self.aria2c_input, source))
     }
 
     /// Removes the destination and what xfer keeps beside it.
@@ -214,21 +215,7 @@ pub fn command_line(case: &Case, ctx: &ToolContext, tree: &TreeContext) -> (Path
             let url = format!("{scheme}://{}:{}/tree/", ctx.server, ctx.port);
             let mut a = vec![s("get"), url, format!("{dest}/")];
             a.extend([s("--json"), s("--quiet"), s("--ca-cert"), ca]);
-            // The default command names no protocol; an explicit one is passed on.
-            if case.explicit_protocol {
-                match case.protocol {
-                    Some(Protocol::Http1) => a.extend([s("--protocol"), s("http1")]),
-                    Some(Protocol::Http2) => a.extend([s("--protocol"), s("http2")]),
-                    Some(Protocol::Quic) | None => {}
-                }
-            }
-            if case.explicit_connections {
-                a.extend([s("-c"), case.connections.to_string()]);
-            }
-            if case.explicit_streams {
-                a.extend([s("--streams"), case.streams.to_string()]);
-            }
-            a.extend(case.args.iter().cloned());
+            xfer_case_args(case, false, &mut a);
             (ctx.xfer_bin.clone(), a)
         }
         Tool::Aria2c => {
@@ -238,12 +225,8 @@ pub fn command_line(case: &Case, ctx: &ToolContext, tree: &TreeContext) -> (Path
                 s("-x1"),
                 format!("--ca-certificate={ca}"),
                 format!("--dir={dest}"),
-                s("--allow-overwrite=true"),
-                s("--file-allocation=none"),
-                s("--summary-interval=0"),
-                s("--console-log-level=warn"),
-                s("--download-result=hide"),
             ];
+            a.extend(ARIA2C_QUIET.map(String::from));
             a.extend(case.args.iter().cloned());
             (PathBuf::from("aria2c"), a)
         }
@@ -318,22 +301,6 @@ pub fn outcome(
         goodput_bps: (wall > 0.0).then(|| bytes as f64 * 8.0 / wall),
         error,
         ..Outcome::default()
-    }
-}
-
-fn io(op: &'static str, path: &Path, source: std::io::Error) -> ScenarioError {
-    ScenarioError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn invalid(field: &str, value: impl ToString, allowed: &str) -> ScenarioError {
-    ScenarioError::Invalid {
-        field: field.into(),
-        value: value.to_string(),
-        allowed: allowed.into(),
     }
 }
 
