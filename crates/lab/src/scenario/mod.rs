@@ -1,6 +1,7 @@
 //! The scenario runner behind `xfer lab run`: a TOML file names a link (rate, RTTs, loss
 //! rates, queue), host profiles and transfers (xfer over HTTP/1.1, HTTP/2 or QUIC with any of
-//! its flags, and iperf3, curl, aria2c as reference points); the runner emulates every
+//! its flags, and iperf3, curl, aria2c as reference points; or, with a `[tree]`, one
+//! generated directory tree fetched by xfer, aria2c and rclone); the runner emulates every
 //! combination with a [`crate::Lab`], runs `xfer serve` in the server namespace and each
 //! client in the client namespace, and records goodput, client and server CPU time,
 //! retransmits and link drops. Results go to JSON, CSV, a Markdown table and SVG figures.

@@ -16,8 +16,11 @@
 //! loss = [0.0]                  # probabilities, 0.0001 = 0.01%
 //! # queue = "12.5MB"            # default: one bandwidth-delay product
 //!
+//! # [tree]                      # optional: every transfer fetches one generated tree
+//! # files = 2000                # (tree.rs has the fields); tools then xfer, aria2c, rclone
+//!
 //! [[transfer]]
-//! tool = "xfer"                 # xfer | iperf3 | curl | aria2c
+//! tool = "xfer"                 # xfer | iperf3 | curl | aria2c | rclone (trees only)
 //! protocol = "http2"            # xfer only: http1 | http2 | quic
 //! connections = [1, 2, 4]       # a sweep; empty = the tool's default
 //! streams = [8]
