@@ -48,13 +48,14 @@ pub struct GetArgs {
         value_parser = checksum_arg
     )]
     pub checksum: Option<ChecksumAlgorithm>,
-    /// Tree: files in flight at once.
-    #[arg(long, default_value_t = 64)]
-    pub files: usize,
+    /// Tree: files in flight at once. Default 256.
+    #[arg(long)]
+    pub files: Option<usize>,
     /// Tree: requests in flight over all files (connections for HTTP/1.1, streams for
     /// HTTP/2 and QUIC); a file no bigger than a chunk takes one, a bigger one up to --lanes.
-    #[arg(long, default_value_t = 64)]
-    pub tree_lanes: usize,
+    /// Default 256 streams, or 64 connections when the server speaks only HTTP/1.1.
+    #[arg(long)]
+    pub tree_lanes: Option<usize>,
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,

@@ -12,7 +12,13 @@ use crate::exit::{self, UsageError};
 use crate::get_cmd::GetArgs;
 
 pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
-    let client = args.client.to_config()?;
+    // Many small files want many requests in flight over few connections: HTTP/2 where the
+    // server offers it (see `TreeConfig`).
+    let mut client_args = args.client.clone();
+    client_args.protocol = client_args
+        .protocol
+        .or(Some(crate::client_args::Protocol::Auto));
+    let client = client_args.to_config()?;
     if args.expect_sha256.is_some() || args.sha256_file {
         return Err(UsageError(
             "--expect-sha256 and --sha256-file name one file; a tree is checked against its listing".into(),
@@ -42,10 +48,12 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
             ))
         })?,
     };
+    let defaults = TreeConfig::default();
     let config = TreeConfig {
         get,
-        max_files: args.files,
-        lanes: args.tree_lanes,
+        max_files: args.files.unwrap_or(defaults.max_files),
+        lanes: args.tree_lanes.unwrap_or(defaults.lanes),
+        http1_lanes: args.tree_lanes.unwrap_or(defaults.http1_lanes),
         checksum,
         include: args.include.clone(),
         exclude: args.exclude.clone(),
