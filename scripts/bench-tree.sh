@@ -12,8 +12,9 @@
 #   ROWS="a b"   only these rows (names as in the table)
 #
 # This is loopback: no emulated RTT, so it measures per-file overheads (requests, handshakes,
-# file creation, hashing), not what multiplexing gains on a long path. The 100 ms comparison
-# of issue 10 needs the lab (not yet wired for trees).
+# file creation, hashing), not what multiplexing gains on a long path. The comparison at 50,
+# 100 and 200 ms runs through the lab: `xfer lab run scenarios/tree.toml` (docs/results.md,
+# "Trees").
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

@@ -44,12 +44,14 @@
 
 pub mod put_tree;
 pub mod serve;
+pub mod tpc;
 pub mod tree;
 
 use std::path::Path;
 use std::sync::Arc;
 
 pub use xfer_common::tls::{ClientTlsOptions, SelfSigned};
+pub use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 pub use xfer_core::duration::parse_duration;
 pub use xfer_core::get::{Download, GetConfig, GetError};
 pub use xfer_core::layout::{LaneLayout, Lanes};

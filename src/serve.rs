@@ -11,7 +11,9 @@ use xfer_common::tls::{self, CertOrigin, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{QuicServer, QuicServerConfig, QuicTuning};
-use xfer_service::{AccessControl, AccessFileError, UploadConfig, Uploads};
+use xfer_service::{AccessControl, AccessFileError, TpcConfig, UploadConfig, Uploads};
+
+use crate::ClientConfig;
 
 pub use xfer_http::server::ServerConfig as HttpConfig;
 
@@ -56,6 +58,12 @@ pub struct ServeConfig {
     pub client_ca: Option<PathBuf>,
     /// Accept uploads from callers the access file gives write access. Default off.
     pub uploads: Option<UploadConfig>,
+    /// HTTP third-party copy (`COPY`, docs/tpc.md): limits and marker interval. Default on
+    /// with [`TpcConfig::default`]; a pull also needs `uploads`, a push a known caller.
+    pub tpc: Option<TpcConfig>,
+    /// How third-party copies reach remotes: which CAs to trust (default the Mozilla roots),
+    /// TCP tuning, protocol.
+    pub tpc_client: ClientConfig,
 }
 
 impl ServeConfig {
@@ -73,6 +81,8 @@ impl ServeConfig {
             anonymous_read: true,
             client_ca: None,
             uploads: None,
+            tpc: Some(TpcConfig::default()),
+            tpc_client: ClientConfig::default(),
         }
     }
 }
@@ -147,6 +157,10 @@ impl Servers {
             upload_state.spawn_sweeper(up.expiry);
         }
         http_cfg.uploads = cfg.uploads.clone();
+        http_cfg.tpc = cfg
+            .tpc
+            .clone()
+            .map(|t| crate::tpc::engine_tpc(cfg.tpc_client.clone(), t));
         http_cfg.upload_state = upload_state.clone();
         if cfg.dangerous_fault.is_some() {
             http_cfg.dangerous_fault = cfg.dangerous_fault.clone();
@@ -164,6 +178,8 @@ impl Servers {
             qc.repr_digest = cfg.http.repr_digest;
             qc.stream = cfg.http.stream_options();
             qc.digest_cache = Some(http.digest_cache());
+            qc.checksum_cache = Some(http.checksum_cache());
+            qc.checksums_on_send = cfg.http.checksums_on_send.clone();
             qc.access = access.clone();
             qc.uploads = cfg.uploads.clone();
             qc.upload_state = upload_state.clone();

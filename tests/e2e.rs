@@ -56,3 +56,7 @@ mod upload;
 
 #[path = "e2e/resumable.rs"]
 mod resumable;
+#[path = "e2e/tpc.rs"]
+mod tpc;
+#[path = "e2e/wlcg.rs"]
+mod wlcg;

@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer_common::ranges::{content_range, unsatisfied_content_range};
 use xfer_common::tls::{client_config, ClientTlsOptions};
+use xfer_core::checksum::ChecksumAlgorithm;
 use xfer_quic::wire::{self, ResponseHead, TRAILER_LEN};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -65,6 +66,8 @@ struct Case {
     range: Option<&'static str>,
     if_range: IfRange,
     want_digest: bool,
+    /// A whole-resource checksum asked for: HTTP `Want-Digest`, `xfer/1` CHECKSUMS.
+    checksum: Option<ChecksumAlgorithm>,
     /// Send `TE: trailers` (HTTP/1.1 delivers a trailer only then).
     te_trailers: bool,
     /// WebDAV `Depth`.
@@ -83,6 +86,7 @@ fn case(name: &'static str, path: &str) -> Case {
         range: None,
         if_range: IfRange::None,
         want_digest: false,
+        checksum: None,
         te_trailers: false,
         depth: None,
         accept: None,
@@ -128,6 +132,20 @@ fn table() -> Vec<Case> {
             method: "HEAD",
             range: Some("bytes=0-9"),
             ..case("head ignores range", "/f.bin")
+        },
+        Case {
+            method: "HEAD",
+            checksum: Some(ChecksumAlgorithm::Adler32),
+            ..case("head with a checksum", "/f.bin")
+        },
+        Case {
+            checksum: Some(ChecksumAlgorithm::Md5),
+            ..case("get with a checksum", "/f.bin")
+        },
+        Case {
+            checksum: Some(ChecksumAlgorithm::Sha256),
+            status: Some(404),
+            ..case("checksum of a missing file", "/missing.bin")
         },
         ranged("range at start", "bytes=0-99", 0..100),
         ranged("range in the middle", "bytes=400-499", 400..500),
@@ -253,6 +271,8 @@ struct Outcome {
     length: Option<u64>,
     repr_digest: Option<String>,
     content_digest: Option<String>,
+    /// The whole resource's checksum, as an RFC 3230 `Digest` member.
+    digest: Option<String>,
     /// Where a 3xx points (HTTP `Location`, `xfer/1`'s message).
     location: Option<String>,
     body: Option<Bytes>,
@@ -344,6 +364,9 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
     }
     if case.want_digest {
         req = req.header("want-content-digest", "sha-256=1");
+    }
+    if let Some(a) = case.checksum {
+        req = req.header("want-digest", a.rfc3230_name());
     }
     if case.te_trailers {
         req = req.header(http::header::TE, "trailers");
@@ -437,6 +460,7 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
         length,
         repr_digest: header("repr-digest"),
         content_digest: header("content-digest").or(trailer_digest),
+        digest: header("digest"),
         location: header("location"),
         body: (200..300).contains(&status).then_some(body),
     })
@@ -462,6 +486,7 @@ async fn via_quic(
         path: case.path.clone(),
         range,
         want_digest: case.want_digest,
+        checksums: case.checksum.into_iter().collect(),
         validator: match case.if_range {
             IfRange::CurrentEtag => Some(etag_of(conn).await?),
             _ => None,
@@ -502,6 +527,7 @@ async fn via_quic(
         length,
         repr_digest: head.repr_sha256.map(|d| d.to_header_value()),
         content_digest: trailer,
+        digest: head.checksums.first().map(|c| c.to_rfc3230_member()),
         location: (300..400)
             .contains(&status)
             .then(|| head.message.clone())
@@ -528,6 +554,7 @@ async fn etag_of(conn: &quinn::Connection) -> Result<String, BoxError> {
         path: "/f.bin".into(),
         range: None,
         want_digest: false,
+        checksums: Vec::new(),
         validator: None,
     };
     let (mut send, mut recv) = conn.open_bi().await?;
@@ -596,6 +623,10 @@ async fn every_codec_answers_the_same() -> Result<(), BoxError> {
         }
         if case.want_digest && case.te_trailers && first.content_digest.is_none() {
             failures.push(format!("{}: no content digest", case.name));
+        }
+        let checksum_due = case.checksum.is_some() && first.status == 200;
+        if checksum_due != first.digest.is_some() {
+            failures.push(format!("{}: digest {:?}", case.name, first.digest));
         }
         for (codec, o) in &outcomes[1..] {
             if o != first {

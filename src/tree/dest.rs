@@ -76,6 +76,32 @@ impl DestRoot {
         Ok(rel.under(&self.path))
     }
 
+    /// Give the directory `rel` the modification time `t`, reaching it without following
+    /// links (its access time is left alone).
+    pub fn set_dir_mtime(&self, rel: &RelPath, t: std::time::SystemTime) -> Result<(), DestError> {
+        let dir = self.walk(rel.segments())?;
+        let path = rel.under(&self.path);
+        let since = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|_| DestError::Io {
+                what: "a modification time before 1970 for",
+                path: path.clone(),
+                source: io::ErrorKind::InvalidInput.into(),
+            })?;
+        let times = rfs::Timestamps {
+            last_access: rfs::Timespec {
+                tv_sec: 0,
+                tv_nsec: rfs::UTIME_OMIT,
+            },
+            last_modification: rfs::Timespec {
+                tv_sec: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: since.subsec_nanos().into(),
+            },
+        };
+        rfs::futimens(&dir, &times)
+            .map_err(|e| io_err("setting the modification time of", &path, e))
+    }
+
     /// Create the parents of the file `rel` and check that neither it nor its part file and
     /// journal are links; returns its path.
     pub fn prepare_file(&self, rel: &RelPath) -> Result<PathBuf, DestError> {

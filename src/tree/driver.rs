@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use xfer_common::listing::{CaseFold, ListingEntry};
+use xfer_common::listing::{CaseFold, ListingEntry, RelPath};
 use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
 use xfer_core::progress::Report;
@@ -69,6 +69,12 @@ struct Driver {
     report: TreeReport,
     next_id: u64,
     interrupted: bool,
+    /// Listed directories and their modification times, set once their files are written.
+    dir_times: Vec<(RelPath, SystemTime)>,
+    /// Whether the lane budget has been fitted to the protocol the server speaks.
+    budget_fitted: bool,
+    /// Lanes in the budget: `lanes`, or `http1_lanes` over HTTP/1.1.
+    budget: usize,
 }
 
 pub(super) async fn run(
@@ -78,6 +84,7 @@ pub(super) async fn run(
     let started = Instant::now();
     let (tx, mut entries) = mpsc::channel(ENTRY_CHANNEL);
     let format = Arc::new(OnceLock::new());
+    let setup_lanes = setup.config.lanes;
     let mut lister = tokio::spawn(lister::list_tree(
         Arc::clone(&setup.transport),
         setup.root_url.clone(),
@@ -100,6 +107,9 @@ pub(super) async fn run(
         stop: CancellationToken::new(),
         next_id: 0,
         interrupted: false,
+        dir_times: Vec::new(),
+        budget_fitted: false,
+        budget: setup_lanes,
     };
     let (mut listing_open, mut lister_done) = (true, false);
     tokio::pin!(shutdown);
@@ -134,6 +144,9 @@ pub(super) async fn run(
         }
     }
     d.s.progress.update(|c| c.listing_done = true);
+    if !d.interrupted {
+        d.set_dir_times();
+    }
     let r = &mut d.report;
     r.protocol = d.s.transport.protocol();
     r.seconds = started.elapsed().as_secs_f64();
@@ -167,7 +180,12 @@ impl Driver {
         }
         if e.is_dir() {
             match self.s.root.create_dir(&e.path) {
-                Ok(_) => self.report.directories += 1,
+                Ok(_) => {
+                    self.report.directories += 1;
+                    if let Some(t) = e.modified {
+                        self.dir_times.push((e.path, t));
+                    }
+                }
                 Err(err) => self.fail(path, FailureKind::Local, err.to_string(), false),
             }
             return;
@@ -232,8 +250,25 @@ impl Driver {
         }
     }
 
+    /// Shrink the budget to `http1_lanes` when the server speaks HTTP/1.1 (every lane a
+    /// connection). Known once the listing's first response came, before any file starts.
+    fn fit_budget(&mut self) {
+        if self.budget_fitted || self.queue.is_empty() {
+            return;
+        }
+        self.budget_fitted = true;
+        let protocol = self.s.transport.protocol();
+        if protocol.starts_with("http/1") && self.s.config.http1_lanes < self.s.config.lanes {
+            let cap = self.s.config.http1_lanes;
+            self.free_lanes.retain(|&l| l < cap);
+            self.budget = cap;
+            tracing::debug!(%protocol, lanes = cap, "HTTP/1.1: fewer lanes, one connection each");
+        }
+    }
+
     /// Start queued files, in order, while the file limit and the lane budget allow.
     fn launch(&mut self) {
+        self.fit_budget();
         while let Some(job) = self.queue.front() {
             if self.interrupted || self.running.len() >= self.s.config.max_files {
                 return;
@@ -261,7 +296,7 @@ impl Driver {
             .get
             .lanes
             .unwrap_or_else(|| self.s.transport.default_lanes())
-            .clamp(1, cfg.lanes);
+            .clamp(1, self.budget);
         match size {
             Some(s) => {
                 let chunks = s.div_ceil(cfg.get.chunk_size.max(1)).max(1);
@@ -452,6 +487,23 @@ impl Driver {
                 format!("the listing task failed: {e}"),
                 false,
             ),
+        }
+    }
+
+    /// Directories get the listed mtimes last: every file written into one (a rename into
+    /// place) moves its mtime. Deepest first, though a child's times do not touch its parent's.
+    fn set_dir_times(&mut self) {
+        let mut dirs = std::mem::take(&mut self.dir_times);
+        dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.segments().count()));
+        for (path, t) in dirs {
+            if let Err(e) = self.s.root.set_dir_mtime(&path, t) {
+                self.fail(
+                    path.as_str().to_string(),
+                    FailureKind::Local,
+                    e.to_string(),
+                    false,
+                );
+            }
         }
     }
 

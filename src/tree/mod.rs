@@ -15,9 +15,15 @@
 //! ```
 //!
 //! Defaults ([`TreeConfig::default`]) are sized for the issue's dataset shape — thousands of
-//! files, median a few hundred KiB — on a 100 ms, 1 Gbit/s path: one file takes ~2.5 round
-//! trips (stat, range request, first bytes), so keeping the pipe full with 300 KiB files
-//! needs about 1 Gbit/s × 100 ms / 300 KiB ≈ 40 files in flight; 64 leaves room for slow ones.
+//! files, median a few hundred KiB — on 50-200 ms, 1 Gbit/s paths. From xfer's manifest a
+//! small file is one request, so a lane spends one round trip asking for every file it
+//! carries; to keep a bandwidth-delay product (12.5 MB at 100 ms, 25 MB at 200 ms) moving,
+//! the files in flight must hold several BDPs: 256 requests × the ~470 KB mean file ≈ 120 MB,
+//! five BDPs at 200 ms. Over HTTP/2 (the CLI's tree default, `auto`) and QUIC those are
+//! streams over one or two connections, whose congestion windows every file shares and keeps
+//! warm; over HTTP/1.1 each lane is a TCP connection with its own handshake and slow start,
+//! and servers cap connections per client (`xfer serve`: 128), so the budget is 64 there.
+//! Measured in docs/results.md ("Trees").
 
 mod dest;
 mod driver;
@@ -48,13 +54,15 @@ pub struct TreeConfig {
     /// (`None`: the transport's configured parallelism, 8 by default); `overwrite` is ignored,
     /// a file that differs from the server's is replaced.
     pub get: GetConfig,
-    /// Files in flight at once. Default 64 (see the module docs for the arithmetic).
+    /// Files in flight at once. Default 256 (see the module docs for the arithmetic).
     pub max_files: usize,
-    /// Requests in flight at once over all files: HTTP/1.1 connections, or HTTP/2 and QUIC
-    /// streams. A file no bigger than one chunk takes one; a bigger one up to
-    /// `get.lanes`. Default 64: the `xfer bench` figure for 350 KiB objects on a 100 ms path
-    /// (19 Mbit/s with one lane, 870-914 Mbit/s with 64).
+    /// Requests in flight at once over all files: HTTP/2 and QUIC streams, or HTTP/1.1
+    /// connections. A file no bigger than one chunk takes one; a bigger one up to
+    /// `get.lanes`. Default 256.
     pub lanes: usize,
+    /// The budget instead of `lanes` once the server turns out to speak HTTP/1.1, where every
+    /// lane is a connection. Default 64.
+    pub http1_lanes: usize,
     /// Attempts per file; a failed file is queued again (resuming its chunks) until then.
     /// Default 3.
     pub file_attempts: u32,
@@ -75,8 +83,9 @@ impl Default for TreeConfig {
     fn default() -> Self {
         Self {
             get: GetConfig::default(),
-            max_files: 64,
-            lanes: 64,
+            max_files: 256,
+            lanes: 256,
+            http1_lanes: 64,
             file_attempts: 3,
             checksum: false,
             include: Vec::new(),
@@ -275,9 +284,9 @@ impl TreeDownload {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<TreeReport, TreeError> {
         let cfg = &self.config;
-        if cfg.max_files == 0 || cfg.lanes == 0 || cfg.file_attempts == 0 {
+        if cfg.max_files == 0 || cfg.lanes == 0 || cfg.http1_lanes == 0 || cfg.file_attempts == 0 {
             return Err(TreeError::Config(
-                "max_files, lanes and file_attempts must be at least 1".into(),
+                "max_files, lanes, http1_lanes and file_attempts must be at least 1".into(),
             ));
         }
         if !self.root_url.ends_with('/') {

@@ -431,8 +431,8 @@ async fn xfer_get_a_tree_from_nginx_autoindex_json() -> TestResult {
 }
 
 /// `xfer get URL/ DEST/` of a tree of `files` files served from `served`: listed in `listing`,
-/// every file fetched, contents equal and mtimes equal to the second (HTTP dates carry whole
-/// seconds); then a re-run fetches nothing.
+/// every file fetched, contents equal and file and directory mtimes equal to the second (HTTP
+/// dates carry whole seconds); then a re-run fetches nothing.
 async fn get_tree_and_check(
     url: &str,
     dest: &Path,
@@ -440,6 +440,7 @@ async fn get_tree_and_check(
     listing: &str,
     files: u64,
 ) -> TestResult {
+    crate::tree::age_dirs(served)?;
     let args = vec![
         "get".to_string(),
         url.to_string(),
@@ -473,6 +474,16 @@ async fn get_tree_and_check(
             );
         }
     }
+    let seconds = |m: std::collections::BTreeMap<String, std::time::SystemTime>| {
+        m.into_iter()
+            .map(|(k, t)| (k, whole_seconds(&t)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        seconds(crate::tree::dir_mtimes(dest)?),
+        seconds(crate::tree::dir_mtimes(served)?),
+        "directory mtimes"
+    );
     let again = json_report(&run_xfer(args).await?)?;
     assert_eq!(u64_field(&again, "fetched")?, 0, "{again}");
     assert_eq!(u64_field(&again, "skipped")?, files, "{again}");

@@ -19,6 +19,8 @@ pub struct Misbehaviour {
     pub declared_size: Option<u64>,
     /// XOR the first byte of every body with 0x01.
     pub flip_first_byte: bool,
+    /// A `Digest` field value (`adler32=…`) to send with every HEAD, right or wrong.
+    pub digest: Option<String>,
 }
 
 /// A running server; stops when dropped.
@@ -83,7 +85,18 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<(Vec<u8>, Misbehavi
         let common =
             "Accept-Ranges: bytes\r\nETag: \"v1\"\r\nLast-Modified: Mon, 02 Jan 2006 15:04:05 GMT\r\n";
         let (status, extra, body) = match (method.as_str(), range) {
-            ("HEAD", _) => ("200 OK", format!("Content-Length: {declared}\r\n"), None),
+            ("HEAD", _) => {
+                let digest = how
+                    .digest
+                    .as_ref()
+                    .map(|d| format!("Digest: {d}\r\n"))
+                    .unwrap_or_default();
+                (
+                    "200 OK",
+                    format!("Content-Length: {declared}\r\n{digest}"),
+                    None,
+                )
+            }
             ("GET", Some((start, end))) if !how.ignore_ranges => (
                 "206 Partial Content",
                 format!(

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
@@ -101,6 +101,27 @@ pub fn build_tree(root: &Path) -> Result<u64, BoxError> {
     Ok(files + 2 + 20)
 }
 
+/// Every directory under `root` (itself excluded) and its modification time.
+pub fn dir_mtimes(root: &Path) -> Result<BTreeMap<String, SystemTime>, BoxError> {
+    let mut out = BTreeMap::new();
+    for (rel, entry) in snapshot(root)? {
+        if entry.is_none() {
+            out.insert(rel.clone(), std::fs::metadata(root.join(&rel))?.modified()?);
+        }
+    }
+    Ok(out)
+}
+
+/// Gives every directory under `root` its own whole-second mtime in 2001, far from now, so a
+/// directory the client merely created or wrote into cannot match by chance.
+pub fn age_dirs(root: &Path) -> Result<(), BoxError> {
+    for (i, rel) in dir_mtimes(root)?.keys().enumerate() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(978_307_200 + 86_400 * i as u64);
+        std::fs::File::open(root.join(rel))?.set_modified(t)?;
+    }
+    Ok(())
+}
+
 async fn fetch(fx: &Fixture, dest: &Path, config: TreeConfig) -> Result<TreeReport, BoxError> {
     let url = fx.url("/");
     let transport = transport_for(&url, &fx.client)?;
@@ -165,11 +186,13 @@ async fn shares_connections(proto: Proto) -> TestResult {
     Ok(())
 }
 
-/// The tree arrives identical (contents, mtimes, empty files and directories); a re-run
-/// fetches nothing; files new or changed on the server are the only ones a later run fetches.
+/// The tree arrives identical (contents, file and directory mtimes, empty files and
+/// directories); a re-run fetches nothing; files new or changed on the server are the only
+/// ones a later run fetches, and the directories they land in keep the server's mtimes.
 async fn round_trip(proto: Proto) -> TestResult {
     let fx = Fixture::start(proto).await?;
     let files = build_tree(&fx.root())?;
+    age_dirs(&fx.root())?;
     let dest = fx.out().join("tree");
 
     let report = fetch(&fx, &dest, config()).await?;
@@ -180,6 +203,11 @@ async fn round_trip(proto: Proto) -> TestResult {
     );
     assert_eq!(report.protocol, proto.report_name());
     assert_eq!(snapshot(&dest)?, snapshot(&fx.root())?, "tree differs");
+    assert_eq!(
+        dir_mtimes(&dest)?,
+        dir_mtimes(&fx.root())?,
+        "directory mtimes differ"
+    );
 
     let again = fetch(&fx, &dest, config()).await?;
     assert_eq!((again.fetched, again.skipped), (0, files), "{again:?}");
@@ -193,6 +221,11 @@ async fn round_trip(proto: Proto) -> TestResult {
         snapshot(&dest)?,
         snapshot(&fx.root())?,
         "tree differs after the update"
+    );
+    assert_eq!(
+        dir_mtimes(&dest)?,
+        dir_mtimes(&fx.root())?,
+        "directory mtimes differ after the update"
     );
     fx.shutdown().await;
     Ok(())

@@ -65,9 +65,10 @@ impl From<QuicCongestion> for CongestionControl {
 
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
-    /// HTTP version for http(s):// URLs. quic:// URLs always use QUIC.
-    #[arg(long, value_enum, default_value_t = Protocol::Http1, env = "XFER_PROTOCOL")]
-    pub protocol: Protocol,
+    /// HTTP version for http(s):// URLs. quic:// URLs always use QUIC. Default: http1 for one
+    /// file; auto (HTTP/2 where the server offers it) for a tree.
+    #[arg(long, value_enum, env = "XFER_PROTOCOL")]
+    pub protocol: Option<Protocol>,
     /// Connections: HTTP/1.1 lanes (default 8), HTTP/2 connections M (default 1), QUIC
     /// connections (default 2).
     #[arg(short = 'c', long)]
@@ -216,7 +217,7 @@ impl ClientArgs {
         let (connect, idle) = (self.connect_timeout, self.idle_timeout);
 
         let h = &mut c.http;
-        h.version = match self.protocol {
+        h.version = match self.protocol.unwrap_or(Protocol::Http1) {
             Protocol::Http1 => HttpVersion::Http1,
             Protocol::Http2 => HttpVersion::Http2,
             Protocol::Auto => HttpVersion::Auto,

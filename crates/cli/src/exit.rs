@@ -64,8 +64,14 @@ fn put_code(p: &PutError) -> u8 {
 
 fn get_code(g: &GetError) -> u8 {
     match g {
-        GetError::Stat { .. } | GetError::Chunk { .. } | GetError::Schedule { .. } => REMOTE,
-        GetError::WholeDigestMismatch { .. } | GetError::Unverified { .. } => VERIFY,
+        GetError::Stat { .. }
+        | GetError::Chunk { .. }
+        | GetError::Schedule { .. }
+        | GetError::ServerChecksum { .. } => REMOTE,
+        GetError::WholeDigestMismatch { .. }
+        | GetError::ChecksumMismatch { .. }
+        | GetError::NoServerChecksum { .. }
+        | GetError::Unverified { .. } => VERIFY,
         GetError::DestinationExists { .. }
         | GetError::DestinationNotAFile { .. }
         | GetError::Journal(_)

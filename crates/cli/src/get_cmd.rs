@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use xfer::{Download, GetConfig, ProgressSnapshot, Sha256Digest};
+use xfer::{ChecksumAlgorithm, Download, GetConfig, ProgressSnapshot, Sha256Digest};
 
 use crate::client_args::{size_arg, ClientArgs};
 use crate::exit::UsageError;
@@ -34,17 +34,28 @@ pub struct GetArgs {
     /// (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Tree: hash each local file of the listed size and skip it only if it matches the
-    /// server's SHA-256 (xfer's manifest), rather than trusting size and mtime.
+    /// Compare whole-file checksums with the server's. One file: ask the server for its
+    /// ALG (adler32, md5 or sha256; `Want-Digest`, as gfal2 does), compute the same over the
+    /// bytes received and fail (exit 4, part file kept) unless they match. A tree: skip a
+    /// local file of the listed size only if its SHA-256 matches the server's manifest, rather
+    /// than trusting size and mtime (sha256 only). ALG defaults to sha256.
+    #[arg(
+        long,
+        value_name = "ALG",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "sha256",
+        value_parser = checksum_arg
+    )]
+    pub checksum: Option<ChecksumAlgorithm>,
+    /// Tree: files in flight at once. Default 256.
     #[arg(long)]
-    pub checksum: bool,
-    /// Tree: files in flight at once.
-    #[arg(long, default_value_t = 64)]
-    pub files: usize,
+    pub files: Option<usize>,
     /// Tree: requests in flight over all files (connections for HTTP/1.1, streams for
     /// HTTP/2 and QUIC); a file no bigger than a chunk takes one, a bigger one up to --lanes.
-    #[arg(long, default_value_t = 64)]
-    pub tree_lanes: usize,
+    /// Default 256 streams, or 64 connections when the server speaks only HTTP/1.1.
+    #[arg(long)]
+    pub tree_lanes: Option<usize>,
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
@@ -118,6 +129,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         require_digest: args.require_digest,
         write_sha256_file: args.sha256_file,
         overwrite: args.overwrite,
+        checksum: args.checksum,
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
@@ -165,6 +177,10 @@ fn print_failure(url: &str, dest: &std::path::Path, e: &anyhow::Error, progress:
         Ok(text) => println!("{text}"),
         Err(err) => tracing::warn!(error = %err, "cannot serialize the failure report"),
     }
+}
+
+fn checksum_arg(s: &str) -> Result<ChecksumAlgorithm, String> {
+    ChecksumAlgorithm::parse_user(s).map_err(|e| e.to_string())
 }
 
 /// The URL's last path segment, without query, if it makes a plain file name.

@@ -50,7 +50,7 @@ pub struct RunArgs {
     /// Namespace prefix (labs that run at the same time need different ones).
     #[arg(long, default_value = "xferlab")]
     pub prefix: String,
-    /// Port of the xfer server inside the lab.
+    /// Port of the xfer server inside the lab (a tree scenario's nginx takes the next one).
     #[arg(long, default_value_t = 8443)]
     pub port: u16,
     /// Only check and expand the scenario; print its cases.
@@ -116,13 +116,23 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<ExitCode> {
         s.run_count()
     );
     if a.dry_run {
-        for c in &s.cases {
+        if let Some(t) = &s.tree {
             println!(
-                "{} ({}, timeout {:?})",
-                c.name,
-                units::format_size(c.size),
-                c.timeout
+                "tree: {} files in {} directories, log-normal sizes (median {}, sigma {}, at most {}), seed {}",
+                t.files,
+                t.dirs,
+                units::format_size(t.median),
+                t.sigma,
+                units::format_size(t.max),
+                t.seed
             );
+        }
+        for c in &s.cases {
+            let what = match &s.tree {
+                Some(_) => "the tree".to_string(),
+                None => units::format_size(c.size),
+            };
+            println!("{} ({what}, timeout {:?})", c.name, c.timeout);
         }
         return Ok(ExitCode::SUCCESS);
     }

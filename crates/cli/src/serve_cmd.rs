@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::serve::{ServeConfig, ServerTls, Servers};
-use xfer::{Http2Config, QuicTuning};
+use xfer::{ChecksumAlgorithm, Http2Config, QuicTuning};
 
 use crate::client_args::{duration_arg, size_arg, QuicCongestion};
 use crate::exit::UsageError;
@@ -84,6 +84,11 @@ pub struct ServeArgs {
     /// Do not compute whole-file digests in the background (no Repr-Digest).
     #[arg(long)]
     pub no_repr_digest: bool,
+    /// Checksums computed while a whole file is sent, so that `Want-Digest` asked later (FTS
+    /// checks adler32 after each copy) needs no second read: a comma-separated list of
+    /// adler32, md5, sha256, or `none`.
+    #[arg(long, value_name = "ALGS", default_value = "adler32", value_parser = checksum_list)]
+    pub checksums_on_send: ChecksumList,
     /// Access file (TOML): bearer tokens and client certificates with their scopes (read or
     /// write, under a path prefix). Reloaded when it changes and on SIGHUP. See docs/access.md.
     #[arg(long, alias = "tokens", value_name = "FILE")]
@@ -103,6 +108,20 @@ pub struct ServeArgs {
     /// record).
     #[arg(long, value_parser = duration_arg, default_value = "24h", value_name = "DURATION")]
     pub upload_expiry: std::time::Duration,
+    /// Refuse HTTP third-party copy (COPY with Source or Destination; docs/tpc.md).
+    #[arg(long)]
+    pub no_tpc: bool,
+    /// Third-party copies running at once; more are answered 429.
+    #[arg(long, default_value_t = xfer::crates::service::TpcConfig::default().max_active, value_name = "N")]
+    pub tpc_max_active: usize,
+    /// Trust this CA (PEM) when a third-party copy connects to a remote, instead of the
+    /// Mozilla roots. Repeatable.
+    #[arg(long, value_name = "PEM")]
+    pub tpc_ca_cert: Vec<PathBuf>,
+    /// Largest number of lanes a third-party copy runs (X-Number-Of-Streams is capped here;
+    /// without it a copy runs 8 HTTP/1.1 connections).
+    #[arg(long, default_value_t = xfer::crates::service::TpcConfig::default().max_streams, value_name = "N")]
+    pub tpc_max_streams: usize,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -144,6 +163,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         });
     }
+    cfg.tpc = if args.no_tpc {
+        None
+    } else {
+        let tpc = xfer::crates::service::TpcConfig {
+            max_active: args.tpc_max_active,
+            max_streams: args.tpc_max_streams,
+            ..Default::default()
+        };
+        tpc.validate().map_err(|e| UsageError(e.to_string()))?;
+        Some(tpc)
+    };
+    if !args.tpc_ca_cert.is_empty() {
+        cfg.tpc_client = cfg.tpc_client.with_tls(xfer::ClientTlsOptions {
+            ca_certs: args.tpc_ca_cert.clone(),
+            ..Default::default()
+        });
+    }
     cfg.http.listen = args.listen;
     cfg.http.tcp.send_buffer = Some(args.tcp_send_buffer);
     if let Some(cc) = &args.congestion {
@@ -159,6 +195,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.http.max_connections = args.max_connections;
     cfg.http.max_connections_per_address = args.max_connections_per_address;
     cfg.http.repr_digest = !args.no_repr_digest;
+    cfg.http.checksums_on_send = args.checksums_on_send.0.clone();
     cfg.quic = !args.no_quic;
     cfg.quic_listen = args.quic_listen;
     cfg.renew_self_signed = args.new_cert;
@@ -202,4 +239,40 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     eprintln!("shutting down; letting transfers in flight finish");
     servers.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--checksums-on-send`: algorithms, or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChecksumList(pub Vec<ChecksumAlgorithm>);
+
+fn checksum_list(s: &str) -> Result<ChecksumList, String> {
+    if s.trim().eq_ignore_ascii_case("none") {
+        return Ok(ChecksumList(Vec::new()));
+    }
+    let mut out = Vec::new();
+    for name in s.split(',') {
+        let a = ChecksumAlgorithm::parse_user(name).map_err(|e| format!("{e}, or none"))?;
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    Ok(ChecksumList(out))
+}
+
+#[cfg(test)]
+mod checksum_list_tests {
+    use super::*;
+
+    #[test]
+    fn lists_none_and_mistakes() {
+        use ChecksumAlgorithm::*;
+        assert_eq!(checksum_list("adler32"), Ok(ChecksumList(vec![Adler32])));
+        assert_eq!(
+            checksum_list("MD5,adler32,md5"),
+            Ok(ChecksumList(vec![Md5, Adler32]))
+        );
+        assert_eq!(checksum_list("none"), Ok(ChecksumList(Vec::new())));
+        assert!(checksum_list("crc32c").is_err_and(|e| e.contains("crc32c")));
+        assert!(checksum_list("").is_err());
+    }
 }

@@ -6,19 +6,35 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use percent_encoding::percent_decode_str;
 use xfer::tree::{FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
-use xfer::GetConfig;
+use xfer::{ChecksumAlgorithm, GetConfig};
 
 use crate::exit::{self, UsageError};
 use crate::get_cmd::GetArgs;
 
 pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
-    let client = args.client.to_config()?;
+    // Many small files want many requests in flight over few connections: HTTP/2 where the
+    // server offers it (see `TreeConfig`).
+    let mut client_args = args.client.clone();
+    client_args.protocol = client_args
+        .protocol
+        .or(Some(crate::client_args::Protocol::Auto));
+    let client = client_args.to_config()?;
     if args.expect_sha256.is_some() || args.sha256_file {
         return Err(UsageError(
             "--expect-sha256 and --sha256-file name one file; a tree is checked against its listing".into(),
         )
         .into());
     }
+    let checksum = match args.checksum {
+        None => false,
+        Some(ChecksumAlgorithm::Sha256) => true,
+        Some(other) => {
+            return Err(UsageError(format!(
+                "--checksum={other} names one file's checksum; a tree compares the SHA-256 of its manifest (--checksum or --checksum=sha256)"
+            ))
+            .into())
+        }
+    };
     let root_url = if args.url.ends_with('/') {
         args.url.clone()
     } else {
@@ -32,11 +48,13 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
             ))
         })?,
     };
+    let defaults = TreeConfig::default();
     let config = TreeConfig {
         get,
-        max_files: args.files,
-        lanes: args.tree_lanes,
-        checksum: args.checksum,
+        max_files: args.files.unwrap_or(defaults.max_files),
+        lanes: args.tree_lanes.unwrap_or(defaults.lanes),
+        http1_lanes: args.tree_lanes.unwrap_or(defaults.http1_lanes),
+        checksum,
         include: args.include.clone(),
         exclude: args.exclude.clone(),
         ..TreeConfig::default()

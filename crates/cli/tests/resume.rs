@@ -1,6 +1,7 @@
 //! Kill `xfer get` mid-transfer (SIGKILL, and Ctrl-C as SIGINT), run the same command again,
 //! and check that it resumes: what the first run verified is kept, at most one chunk per lane
-//! is lost, and the file comes out byte-identical.
+//! is lost, and the file comes out byte-identical. The same for a tree: files already in place
+//! are skipped, the rest fetched.
 //!
 //! To stop the first run at a known point without timing, the client reaches the server (in
 //! this process, plain HTTP on loopback) through a relay that forwards only a fixed budget of
@@ -138,6 +139,23 @@ fn journal_chunks(journal: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// Lift the relay's budget, run `cmd` (with `--json`) to its end, and return its report; the
+/// run must succeed.
+async fn rerun_with_gate_open(
+    gate: &Gate,
+    mut cmd: Command,
+) -> Result<serde_json::Value, BoxError> {
+    gate.open_fully();
+    let out: Output = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    assert!(
+        out.status.success(),
+        "the resumed run failed: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 /// The child is killed when the test ends, however it ends.
 struct ChildGuard(Child);
 
@@ -268,16 +286,7 @@ impl Setup {
 
     /// Run the same command again with the relay open; check the resume and the file.
     async fn resume_and_check(&self, journalled: u64) -> TestResult {
-        self.gate.open_fully();
-        let mut cmd = self.command(true);
-        let out: Output = tokio::task::spawn_blocking(move || cmd.output()).await??;
-        assert!(
-            out.status.success(),
-            "resumed run failed: {:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let report = rerun_with_gate_open(&self.gate, self.command(true)).await?;
         let field = |name: &str| {
             report[name]
                 .as_u64()
@@ -349,5 +358,134 @@ async fn ctrl_c_exits_130_then_resume() -> TestResult {
     let journalled = setup.check_interrupted_state()?;
     setup.resume_and_check(journalled).await?;
     setup.servers.shutdown().await;
+    Ok(())
+}
+
+/// Files of the killed-tree test: 40 small ones in two directories and one of six chunks.
+fn tree_files() -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = (0..40u64)
+        .map(|i| (format!("d{}/f{i:02}.bin", i % 2), 256 * 1024 + 1000 * i))
+        .collect();
+    files.push(("big.bin".into(), 6 * CHUNK));
+    files
+}
+
+/// A tree, SIGKILLed mid-way: the same command then fetches only what was missing (files not
+/// in place, the big file's chunks not journalled) and skips every file the first run put in
+/// place, and the tree comes out identical. The first run is stalled by the relay's budget,
+/// as above, so the point of the kill is fixed by bytes, not by time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_mid_tree_then_rerun_fetches_only_what_is_missing() -> TestResult {
+    const TREE_BUDGET: u64 = 12 * MIB;
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("root");
+    let files = tree_files();
+    for (i, (name, size)) in files.iter().enumerate() {
+        let path = root.join(name);
+        std::fs::create_dir_all(path.parent().unwrap_or(&root))?;
+        write_random_file(&path, *size, 0x7700 + i as u64)?;
+    }
+    let total: u64 = files.iter().map(|(_, s)| s).sum();
+    let mut cfg = ServeConfig::new(&root, ServerTls::Plain);
+    cfg.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    cfg.quic = false;
+    let servers = Servers::start(cfg).await?;
+    let gate = Gate::new(TREE_BUDGET);
+    let relay = start_relay(servers.http_addr, Arc::clone(&gate)).await?;
+    let dest = dir.path().join("got");
+    let command = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xfer"));
+        cmd.args(["get", &format!("http://{relay}/")])
+            .arg(&dest)
+            .args(["--protocol", "http1", "--tree-lanes", &LANES.to_string()])
+            .args(["--chunk-size", "4MiB", "--quiet"])
+            .stdin(Stdio::null());
+        if json {
+            cmd.arg("--json");
+        }
+        cmd
+    };
+    // In place: at its final name with the server's size and mtime (what a re-run trusts).
+    let in_place = |name: &str, size: u64| -> bool {
+        let (Ok(got), Ok(want)) = (
+            std::fs::metadata(dest.join(name)),
+            std::fs::metadata(root.join(name)),
+        ) else {
+            return false;
+        };
+        got.len() == size && got.modified().ok() == want.modified().ok()
+    };
+    let big_journal = dest.join("big.bin.xfer-journal");
+    let done_bytes = || {
+        files
+            .iter()
+            .filter(|(n, s)| in_place(n, *s))
+            .map(|(_, s)| s)
+            .sum::<u64>()
+            + journal_chunks(&big_journal) as u64 * CHUNK
+    };
+
+    let mut child = ChildGuard(command(false).stdout(Stdio::null()).spawn()?);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Every lane holds at most one chunk or one small file that is not yet in place.
+    while !(gate.sent() >= TREE_BUDGET
+        && done_bytes() + LANES * CHUNK + FRAMING_SLACK >= TREE_BUDGET)
+    {
+        if let Some(status) = child.0.try_wait()? {
+            return Err(format!("xfer get ended before the stall: {status}").into());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "stalled with {} bytes through the relay but {} bytes done",
+                gate.sent(),
+                done_bytes()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.0.kill()?;
+    child.0.wait()?;
+    let placed: Vec<&(String, u64)> = files.iter().filter(|(n, s)| in_place(n, *s)).collect();
+    let placed_bytes: u64 = placed.iter().map(|(_, s)| s).sum();
+    let journalled = journal_chunks(&big_journal) as u64 * CHUNK;
+    assert!(
+        placed_bytes + journalled > 0,
+        "nothing was kept before the kill"
+    );
+    assert!(
+        placed.len() < files.len(),
+        "everything arrived: nothing to resume"
+    );
+
+    let report = rerun_with_gate_open(&gate, command(true)).await?;
+    let field = |name: &str| {
+        report[name]
+            .as_u64()
+            .ok_or_else(|| format!("no {name} in {report}"))
+    };
+    assert_eq!(field("skipped")?, placed.len() as u64, "{report}");
+    assert_eq!(
+        field("fetched")?,
+        (files.len() - placed.len()) as u64,
+        "{report}"
+    );
+    assert_eq!(field("resumed_bytes")?, journalled, "{report}");
+    // Only what was missing crossed the wire again: no file in place, no journalled chunk
+    // (end-game duplicates of the big file: at most one chunk per other lane).
+    let missing = total - placed_bytes - journalled;
+    let through_relay = gate.sent_fresh.load(Ordering::Acquire);
+    assert!(
+        (missing..=missing + (LANES - 1) * CHUNK + FRAMING_SLACK).contains(&through_relay),
+        "the relay carried {through_relay} bytes for {missing} missing"
+    );
+    for (name, _) in &files {
+        assert_eq!(
+            sha256_hex(&dest.join(name))?,
+            sha256_hex(&root.join(name))?,
+            "{name} differs"
+        );
+    }
+    servers.shutdown().await;
     Ok(())
 }

@@ -5,14 +5,17 @@
 //! `Want-Digest: adler32;q=1, md5;q=0.5` is answered with `Digest: adler32=0a1b2c3d`.
 //! Encodings follow the IANA registry of RFC 3230: adler32 as 8 lower-case hex digits, MD5
 //! and SHA-256 as base64. RFC 9530 keys (`adler`, `md5`, `sha-256`) carry the raw bytes as
-//! structured-field byte sequences. Algorithm names are case-insensitive; an unknown algorithm
-//! is ignored, never an error.
+//! structured-field byte sequences, and RFC 9530's `Want-Repr-Digest` ranks them with integer
+//! preferences (`adler=3, sha-256=10`). RFC 3230 names are case-insensitive; RFC 9530 keys are
+//! lower-case tokens. An unknown algorithm is ignored, never an error.
 
 use std::fmt;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use md5::Digest as _;
+
+use crate::digest::Sha256Digest;
 
 /// A checksum algorithm xfer computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -113,6 +116,16 @@ impl Checksum {
         &self.bytes
     }
 
+    /// The value as a [`Sha256Digest`], when it is a SHA-256.
+    pub fn as_sha256(&self) -> Option<Sha256Digest> {
+        match self.algorithm {
+            ChecksumAlgorithm::Sha256 => <[u8; 32]>::try_from(self.bytes.as_slice())
+                .ok()
+                .map(Sha256Digest),
+            _ => None,
+        }
+    }
+
     /// Lower-case hex, as `gfal-sum` and `xrdadler32` print it.
     pub fn to_hex(&self) -> String {
         self.bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -168,6 +181,7 @@ impl fmt::Display for Checksum {
 }
 
 /// Computes one checksum over bytes fed in order.
+#[derive(Clone)]
 pub enum Checksummer {
     Adler32(adler2::Adler32),
     Md5(md5::Md5),
@@ -259,6 +273,56 @@ fn parse_qvalue(v: &str) -> Option<u16> {
         "1" if thousandths == 0 => Some(1000),
         _ => None,
     }
+}
+
+/// The algorithms an RFC 9530 `Want-Repr-Digest` / `Want-Content-Digest` value accepts, best
+/// first: a structured-field dictionary of preferences 1 (least) to 10 (most), ties broken by
+/// strength. `0` means "not acceptable"; a bare key counts as 1; unknown keys, values out of
+/// range and a field that is not a dictionary are ignored (RFC 8941: an invalid field is
+/// ignored as a whole).
+pub fn want_repr_digest_preferences(value: &str) -> Vec<ChecksumAlgorithm> {
+    let Ok(dict) = sfv::Parser::new(value).parse::<sfv::Dictionary>() else {
+        return Vec::new();
+    };
+    let mut wanted: Vec<(i64, ChecksumAlgorithm)> = Vec::new();
+    for (key, entry) in &dict {
+        let Some(algorithm) = ChecksumAlgorithm::from_rfc9530(key.as_str()) else {
+            continue;
+        };
+        let preference = match entry {
+            sfv::ListEntry::Item(item) => match &item.bare_item {
+                sfv::BareItem::Integer(n) => i64::from(*n),
+                sfv::BareItem::Boolean(true) => 1,
+                _ => continue,
+            },
+            sfv::ListEntry::InnerList(_) => continue,
+        };
+        if (1..=10).contains(&preference) {
+            wanted.push((preference, algorithm));
+        }
+    }
+    wanted.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    wanted.into_iter().map(|(_, a)| a).collect()
+}
+
+/// The members of an RFC 9530 `Repr-Digest` / `Content-Digest` value that xfer understands
+/// (byte sequences of the right length under a known key); anything else is skipped.
+pub fn parse_rfc9530_field(value: &str) -> Vec<Checksum> {
+    let Ok(dict) = sfv::Parser::new(value).parse::<sfv::Dictionary>() else {
+        return Vec::new();
+    };
+    dict.iter()
+        .filter_map(|(key, entry)| {
+            let algorithm = ChecksumAlgorithm::from_rfc9530(key.as_str())?;
+            match entry {
+                sfv::ListEntry::Item(sfv::Item {
+                    bare_item: sfv::BareItem::ByteSequence(b),
+                    ..
+                }) => Checksum::from_bytes(algorithm, b),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// The members of an RFC 3230 `Digest` field value that xfer understands.
@@ -359,6 +423,44 @@ mod tests {
         );
         assert_eq!(want_digest_preferences(""), vec![]);
         assert_eq!(want_digest_preferences(",,;;=,"), vec![]);
+    }
+
+    #[test]
+    fn want_repr_digest_negotiation() {
+        use ChecksumAlgorithm::*;
+        assert_eq!(want_repr_digest_preferences("adler=3"), vec![Adler32]);
+        assert_eq!(
+            want_repr_digest_preferences("adler=3, sha-256=10, md5=1, sha-512=10"),
+            vec![Sha256, Adler32, Md5]
+        );
+        assert_eq!(
+            want_repr_digest_preferences("adler, md5=1"),
+            vec![Md5, Adler32]
+        );
+        assert_eq!(
+            want_repr_digest_preferences("adler=0, md5=11, sha-256=-1, crc32c=5"),
+            vec![]
+        );
+        // Not a dictionary (RFC 3230 spelling, a q-value): ignored as a whole.
+        assert_eq!(want_repr_digest_preferences("ADLER32;q=1"), vec![]);
+        assert_eq!(
+            want_repr_digest_preferences("adler=\"x\", md5=(1 2)"),
+            vec![]
+        );
+        assert_eq!(want_repr_digest_preferences(""), vec![]);
+    }
+
+    #[test]
+    fn rfc9530_fields_round_trip() {
+        let adler = Checksummer::of(ChecksumAlgorithm::Adler32, b"Wikipedia");
+        let sha = Checksummer::of(ChecksumAlgorithm::Sha256, b"abc");
+        let field = format!(
+            "{}, sha-512=:AAAA:, {}, md5=:AAAA:, crc32c=?1",
+            adler.to_rfc9530_member(),
+            sha.to_rfc9530_member()
+        );
+        assert_eq!(parse_rfc9530_field(&field), vec![adler, sha]);
+        assert_eq!(parse_rfc9530_field("adler32=11e60398"), vec![]);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 use crate::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RemoteInfo, Transport};
@@ -38,6 +39,8 @@ struct State {
     /// Per-lane delay between pieces, to make slow lanes.
     delays: Mutex<Vec<(usize, Duration)>>,
     requests: Arc<Mutex<Vec<std::ops::Range<u64>>>>,
+    /// What `checksum` answers; none by default.
+    checksum: Mutex<Option<Checksum>>,
 }
 
 impl MemTransport {
@@ -56,6 +59,7 @@ impl MemTransport {
             faults: Mutex::new(Vec::new()),
             delays: Mutex::new(Vec::new()),
             requests: Arc::new(Mutex::new(Vec::new())),
+            checksum: Mutex::new(None),
         }))
     }
 
@@ -68,6 +72,14 @@ impl MemTransport {
     /// Send no `Content-Digest`.
     pub fn without_digests(self) -> Self {
         self.0.send_digests.store(false, Ordering::Relaxed);
+        self
+    }
+
+    /// Answer a checksum request for `checksum`'s algorithm with it (right or wrong).
+    pub fn with_checksum(self, checksum: Checksum) -> Self {
+        if let Ok(mut c) = self.0.checksum.lock() {
+            *c = Some(checksum);
+        }
         self
     }
 
@@ -127,6 +139,14 @@ impl Transport for MemTransport {
                     .then_some(s.repr_digest),
             })
         })
+    }
+
+    fn checksum(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> BoxFuture<'_, Result<Option<Checksum>, TransferError>> {
+        let c = self.0.checksum.lock().ok().and_then(|c| c.clone());
+        Box::pin(async move { Ok(c.filter(|c| c.algorithm == algorithm)) })
     }
 
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {

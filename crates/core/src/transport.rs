@@ -6,6 +6,7 @@
 //!
 //! ```text
 //!   engine ──stat()──────────────► Transport ──► RemoteInfo (size, validators, digests)
+//!   engine ──checksum(alg)───────► Transport ──► the server's adler32/MD5/SHA-256, if any
 //!   engine ──open_lane(i)────────► Transport ──► Box<dyn Lane>
 //!   tree   ──list(dir, format)───► Transport ──► ListResponse (media type, pulled body)
 //!   tree   ──sibling(url)────────► Transport ──► a Transport for another resource that
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 
@@ -218,6 +220,20 @@ impl std::fmt::Debug for ListResponse {
 pub trait Transport: Send + Sync {
     /// Learn the resource's size, validators and digests (HTTP `HEAD`, or a zero-length probe).
     fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>>;
+
+    /// The server's `algorithm` checksum of the whole resource (HTTP: `Want-Digest`, answered
+    /// by `Digest`, as gfal2 asks), `Ok(None)` when the server sent none for that algorithm.
+    fn checksum(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> BoxFuture<'_, Result<Option<Checksum>, TransferError>> {
+        Box::pin(async move {
+            Err(TransferError::Config(format!(
+                "{} cannot ask the server for a whole-file {algorithm}; use an https:// URL",
+                self.protocol()
+            )))
+        })
+    }
 
     /// Open lane number `index` (0-based). Transports map lanes onto connections as their
     /// configuration says (one connection per lane for HTTP/1.1, K streams on M connections

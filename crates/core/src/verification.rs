@@ -20,6 +20,10 @@ pub struct Verification {
     pub server_whole_digest: bool,
     /// The whole file matched `--expect-sha256`.
     pub expected_sha256: bool,
+    /// The whole file matched the checksum the server sent when asked for it (`--checksum`):
+    /// `adler32:0a1b2c3d`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_checksum: Option<String>,
     /// SHA-256 was computed at all (off with `--no-verify`).
     pub local_hash: bool,
 }
@@ -29,6 +33,7 @@ impl Verification {
     /// file's.
     pub fn is_server_checked(&self) -> bool {
         self.server_whole_digest
+            || self.server_checksum.is_some()
             || (self.chunks > 0 && self.chunks_with_server_digest == self.chunks)
     }
 
@@ -54,6 +59,9 @@ impl Verification {
         }
         if self.server_whole_digest {
             out.push("server Repr-Digest of the whole file".to_string());
+        }
+        if let Some(c) = &self.server_checksum {
+            out.push(format!("server Digest {c} of the whole file"));
         }
         if self.expected_sha256 {
             out.push("--expect-sha256".to_string());
@@ -143,5 +151,15 @@ mod tests {
         };
         assert!(user.is_checked() && !user.is_server_checked());
         assert_eq!(user.describe(), "verified against --expect-sha256");
+
+        let adler = Verification {
+            server_checksum: Some("adler32:11e60398".into()),
+            ..Verification::default()
+        };
+        assert!(adler.is_server_checked());
+        assert_eq!(
+            adler.describe(),
+            "verified against server Digest adler32:11e60398 of the whole file"
+        );
     }
 }

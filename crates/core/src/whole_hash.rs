@@ -1,4 +1,5 @@
-//! The whole-file SHA-256, computed during the transfer.
+//! The whole-file SHA-256 (and the checksum `--checksum` asks for), computed during the
+//! transfer.
 //!
 //! SHA-256 must see the bytes in order, but chunks complete out of order. Rather than hold
 //! out-of-order chunks in memory (up to the whole file when one early chunk is slow), a thread
@@ -17,6 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
+use crate::checksum::{Checksum, ChecksumAlgorithm, Checksummer};
 use crate::digest::{Sha256Digest, Sha256Hasher};
 use crate::plan::{ChunkIndex, ChunkPlan};
 
@@ -27,16 +29,18 @@ const READ_BUFFER: usize = 1 << 20;
 pub enum HashEvent {
     /// A journalled chunk's bytes on disk do not match its recorded digest.
     ChunkInvalid { chunk: ChunkIndex },
-    /// All chunks hashed, in order.
-    Done(Sha256Digest),
+    /// All chunks hashed, in order: the SHA-256, and the other checksum when one was asked.
+    Done(Sha256Digest, Option<Checksum>),
     /// Reading the part file failed.
     Failed { path: PathBuf, message: String },
 }
 
 /// Inputs: sealed chunk indices (from the writer). Claimed chunks (resumed from a journal) are
-/// given up front with the digest their bytes must have.
+/// given up front with the digest their bytes must have. `also` is a checksum computed over
+/// the same bytes in the same pass.
 pub fn spawn(
     plan: ChunkPlan,
+    also: Option<ChecksumAlgorithm>,
     part: File,
     part_path: PathBuf,
     claimed: Vec<(ChunkIndex, Option<Sha256Digest>)>,
@@ -51,7 +55,7 @@ pub fn spawn(
                 // A claim without a digest (written without verification) cannot be re-checked.
                 ready.insert(c, d);
             }
-            let mut whole = Sha256Hasher::new();
+            let mut whole = (Sha256Hasher::new(), also.map(Checksummer::new));
             let mut next: ChunkIndex = 0;
             let mut buf = vec![0u8; READ_BUFFER];
             let count = plan.chunk_count();
@@ -75,7 +79,10 @@ pub fn spawn(
                             });
                             return;
                         }
-                        snapshot.update(&buf[..n]);
+                        snapshot.0.update(&buf[..n]);
+                        if let Some(c) = snapshot.1.as_mut() {
+                            c.update(&buf[..n]);
+                        }
                         if let Some(h) = chunk_hash.as_mut() {
                             h.update(&buf[..n]);
                         }
@@ -92,7 +99,11 @@ pub fn spawn(
                     next += 1;
                 }
                 if next >= count {
-                    let _ = events.send(HashEvent::Done(whole.finish()));
+                    let (sha256, other) = whole;
+                    let _ = events.send(HashEvent::Done(
+                        sha256.finish(),
+                        other.map(Checksummer::finish),
+                    ));
                     return;
                 }
                 match sealed.recv() {

@@ -442,3 +442,54 @@ async fn known_remote_info_skips_stat_and_is_checked() {
         assert!(!dest.exists());
     }
 }
+
+/// `--checksum adler32`: the server's adler32 is checked against the bytes written; a wrong
+/// one keeps the part file and never produces the destination, a server without one fails
+/// before any byte is fetched, and a right one is named in the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_checksum_is_verified() {
+    use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
+    let d = data(3 * CHUNK as usize + 5, 12);
+    let adler = Checksummer::of(ChecksumAlgorithm::Adler32, &d);
+    let md5 = Checksummer::of(ChecksumAlgorithm::Md5, &d);
+    let cfg = |alg| GetConfig {
+        checksum: Some(alg),
+        ..config()
+    };
+    let dir = tempfile::tempdir().unwrap();
+
+    let good = Arc::new(MemTransport::new(d.clone(), 2).with_checksum(adler.clone()));
+    let dest = dir.path().join("good");
+    let report = get(&good, &dest, cfg(ChecksumAlgorithm::Adler32))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(
+        report.verification.server_checksum.as_deref(),
+        Some(adler.to_string().as_str())
+    );
+
+    let wrong = Checksummer::of(ChecksumAlgorithm::Md5, b"something else");
+    let bad = Arc::new(MemTransport::new(d.clone(), 2).with_checksum(wrong));
+    let dest = dir.path().join("bad");
+    let err = get(&bad, &dest, cfg(ChecksumAlgorithm::Md5))
+        .await
+        .unwrap_err();
+    match &err {
+        GetError::ChecksumMismatch { actual, part, .. } => {
+            assert_eq!(actual, &md5);
+            assert_eq!(std::fs::read(part).unwrap(), d, "the part file is kept");
+        }
+        other => panic!("expected a checksum mismatch, got {other}"),
+    }
+    assert!(!dest.exists());
+
+    // Asked for md5, the server only knows adler32: nothing is fetched.
+    let dest = dir.path().join("none");
+    let err = get(&good, &dest, cfg(ChecksumAlgorithm::Md5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GetError::NoServerChecksum { .. }), "{err}");
+    assert!(!dest.exists());
+    assert!(!journal::part_path(&dest).exists());
+}

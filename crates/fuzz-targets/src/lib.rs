@@ -21,7 +21,10 @@ use xfer_common::listing::{
     propfind::read_multistatus, ListingEntry, RelPath,
 };
 use xfer_common::ranges::{content_range, parse_content_range, parse_range, RangeOutcome};
-use xfer_core::checksum::{parse_digest_field, want_digest_preferences, Checksum};
+use xfer_core::checksum::{
+    parse_digest_field, parse_rfc9530_field, want_digest_preferences, want_repr_digest_preferences,
+    Checksum,
+};
 use xfer_core::digest::{wants_sha256, Sha256Digest};
 use xfer_quic::wire::{decode_trailer, Request, ResponseHead};
 
@@ -81,15 +84,23 @@ pub fn digest_fields(data: &[u8]) {
         let again = Checksum::from_rfc3230_value(c.algorithm, &c.rfc3230_value());
         assert_eq!(again.as_ref(), Some(&c));
     }
-    let prefs = want_digest_preferences(value);
-    let mut dedup = prefs.clone();
-    dedup.sort();
-    dedup.dedup();
-    assert_eq!(
-        dedup.len(),
-        prefs.len(),
-        "an algorithm listed twice: {prefs:?}"
-    );
+    for c in parse_rfc9530_field(value) {
+        let again = parse_rfc9530_field(&c.to_rfc9530_member());
+        assert_eq!(again, vec![c]);
+    }
+    for prefs in [
+        want_digest_preferences(value),
+        want_repr_digest_preferences(value),
+    ] {
+        let mut dedup = prefs.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(
+            dedup.len(),
+            prefs.len(),
+            "an algorithm listed twice: {prefs:?}"
+        );
+    }
 }
 
 /// A resume journal read from disk: records never point outside the file and never repeat.

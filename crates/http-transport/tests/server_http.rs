@@ -1026,6 +1026,17 @@ async fn want_digest_adler32_is_answered() {
         let r = raw(srv.addr, req.as_bytes()).await;
         assert_eq!(r.status, 200, "{method}");
         assert_eq!(r.header("digest"), Some("adler32=11e60398"), "{method}");
+        let req = format!(
+            "{method} /wiki.txt HTTP/1.1\r\nHost: x\r\nWant-Repr-Digest: adler=5\r\nWant-Repr-Digest: md5=2\r\nConnection: close\r\n\r\n"
+        );
+        let r = raw(srv.addr, req.as_bytes()).await;
+        assert_eq!(r.status, 200, "{method}");
+        let repr = r.header("repr-digest").unwrap_or_default();
+        assert!(repr.contains("adler=:EeYDmA==:"), "{method}: {repr}");
+        assert!(
+            !repr.contains("md5"),
+            "{method}: only the best is computed: {repr}"
+        );
     }
     srv.stop().await;
 }

@@ -18,6 +18,7 @@ use quinn::{Connection, ConnectionError, Endpoint, ReadError, ReadExactError, Re
 use xfer_common::listing::manifest::MANIFEST_MEDIA_TYPE;
 use xfer_common::secret::Secret;
 use xfer_common::tls::{self, ClientTlsOptions};
+use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RangeBody, RangeRequest,
     RemoteInfo, Transport,
@@ -211,6 +212,7 @@ impl QuicTransport {
             path: target.path_and_query,
             range: None,
             want_digest: false,
+            checksums: Vec::new(),
             validator: None,
             token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
         };
@@ -240,6 +242,20 @@ impl QuicTransport {
 }
 
 impl Inner {
+    /// A STAT of this transport's resource, asking for `checksums`.
+    fn stat_request(&self, checksums: Vec<ChecksumAlgorithm>) -> Request {
+        Request {
+            upload: None,
+            token: self.config.token.as_ref().map(|t| t.expose().to_string()),
+            method: Method::Stat,
+            path: self.target.path_and_query.clone(),
+            range: None,
+            want_digest: false,
+            checksums,
+            validator: None,
+        }
+    }
+
     /// The live connection of slot `index`, connecting when there is none or it died.
     async fn connection(&self, index: usize) -> Result<Connection, TransferError> {
         let slot = &self.slots[index % self.slots.len()];
@@ -541,15 +557,7 @@ impl Transport for QuicTransport {
     fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
         Box::pin(async move {
             let inner = &self.inner;
-            let req = Request {
-                upload: None,
-                token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
-                method: Method::Stat,
-                path: inner.target.path_and_query.clone(),
-                range: None,
-                want_digest: false,
-                validator: None,
-            };
+            let req = inner.stat_request(Vec::new());
             let (head, _recv) = inner.exchange(0, &req).await?;
             if head.status != status::OK {
                 return Err(inner.status_error(&head, format!("STAT {}", req.path)));
@@ -562,6 +570,28 @@ impl Transport for QuicTransport {
                 accepts_ranges: true,
                 sha256: head.repr_sha256,
             })
+        })
+    }
+
+    fn checksum(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> BoxFuture<'_, Result<Option<Checksum>, TransferError>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            // A server that predates CHECKSUMS resets the stream as malformed: an error, not a
+            // silent "no checksum".
+            let req = inner.stat_request(vec![algorithm]);
+            let (head, _recv) = inner.exchange(0, &req).await?;
+            if head.status != status::OK {
+                return Err(
+                    inner.status_error(&head, format!("STAT {} (checksum {algorithm})", req.path))
+                );
+            }
+            Ok(head
+                .checksums
+                .into_iter()
+                .find(|c| c.algorithm == algorithm))
         })
     }
 
@@ -738,6 +768,7 @@ impl Lane for QuicLane {
                 path: inner.target.path_and_query.clone(),
                 range: (!req.whole).then(|| req.range.clone()),
                 want_digest: req.want_digest,
+                checksums: Vec::new(),
                 validator: req.validator.clone(),
             };
             let (head, recv) = inner.exchange(self.conn, &wire_req).await?;

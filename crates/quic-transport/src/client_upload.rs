@@ -23,6 +23,7 @@ impl Inner {
             path: self.target.path_and_query.clone(),
             range,
             want_digest: false,
+            checksums: Vec::new(),
             validator: None,
             token: self.config.token.as_ref().map(|t| t.expose().to_string()),
             upload: Some(upload),

@@ -25,9 +25,11 @@ use quinn::{Endpoint, RecvStream, SendStream, WriteError};
 use xfer_common::fault::FaultInjection;
 use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
+use xfer_core::checksum::ChecksumAlgorithm;
 use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{
-    AccessControl, Body, BodyEvent, ResponsePlan, Service, ServiceConfig, UploadConfig, Uploads,
+    AccessControl, Body, BodyEvent, ChecksumCache, ResponsePlan, Service, ServiceConfig,
+    UploadConfig, Uploads,
 };
 
 use crate::socket::{bind_udp, SocketBuffers};
@@ -67,6 +69,8 @@ pub struct QuicServerConfig {
     /// Whole-resource digests, shared with other servers of the process when given;
     /// `None` makes a private cache with default settings.
     pub digest_cache: Option<DigestCache>,
+    /// adler32 and MD5 values, shared with other servers of the process when given.
+    pub checksum_cache: Option<ChecksumCache>,
     /// Send the whole-resource SHA-256 in response heads (and compute it in the background).
     /// Default on.
     pub repr_digest: bool,
@@ -89,6 +93,9 @@ pub struct QuicServerConfig {
     pub uploads: Option<UploadConfig>,
     /// Parallel uploads in progress, shared with the HTTP server.
     pub upload_state: Uploads,
+    /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
+    /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
+    pub checksums_on_send: Vec<ChecksumAlgorithm>,
 }
 
 impl QuicServerConfig {
@@ -102,6 +109,7 @@ impl QuicServerConfig {
             max_connections: 256,
             max_streams_per_connection: 64,
             digest_cache: None,
+            checksum_cache: None,
             repr_digest: true,
             stream: StreamOptions::default(),
             stall_timeout: Duration::from_secs(60),
@@ -109,6 +117,7 @@ impl QuicServerConfig {
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
             upload_state: Uploads::default(),
+            checksums_on_send: vec![ChecksumAlgorithm::Adler32],
         }
     }
 
@@ -214,7 +223,7 @@ impl QuicServer {
                 stall_timeout: config.stall_timeout,
                 active: AtomicUsize::new(0),
                 service: Service::new(ServiceConfig {
-                    checksums: Default::default(),
+                    checksums: config.checksum_cache.unwrap_or_default(),
                     root: config.root,
                     digests: config.digest_cache.unwrap_or_default(),
                     repr_digest: config.repr_digest,
@@ -223,6 +232,9 @@ impl QuicServer {
                     access: config.access,
                     uploads: config.uploads,
                     upload_state: config.upload_state,
+                    checksums_on_send: config.checksums_on_send,
+                    // xfer/1 has no COPY: third-party copy is HTTP's (the WLCG's) protocol.
+                    tpc: None,
                 }),
             }),
         })
@@ -486,6 +498,11 @@ fn decode(req: &Request, caller: &Caller) -> xfer_service::Request {
     r.exact_range = req.range.clone();
     r.if_match = req.validator.clone();
     r.want_content_digest = req.want_digest;
+    if !req.checksums.is_empty() {
+        // HTTP's `Want-Digest` with equal weights: the strongest asked for is answered.
+        let names: Vec<&str> = req.checksums.iter().map(|a| a.rfc3230_name()).collect();
+        r.want_digest = vec![names.join(", ")];
+    }
     r.trailers_ok = true;
     r.credentials.bearer = req.token.clone().map(xfer_service::Secret::new);
     r.credentials.client_certificate = caller.client_certificate.clone();
@@ -552,6 +569,7 @@ fn encode_head(plan: &ResponsePlan) -> ResponseHead {
         trailer: plan.trailer,
         streamed: false,
         message: message.map(fit_message),
+        checksums: plan.digest.clone().into_iter().collect(),
     }
 }
 

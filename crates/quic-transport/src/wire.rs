@@ -8,6 +8,7 @@
 use std::fmt;
 use std::ops::Range;
 
+use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 use xfer_core::Sha256Digest;
 
 /// The ALPN protocol id both ends must agree on.
@@ -82,7 +83,29 @@ pub struct Request {
     /// What an upload says about itself: on PUT (always), and on STAT to ask what the server
     /// holds of an upload.
     pub upload: Option<UploadFields>,
+    /// Whole-resource checksums asked for (HTTP's `Want-Digest`), on GET and STAT; empty
+    /// asks for none. Answered in the head's CHECKSUMS section.
+    pub checksums: Vec<ChecksumAlgorithm>,
 }
+
+/// The bit of a checksum algorithm in a request's CHECKSUMS set, and its code in a head's
+/// CHECKSUMS section.
+fn checksum_code(algorithm: ChecksumAlgorithm) -> u8 {
+    match algorithm {
+        ChecksumAlgorithm::Adler32 => 0x01,
+        ChecksumAlgorithm::Md5 => 0x02,
+        ChecksumAlgorithm::Sha256 => 0x04,
+    }
+}
+
+fn checksum_from_code(code: u8) -> Option<ChecksumAlgorithm> {
+    ChecksumAlgorithm::ALL
+        .into_iter()
+        .find(|a| checksum_code(*a) == code)
+}
+
+const CHECKSUM_CODES: u8 = 0x01 | 0x02 | 0x04;
+const CHECKSUMS_GET_OR_STAT: &str = "only GET and STAT ask for checksums";
 
 /// The UPLOAD section of a request: HTTP's `Xfer-Upload`, the total of `Content-Range`,
 /// `Content-Digest`, `Repr-Digest` and `Xfer-Upload-Complete`.
@@ -184,7 +207,9 @@ const REQ_RANGE: u8 = 0x02;
 const REQ_VALIDATOR: u8 = 0x04;
 const REQ_TOKEN: u8 = 0x08;
 const REQ_UPLOAD: u8 = 0x10;
-const REQ_KNOWN_FLAGS: u8 = REQ_WANT_DIGEST | REQ_RANGE | REQ_VALIDATOR | REQ_TOKEN | REQ_UPLOAD;
+const REQ_CHECKSUMS: u8 = 0x20;
+const REQ_KNOWN_FLAGS: u8 =
+    REQ_WANT_DIGEST | REQ_RANGE | REQ_VALIDATOR | REQ_TOKEN | REQ_UPLOAD | REQ_CHECKSUMS;
 const LIST_HAS_NO_FLAGS: &str = "a LIST request carries no range, validator or digest wish";
 
 impl Request {
@@ -210,6 +235,13 @@ impl Request {
             check_token(t)?;
         }
         check_upload_section(self.method, self.upload.as_ref())?;
+        let checksum_set = self
+            .checksums
+            .iter()
+            .fold(0u8, |set, a| set | checksum_code(*a));
+        if checksum_set != 0 && !matches!(self.method, Method::Get | Method::Stat) {
+            return Err(WireError::Invalid(CHECKSUMS_GET_OR_STAT));
+        }
         let mut flags = 0;
         if self.want_digest {
             flags |= REQ_WANT_DIGEST;
@@ -225,6 +257,9 @@ impl Request {
         }
         if self.upload.is_some() {
             flags |= REQ_UPLOAD;
+        }
+        if checksum_set != 0 {
+            flags |= REQ_CHECKSUMS;
         }
         let mut out = Vec::with_capacity(16 + self.path.len());
         out.push(VERSION);
@@ -243,6 +278,9 @@ impl Request {
         }
         if let Some(u) = &self.upload {
             u.encode(&mut out)?;
+        }
+        if checksum_set != 0 {
+            out.push(checksum_set);
         }
         if out.len() > MAX_REQUEST_LEN {
             return Err(WireError::TooLarge {
@@ -339,6 +377,21 @@ impl Request {
             None
         };
         check_upload_section(method, upload.as_ref())?;
+        let checksums = if flags & REQ_CHECKSUMS != 0 {
+            if !matches!(method, Method::Get | Method::Stat) {
+                return Err(WireError::Invalid(CHECKSUMS_GET_OR_STAT));
+            }
+            let set = r.u8("checksums")?;
+            if set == 0 || set & !CHECKSUM_CODES != 0 {
+                return Err(WireError::Invalid("empty or unknown checksum set"));
+            }
+            ChecksumAlgorithm::ALL
+                .into_iter()
+                .filter(|a| set & checksum_code(*a) != 0)
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Self {
             method,
             path,
@@ -347,8 +400,29 @@ impl Request {
             validator,
             token,
             upload,
+            checksums,
         })
     }
+}
+
+/// A head's CHECKSUMS section: a count (1 to 3), then per checksum its algorithm code and
+/// its bytes (4 for adler32, 16 for MD5, 32 for SHA-256), each algorithm at most once.
+fn decode_checksums(r: &mut Reader<'_>) -> Result<Vec<Checksum>, WireError> {
+    let count = r.u8("checksum count")?;
+    if !(1..=3).contains(&count) {
+        return Err(WireError::Invalid("checksum count outside 1..=3"));
+    }
+    let mut out: Vec<Checksum> = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let algorithm = checksum_from_code(r.u8("checksum algorithm")?)
+            .ok_or(WireError::Invalid("unknown checksum algorithm"))?;
+        if out.iter().any(|c| c.algorithm == algorithm) {
+            return Err(WireError::Invalid("a checksum algorithm twice"));
+        }
+        let bytes = r.take(algorithm.byte_len(), "checksum")?;
+        out.extend(Checksum::from_bytes(algorithm, bytes));
+    }
+    Ok(out)
 }
 
 /// Statuses, numbered as in HTTP so `xfer_core::error::is_transient_status` classifies them.
@@ -378,6 +452,9 @@ pub struct ResponseHead {
     pub streamed: bool,
     /// Human-readable reason for an error status; the location of a 301.
     pub message: Option<String>,
+    /// Whole-resource checksums answering the request's CHECKSUMS (at most one per
+    /// algorithm).
+    pub checksums: Vec<Checksum>,
 }
 
 const HEAD_ETAG: u8 = 0x01;
@@ -387,13 +464,15 @@ const HEAD_RANGE: u8 = 0x08;
 const HEAD_TRAILER: u8 = 0x10;
 const HEAD_MESSAGE: u8 = 0x20;
 const HEAD_STREAMED: u8 = 0x40;
+const HEAD_CHECKSUMS: u8 = 0x80;
 const HEAD_KNOWN_FLAGS: u8 = HEAD_ETAG
     | HEAD_LAST_MODIFIED
     | HEAD_REPR_SHA256
     | HEAD_RANGE
     | HEAD_TRAILER
     | HEAD_MESSAGE
-    | HEAD_STREAMED;
+    | HEAD_STREAMED
+    | HEAD_CHECKSUMS;
 const STREAMED_ALONE: &str = "a streamed body has no range and no trailer";
 
 impl ResponseHead {
@@ -462,6 +541,23 @@ impl ResponseHead {
             flags |= HEAD_MESSAGE;
             put_bytes(&mut body, m.as_bytes());
         }
+        if !self.checksums.is_empty() {
+            let mut seen = 0u8;
+            for c in &self.checksums {
+                let code = checksum_code(c.algorithm);
+                if seen & code != 0 {
+                    return Err(WireError::Invalid("a checksum algorithm twice"));
+                }
+                seen |= code;
+            }
+            flags |= HEAD_CHECKSUMS;
+            // At most three, one per algorithm (checked above).
+            body.push(self.checksums.len() as u8);
+            for c in &self.checksums {
+                body.push(checksum_code(c.algorithm));
+                body.extend_from_slice(c.as_bytes());
+            }
+        }
         body[flags_at] = flags;
         if body.len() > MAX_HEAD_LEN {
             return Err(WireError::TooLarge {
@@ -513,9 +609,9 @@ impl ResponseHead {
             return Err(WireError::Invalid("status outside 100..=599"));
         }
         let flags = r.u8("flags")?;
-        if flags & !HEAD_KNOWN_FLAGS != 0 {
-            return Err(WireError::Invalid("unknown head flag"));
-        }
+        // Every bit of the head's flags is defined since CHECKSUMS (0x80): nothing is unknown,
+        // and a further head field needs a new version.
+        const _: () = assert!(HEAD_KNOWN_FLAGS == u8::MAX);
         let size = r.varint("size")?;
         let etag = if flags & HEAD_ETAG != 0 {
             let e = r.text(MAX_FIELD_LEN, "etag")?;
@@ -555,6 +651,11 @@ impl ResponseHead {
         if streamed && flags & (HEAD_RANGE | HEAD_TRAILER) != 0 {
             return Err(WireError::Invalid(STREAMED_ALONE));
         }
+        let checksums = if flags & HEAD_CHECKSUMS != 0 {
+            decode_checksums(&mut r)?
+        } else {
+            Vec::new()
+        };
         r.finish()?;
         Ok(Self {
             status,
@@ -566,6 +667,7 @@ impl ResponseHead {
             trailer: flags & HEAD_TRAILER != 0,
             streamed,
             message,
+            checksums,
         })
     }
 }
@@ -890,6 +992,7 @@ mod tests {
             path: "/in/a.bin".into(),
             range: Some(1024..2048),
             want_digest: false,
+            checksums: Vec::new(),
             validator: None,
             token: Some("tok".into()),
             upload: Some(UploadFields {
@@ -927,6 +1030,7 @@ mod tests {
         assert!(get_with_section.encode().is_err());
     }
     use super::*;
+    use xfer_core::checksum::Checksummer;
 
     fn sample_request() -> Request {
         Request {
@@ -936,6 +1040,7 @@ mod tests {
             path: "/.xfer/synthetic?size=1G&seed=1".to_string(),
             range: Some(1 << 20..(1 << 40) + 3),
             want_digest: true,
+            checksums: Vec::new(),
             validator: Some("\"abc-123\"".to_string()),
         }
     }
@@ -951,7 +1056,83 @@ mod tests {
             trailer: true,
             streamed: false,
             message: None,
+            checksums: vec![
+                Checksummer::of(ChecksumAlgorithm::Adler32, b"whole"),
+                Checksummer::of(ChecksumAlgorithm::Md5, b"whole"),
+            ],
         }
+    }
+
+    #[test]
+    fn checksums_round_trip_and_hostile_sections_are_refused() {
+        let head = sample_head();
+        let enc = head.encode().expect("encode");
+        assert_eq!(ResponseHead::decode(&enc[2..]).expect("decode"), head);
+        let stat = Request {
+            method: Method::Stat,
+            path: "/a.bin".into(),
+            range: None,
+            want_digest: false,
+            validator: None,
+            token: None,
+            upload: None,
+            checksums: vec![ChecksumAlgorithm::Adler32, ChecksumAlgorithm::Sha256],
+        };
+        let enc = stat.encode().expect("encode");
+        assert_eq!(enc[2], 0x20, "CHECKSUMS flag alone");
+        assert_eq!(enc.last(), Some(&0x05), "adler32 | sha-256");
+        assert_eq!(Request::decode(&enc).expect("decode"), stat);
+
+        // A set with an unknown bit, or empty, is malformed; so is asking on a LIST.
+        for set in [0x00, 0x08, 0x81] {
+            let mut bad = enc.clone();
+            *bad.last_mut().expect("set byte") = set;
+            assert!(Request::decode(&bad).is_err(), "set {set:#x}");
+        }
+        let list = Request {
+            method: Method::List,
+            ..stat.clone()
+        };
+        assert!(list.encode().is_err());
+        let mut forged = enc.clone();
+        forged[1] = 0x03;
+        assert!(Request::decode(&forged).is_err(), "LIST with checksums");
+
+        // Heads: counts outside 1..=3, unknown codes, an algorithm twice, short bytes.
+        let plain = ResponseHead {
+            checksums: Vec::new(),
+            ..sample_head()
+        };
+        let base = plain.encode().expect("encode")[2..].to_vec();
+        let with = |section: &[u8]| {
+            let mut b = base.clone();
+            b[3] |= 0x80;
+            b.extend_from_slice(section);
+            b
+        };
+        let adler = [0x01, 1, 2, 3, 4];
+        assert!(ResponseHead::decode(&with(&[&[1u8][..], &adler].concat())).is_ok());
+        for section in [
+            vec![0u8],
+            [&[4u8][..], &adler, &adler, &adler, &adler].concat(),
+            vec![1, 0x03, 1, 2, 3, 4],
+            [&[2u8][..], &adler, &adler].concat(),
+            vec![1, 0x01, 1, 2, 3],
+            vec![1, 0x04, 0, 0],
+        ] {
+            assert!(
+                ResponseHead::decode(&with(&section)).is_err(),
+                "{section:?}"
+            );
+        }
+        let twice = ResponseHead {
+            checksums: vec![
+                Checksummer::of(ChecksumAlgorithm::Md5, b"a"),
+                Checksummer::of(ChecksumAlgorithm::Md5, b"b"),
+            ],
+            ..sample_head()
+        };
+        assert!(twice.encode().is_err());
     }
 
     #[test]
@@ -976,6 +1157,7 @@ mod tests {
                 path: "/".to_string(),
                 range: None,
                 want_digest: false,
+                checksums: Vec::new(),
                 validator: None,
             },
             Request {
@@ -990,6 +1172,7 @@ mod tests {
                 path: "/run-42/".to_string(),
                 range: None,
                 want_digest: false,
+                checksums: Vec::new(),
                 validator: None,
             },
         ];
@@ -1052,6 +1235,7 @@ mod tests {
             path: "/data/a.bin".to_string(),
             range: Some(1_048_576..2_097_152),
             want_digest: true,
+            checksums: Vec::new(),
             validator: Some("\"1f-400000-17a\"".to_string()),
         };
         let mut want = vec![0x01, 0x01, 0x07, 0x0b];

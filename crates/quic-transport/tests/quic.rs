@@ -410,6 +410,7 @@ async fn malformed_requests_reset_the_stream_and_the_connection_survives() {
             path: "/ok.bin".to_string(),
             range: None,
             want_digest: false,
+            checksums: Vec::new(),
             validator: None,
         }
         .encode()
@@ -620,6 +621,7 @@ async fn the_server_resets_a_stream_its_client_does_not_read() {
             path: "/big.bin".into(),
             range: None,
             want_digest: false,
+            checksums: Vec::new(),
             validator: None,
             token: None,
             upload: None,

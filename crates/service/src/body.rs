@@ -13,7 +13,10 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 use xfer_common::fault::corrupt_block;
 use xfer_common::{BlockStream, DigestCache, Resource};
+use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
 use xfer_core::digest::{Sha256Digest, Sha256Hasher};
+
+use crate::checksums::ChecksumCache;
 
 /// Blocks smaller than this are hashed in place; larger ones on the blocking pool, so that
 /// hashing block N overlaps with sending it and reading block N+1.
@@ -34,8 +37,21 @@ pub(crate) struct StreamPlan {
     pub corrupt_at: Option<u64>,
     /// When the body is the whole resource and is hashed, remember the digest here.
     pub remember_in: Option<(DigestCache, Resource)>,
+    /// When the body is the whole resource: checksums to compute while it is sent and to
+    /// remember once all of it went out from an unchanged file.
+    pub checksums: Option<ChecksumsOnSend>,
     pub peer: SocketAddr,
     pub path: String,
+}
+
+/// Checksums computed over a whole resource while it is sent, for the cache that answers
+/// `Want-Digest` and `Want-Repr-Digest` later (gfal2 and FTS ask for adler32 after a copy).
+pub(crate) struct ChecksumsOnSend {
+    pub cache: ChecksumCache,
+    /// Where a SHA-256 goes, for `Repr-Digest`.
+    pub digests: DigestCache,
+    pub resource: Resource,
+    pub running: Vec<Checksummer>,
 }
 
 /// Blocks of one range of a resource, read ahead on the blocking pool.
@@ -47,13 +63,41 @@ pub struct BodyStream {
     done: bool,
 }
 
-/// Where the running SHA-256 of the sent bytes is.
+/// Where the running SHA-256 of the sent bytes (and the checksums to cache) are.
 enum Hashing {
     /// Not asked for (or already finished).
     Off,
-    Idle(Sha256Hasher),
+    Idle(Hashers),
     /// Updating with the previous block on the blocking pool.
-    Busy(JoinHandle<Sha256Hasher>),
+    Busy(JoinHandle<Hashers>),
+}
+
+/// Everything fed with the bytes sent.
+struct Hashers {
+    /// The trailer's digest, when one was asked for.
+    trailer: Option<Sha256Hasher>,
+    others: Vec<Checksummer>,
+}
+
+impl Hashers {
+    /// Worth a trip to the blocking pool for a large block: adler32 alone runs at several
+    /// times SHA-256's speed and costs less inline than the hop.
+    fn is_heavy(&self) -> bool {
+        self.trailer.is_some()
+            || self
+                .others
+                .iter()
+                .any(|c| c.algorithm() != ChecksumAlgorithm::Adler32)
+    }
+
+    fn update(&mut self, block: &[u8]) {
+        if let Some(h) = &mut self.trailer {
+            h.update(block);
+        }
+        for c in &mut self.others {
+            c.update(block);
+        }
+    }
 }
 
 impl fmt::Debug for BodyStream {
@@ -67,15 +111,24 @@ impl fmt::Debug for BodyStream {
 }
 
 impl BodyStream {
-    pub(crate) fn new(blocks: BlockStream, range: &Range<u64>, plan: StreamPlan) -> Self {
+    pub(crate) fn new(blocks: BlockStream, range: &Range<u64>, mut plan: StreamPlan) -> Self {
+        let hashers = Hashers {
+            trailer: plan.hash.then(Sha256Hasher::new),
+            others: plan
+                .checksums
+                .as_mut()
+                .map(|c| std::mem::take(&mut c.running))
+                .unwrap_or_default(),
+        };
+        let hashing = if hashers.trailer.is_some() || !hashers.others.is_empty() {
+            Hashing::Idle(hashers)
+        } else {
+            Hashing::Off
+        };
         Self {
             blocks,
             end: range.end,
-            hashing: if plan.hash {
-                Hashing::Idle(Sha256Hasher::new())
-            } else {
-                Hashing::Off
-            },
+            hashing,
             plan,
             done: false,
         }
@@ -130,13 +183,27 @@ impl BodyStream {
             ),
             None => {
                 self.done = true;
-                let Hashing::Idle(hasher) = std::mem::replace(&mut self.hashing, Hashing::Off)
+                let Hashing::Idle(hashers) = std::mem::replace(&mut self.hashing, Hashing::Off)
                 else {
+                    return Poll::Ready(None);
+                };
+                if let Some(on_send) = self.plan.checksums.take() {
+                    // Only if the file is still the one the bytes came from.
+                    if on_send.resource.check_still_same().is_ok() {
+                        for c in hashers.others {
+                            let c = c.finish();
+                            if let Some(d) = c.as_sha256() {
+                                on_send.digests.insert(&on_send.resource, d);
+                            }
+                            on_send.cache.record(&on_send.resource, c);
+                        }
+                    }
+                }
+                let Some(hasher) = hashers.trailer else {
                     return Poll::Ready(None);
                 };
                 let digest = hasher.finish();
                 if let Some((cache, resource)) = self.plan.remember_in.take() {
-                    // Only if the file is still the one the bytes came from.
                     if resource.check_still_same().is_ok() {
                         cache.insert(&resource, digest);
                     }
@@ -171,7 +238,7 @@ impl BodyStream {
             let Hashing::Idle(mut h) = std::mem::replace(&mut self.hashing, Hashing::Off) else {
                 return;
             };
-            if block.len() < HASH_OFFLOAD_MIN {
+            if block.len() < HASH_OFFLOAD_MIN || !h.is_heavy() {
                 h.update(block);
                 self.hashing = Hashing::Idle(h);
             } else {

@@ -1,8 +1,10 @@
-//! RFC 3230 `Want-Digest` answered with `Digest`: adler32 (what gfal2 and FTS check for the
-//! WLCG), MD5 and SHA-256, best first as the client ranks them. SHA-256 comes from the
-//! digest cache when it knows the resource; the others are computed from the whole resource
-//! on the blocking pool and kept in a small cache keyed like the SHA-256 one, so a file
-//! rewritten in place is hashed again.
+//! RFC 3230 `Want-Digest` answered with `Digest`, and RFC 9530 `Want-Repr-Digest` answered
+//! with `Repr-Digest`: adler32 (what gfal2 and FTS check for the WLCG), MD5 and SHA-256, best
+//! first as the client ranks them. SHA-256 comes from the digest cache when it knows the
+//! resource; the others come from a small cache keyed like the SHA-256 one (path, inode,
+//! size, mtime, ctime), so a file rewritten in place is hashed again. That cache is filled
+//! while a whole file is sent (`ServiceConfig::checksums_on_send`) or, failing that, by
+//! reading the whole resource on the blocking pool when a client asks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,9 @@ use xfer_core::digest::Sha256Digest;
 
 /// Checksums remembered at most; beyond, an arbitrary one is forgotten.
 const CACHE_ENTRIES: usize = 4096;
+/// Synthetic resources larger than this (bytes) get no checksum on request, as the digest
+/// cache hashes none larger in the background.
+const MAX_SYNTHETIC_SIZE: u64 = 1 << 30;
 /// Bytes read at a time while computing.
 const BLOCK: usize = 1 << 20;
 
@@ -43,26 +48,69 @@ impl ChecksumCache {
     }
 }
 
-/// The `Digest` field value answering `want` (the `Want-Digest` field values), or `None`
-/// when it names nothing xfer computes. A resource that cannot be read leaves the field out.
-pub(crate) async fn digest_field(
+impl ChecksumCache {
+    /// A checksum of the resource as it is now, if computed before.
+    pub fn lookup(&self, resource: &Resource, algorithm: ChecksumAlgorithm) -> Option<Checksum> {
+        self.get(&(resource.content_key(), algorithm))
+    }
+
+    /// Remember a checksum of the resource, computed elsewhere (e.g. while sending it whole).
+    pub(crate) fn record(&self, resource: &Resource, checksum: Checksum) {
+        self.put((resource.content_key(), checksum.algorithm), checksum);
+    }
+}
+
+/// The checksum answering `want` (the `Want-Digest` field values, which RFC 9110 §5.3 lets a
+/// sender split over several lines), or `None` when it names nothing xfer computes. A
+/// resource that cannot be read leaves it out.
+pub(crate) async fn wanted_digest(
     cache: &ChecksumCache,
     digests: &DigestCache,
     resource: &Resource,
     want: &[String],
     sha256: Option<Sha256Digest>,
-) -> Option<String> {
-    let algorithm = want
-        .iter()
-        .flat_map(|v| want_digest_preferences(v))
-        .next()?;
-    if let (ChecksumAlgorithm::Sha256, Some(d)) = (algorithm, sha256) {
-        return Checksum::from_bytes(ChecksumAlgorithm::Sha256, &d.0)
-            .map(|c| c.to_rfc3230_member());
+) -> Option<Checksum> {
+    let algorithm = *want_digest_preferences(&want.join(",")).first()?;
+    checksum_of(cache, digests, resource, algorithm, sha256).await
+}
+
+/// The `Repr-Digest` member to send besides a known SHA-256 for an RFC 9530
+/// `Want-Repr-Digest` asking `want` (best first): the best-ranked adler32 or MD5 when it
+/// outranks SHA-256 or SHA-256 is not known yet. SHA-256 itself is never computed here: it
+/// comes from the background hasher, so a `HEAD` from xfer's own client never waits for it.
+pub(crate) async fn repr_digest_extra(
+    cache: &ChecksumCache,
+    digests: &DigestCache,
+    resource: &Resource,
+    want: &[ChecksumAlgorithm],
+    sha256: Option<Sha256Digest>,
+) -> Option<Checksum> {
+    let sha256_suffices = want.first() == Some(&ChecksumAlgorithm::Sha256) && sha256.is_some();
+    if sha256_suffices {
+        return None;
     }
-    let key = (resource.content_key(), algorithm);
-    if let Some(c) = cache.get(&key) {
-        return Some(c.to_rfc3230_member());
+    let algorithm = *want.iter().find(|a| **a != ChecksumAlgorithm::Sha256)?;
+    checksum_of(cache, digests, resource, algorithm, sha256).await
+}
+
+/// One checksum of the resource: known, or computed on the blocking pool and remembered.
+async fn checksum_of(
+    cache: &ChecksumCache,
+    digests: &DigestCache,
+    resource: &Resource,
+    algorithm: ChecksumAlgorithm,
+    sha256: Option<Sha256Digest>,
+) -> Option<Checksum> {
+    if let (ChecksumAlgorithm::Sha256, Some(d)) = (algorithm, sha256) {
+        return Checksum::from_bytes(ChecksumAlgorithm::Sha256, &d.0);
+    }
+    if let Some(c) = cache.lookup(resource, algorithm) {
+        return Some(c);
+    }
+    if resource.synthetic_spec().is_some() && resource.size() > MAX_SYNTHETIC_SIZE {
+        // `/.xfer/synthetic?size=1P` exists for throughput runs: hashing it would hold a
+        // blocking thread for hours on one request.
+        return None;
     }
     let r = resource.clone();
     let computed = tokio::task::spawn_blocking(move || compute(&r, algorithm))
@@ -72,16 +120,14 @@ pub(crate) async fn digest_field(
         Ok(c) => {
             // A SHA-256 computed here is the representation's digest: `Repr-Digest` gets it
             // too, instead of the background hasher reading the file once more.
-            if algorithm == ChecksumAlgorithm::Sha256 {
-                if let Ok(bytes) = <[u8; 32]>::try_from(c.as_bytes()) {
-                    digests.insert(resource, Sha256Digest(bytes));
-                }
+            if let Some(d) = c.as_sha256() {
+                digests.insert(resource, d);
             }
-            cache.put(key, c.clone());
-            Some(c.to_rfc3230_member())
+            cache.record(resource, c.clone());
+            Some(c)
         }
         Err(e) => {
-            tracing::warn!(error = %e, %algorithm, "cannot compute the checksum asked for");
+            tracing::warn!(resource = %resource.describe(), error = %e, %algorithm, "cannot compute the checksum asked for");
             None
         }
     }
@@ -103,5 +149,7 @@ fn compute(resource: &Resource, algorithm: ChecksumAlgorithm) -> std::io::Result
         c.update(&buf[..n]);
         off += n as u64;
     }
+    // A file rewritten while it was read would leave a checksum of neither version.
+    resource.check_still_same()?;
     Ok(c.finish())
 }

@@ -38,6 +38,7 @@ mod listing_body;
 mod plan;
 mod request;
 mod respond;
+pub mod tpc;
 pub mod upload;
 
 pub use access::{
@@ -53,4 +54,5 @@ pub use plan::{
 };
 pub use request::{Method, Request};
 pub use respond::{check_stream_options, status, Service, ServiceConfig};
+pub use tpc::{CopyRunner, Tpc, TpcConfig};
 pub use upload::{UploadBody, UploadConfig, UploadHead, Uploads};

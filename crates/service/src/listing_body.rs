@@ -23,6 +23,11 @@ use tokio::sync::mpsc;
 const LISTING_CHUNK_BYTES: usize = 32 * 1024;
 /// Chunks queued between the writer and the pump.
 const LISTING_CHUNKS_IN_FLIGHT: usize = 4;
+/// The first chunk goes out at this size: it travels in a new connection's first congestion
+/// window (10 segments) beside the response headers, so a client starts its first files one
+/// round trip sooner than with a full chunk (measured at 100 ms: the first 32 KiB frame came
+/// 144 ms after the headers).
+const FIRST_CHUNK_BYTES: usize = 4 * 1024;
 
 /// The bytes of a listing, as they are produced.
 pub struct ListingStream {
@@ -50,6 +55,7 @@ impl ListingStream {
             let mut writer = ChannelWriter {
                 buf: Vec::with_capacity(LISTING_CHUNK_BYTES),
                 tx,
+                sent: false,
             };
             let result = produce(&mut writer).and_then(|()| writer.flush());
             if let Err(e) = result {
@@ -61,6 +67,11 @@ impl ListingStream {
                 }
             }
         });
+        Self { rx, done: false }
+    }
+
+    /// The bytes another task sends into `rx`, as they come; an error ends the stream.
+    pub(crate) fn from_channel(rx: mpsc::Receiver<io::Result<Bytes>>) -> Self {
         Self { rx, done: false }
     }
 
@@ -99,6 +110,8 @@ impl ListingStream {
 pub(crate) struct ChannelWriter {
     buf: Vec<u8>,
     tx: mpsc::Sender<io::Result<Bytes>>,
+    /// Whether a chunk has gone out yet (the first one is small).
+    sent: bool,
 }
 
 impl ChannelWriter {
@@ -110,6 +123,7 @@ impl ChannelWriter {
             &mut self.buf,
             Vec::with_capacity(LISTING_CHUNK_BYTES),
         ));
+        self.sent = true;
         self.tx
             .blocking_send(Ok(chunk))
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "listing receiver gone"))
@@ -119,7 +133,12 @@ impl ChannelWriter {
 impl Write for ChannelWriter {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         self.buf.extend_from_slice(data);
-        if self.buf.len() >= LISTING_CHUNK_BYTES {
+        let threshold = if self.sent {
+            LISTING_CHUNK_BYTES
+        } else {
+            FIRST_CHUNK_BYTES
+        };
+        if self.buf.len() >= threshold {
             self.send_buffered()?;
         }
         Ok(data.len())

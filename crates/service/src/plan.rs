@@ -3,6 +3,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
+use xfer_core::checksum::Checksum;
 use xfer_core::digest::Sha256Digest;
 
 use crate::body::BodyStream;
@@ -41,6 +42,10 @@ pub struct ResponsePlan {
     pub content_length: Option<u64>,
     /// Whole-resource SHA-256 (`Repr-Digest`).
     pub repr_digest: Option<Sha256Digest>,
+    /// Further `Repr-Digest` members (adler32, MD5) a `Want-Repr-Digest` asked for.
+    pub repr_checksums: Vec<Checksum>,
+    /// The whole resource's checksum a `Want-Digest` asked for (RFC 3230 `Digest`).
+    pub digest: Option<Checksum>,
     /// SHA-256 of the body, known up front (`Content-Digest` in the head).
     pub content_digest: Option<Sha256Digest>,
     /// A `Content-Digest` trailer follows the body.
@@ -97,6 +102,8 @@ impl ResponsePlan {
             content_range: None,
             content_length: Some(0),
             repr_digest: None,
+            repr_checksums: Vec::new(),
+            digest: None,
             content_digest: None,
             trailer: false,
             allow: None,
@@ -107,5 +114,18 @@ impl ResponsePlan {
             detail: None,
             body: Body::Empty,
         }
+    }
+}
+
+impl ResponsePlan {
+    /// The `Repr-Digest` field value: the SHA-256 when known, then any further members.
+    pub fn repr_digest_field(&self) -> Option<String> {
+        let members: Vec<String> = self
+            .repr_digest
+            .iter()
+            .map(|d| d.to_header_value())
+            .chain(self.repr_checksums.iter().map(|c| c.to_rfc9530_member()))
+            .collect();
+        (!members.is_empty()).then(|| members.join(", "))
     }
 }

@@ -3,9 +3,11 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 
+use xfer_core::checksum::{want_repr_digest_preferences, ChecksumAlgorithm};
 use xfer_core::digest::wants_sha256;
 
 use crate::access::Credentials;
+use crate::tpc::CopyHead;
 use crate::upload::UploadHead;
 
 /// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
@@ -29,6 +31,8 @@ pub enum Method {
     Patch,
     /// HTTP `DELETE`: the cancellation of a resumable upload.
     Delete,
+    /// WebDAV `COPY` as HTTP third-party copy uses it (`Source` or `Destination`).
+    Copy,
     Other(String),
 }
 
@@ -45,6 +49,7 @@ impl Method {
             "POST" => Self::Post,
             "PATCH" => Self::Patch,
             "DELETE" => Self::Delete,
+            "COPY" => Self::Copy,
             other => Self::Other(other.to_string()),
         }
     }
@@ -61,6 +66,7 @@ impl Method {
             Self::Post => "POST",
             Self::Patch => "PATCH",
             Self::Delete => "DELETE",
+            Self::Copy => "COPY",
             Self::Other(m) => m,
         }
     }
@@ -87,9 +93,9 @@ pub struct Request {
     pub accept: Vec<String>,
     /// `Want-Content-Digest` asks for SHA-256.
     pub want_content_digest: bool,
-    /// `Want-Repr-Digest` asks for SHA-256. The representation digest is sent whenever known,
-    /// so this only documents the wish.
-    pub want_repr_digest: bool,
+    /// `Want-Repr-Digest` (RFC 9530): the algorithms asked for, best first. A known SHA-256 is
+    /// sent whatever this says; adler32 or MD5 ranked here are computed if need be.
+    pub want_repr_digest: Vec<ChecksumAlgorithm>,
     /// The codec can deliver a trailer after the body (HTTP/2, HTTP/1.1 with `TE: trailers`,
     /// `xfer/1`).
     pub trailers_ok: bool,
@@ -102,6 +108,8 @@ pub struct Request {
     pub upload: UploadHead,
     /// RFC 3230 `Want-Digest` field values (`adler32`, `md5`, `sha-256` with q-values).
     pub want_digest: Vec<String>,
+    /// What a `COPY` (third-party copy) said about the remote.
+    pub copy: CopyHead,
 }
 
 impl Request {
@@ -123,13 +131,14 @@ impl Request {
             depth: None,
             accept: Vec::new(),
             want_content_digest: false,
-            want_repr_digest: false,
+            want_repr_digest: Vec::new(),
             trailers_ok: false,
             peer,
             protocol,
             credentials: Credentials::default(),
             upload: UploadHead::default(),
             want_digest: Vec::new(),
+            copy: CopyHead::default(),
         }
     }
 
@@ -157,9 +166,11 @@ impl Request {
         self
     }
 
-    /// Record `Want-Repr-Digest` field values.
+    /// Record `Want-Repr-Digest` field values; several lines make one dictionary (RFC 8941
+    /// §4.2).
     pub fn with_want_repr_digest<'a>(mut self, values: impl IntoIterator<Item = &'a str>) -> Self {
-        self.want_repr_digest = values.into_iter().any(wants_sha256);
+        let joined = values.into_iter().collect::<Vec<_>>().join(", ");
+        self.want_repr_digest = want_repr_digest_preferences(&joined);
         self
     }
 }

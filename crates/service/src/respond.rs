@@ -7,13 +7,15 @@ use std::sync::Arc;
 
 use xfer_common::ranges::{parse_range, RangeOutcome};
 use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptions};
+use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
 use xfer_core::error::ConfigError;
 
 use crate::access::{AccessControl, Denied, Identity, Operation};
-use crate::body::{BodyStream, StreamPlan};
+use crate::body::{BodyStream, ChecksumsOnSend, StreamPlan};
 use crate::checksums::{self, ChecksumCache};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
+use crate::tpc::{self, Tpc};
 use crate::upload::{self, resumable, NoBody, UploadBody, UploadConfig, Uploads};
 use crate::{dav, directory};
 
@@ -22,6 +24,8 @@ use crate::{dav, directory};
 pub mod status {
     /// Whole resource follows.
     pub const OK: u16 = 200;
+    /// A third-party copy started; its outcome follows in the body.
+    pub const ACCEPTED: u16 = 202;
     /// An upload created a new file.
     pub const CREATED: u16 = 201;
     /// An upload replaced a file, or a chunk of a parallel upload was stored.
@@ -57,8 +61,12 @@ pub mod status {
     pub const URI_TOO_LONG: u16 = 414;
     /// The range starts at or beyond the end of the resource.
     pub const RANGE_NOT_SATISFIABLE: u16 = 416;
+    /// As many third-party copies as allowed are running; retry later.
+    pub const TOO_MANY_REQUESTS: u16 = 429;
     /// The server failed before sending the body.
     pub const INTERNAL_ERROR: u16 = 500;
+    /// A third-party copy to a URL scheme the server cannot reach.
+    pub const NOT_IMPLEMENTED: u16 = 501;
     /// The server is shutting down or over a limit; retry later.
     pub const SERVICE_UNAVAILABLE: u16 = 503;
     /// The server's disk is full (or a quota reached); nothing was stored under the final
@@ -92,6 +100,13 @@ pub struct ServiceConfig {
     pub upload_state: Uploads,
     /// adler32 and MD5 computed for `Want-Digest`, shared by every codec.
     pub checksums: ChecksumCache,
+    /// Checksums computed while a whole file is sent, unless already known, so that the
+    /// `Want-Digest` FTS sends after a copy is answered without reading the file again.
+    /// Default adler32 (about 4 times SHA-256's speed, docs/wlcg.md); empty turns it off. SHA-256 here is kept in
+    /// [`ServiceConfig::digests`]. Synthetic resources are never hashed this way.
+    pub checksums_on_send: Vec<ChecksumAlgorithm>,
+    /// HTTP third-party copy (`COPY`). Default off: `None`.
+    pub tpc: Option<Tpc>,
 }
 
 impl ServiceConfig {
@@ -107,6 +122,8 @@ impl ServiceConfig {
             uploads: None,
             upload_state: Uploads::default(),
             checksums: ChecksumCache::default(),
+            checksums_on_send: vec![ChecksumAlgorithm::Adler32],
+            tpc: None,
         }
     }
 }
@@ -171,6 +188,12 @@ impl Service {
             .policy()
             .check(&req.credentials, op, &req.path)
         {
+            // A push makes this server send a file where the caller says: never for anonymous.
+            Ok(Identity::Anonymous) if req.method == Method::Copy && self.cfg.tpc.is_some() => {
+                denial(Denied::Unauthenticated {
+                    invalid_token: false,
+                })
+            }
             Ok(who) => (self.decide(req, body).await, who),
             Err(denied) => denial(denied),
         };
@@ -221,6 +244,34 @@ impl Service {
         plan
     }
 
+    /// `COPY`: third-party copy when it is on; a pull also needs uploads on, as it writes.
+    async fn copy(&self, req: &Request) -> ResponsePlan {
+        let cfg = &self.cfg;
+        let refuse = |text: &'static str, detail: &str| {
+            let mut plan =
+                ResponsePlan::refusal(status::METHOD_NOT_ALLOWED, text, Some(detail.to_string()));
+            plan.allow = Some(if cfg.uploads.is_some() {
+                ALLOWED_WITH_PUT
+            } else {
+                ALLOWED
+            });
+            plan
+        };
+        let Some(tpc) = &cfg.tpc else {
+            return refuse(
+                "this server does not do third-party copy\n",
+                "COPY while third-party copy is off",
+            );
+        };
+        if tpc::is_pull(req) && cfg.uploads.is_none() {
+            return refuse(
+                "this server does not accept writes (xfer serve --allow-upload), so it cannot pull\n",
+                "COPY with Source while uploads are off",
+            );
+        }
+        tpc::copy(tpc, &cfg.root, &cfg.digests, req).await
+    }
+
     async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
         let cfg = &self.cfg;
         if let (Method::Put | Method::Post, Some(up), Some(_)) =
@@ -265,6 +316,7 @@ impl Service {
                     return plan;
                 }
             },
+            Method::Copy => return self.copy(req).await,
             Method::Options => return dav::options(cfg.uploads.as_ref()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
@@ -323,17 +375,27 @@ impl Service {
         };
         if !req.want_digest.is_empty() {
             // RFC 3230, as gfal2 and FTS ask for adler32; an unknown algorithm is ignored.
-            if let Some(field) = checksums::digest_field(
+            plan.digest = checksums::wanted_digest(
                 &cfg.checksums,
                 &cfg.digests,
                 &resource,
                 &req.want_digest,
                 repr,
             )
-            .await
-            {
-                plan.headers.push(("digest", field));
-            }
+            .await;
+        }
+        if !req.want_repr_digest.is_empty() {
+            // RFC 9530; `adler` is the WLCG's adler32.
+            plan.repr_checksums.extend(
+                checksums::repr_digest_extra(
+                    &cfg.checksums,
+                    &cfg.digests,
+                    &resource,
+                    &req.want_repr_digest,
+                    repr,
+                )
+                .await,
+            );
         }
         if let Some(v) = &req.if_match {
             if !resource.matches_strong_etag(v) {
@@ -388,6 +450,9 @@ impl Service {
             corrupt_at,
             remember_in: (hash && whole && cfg.repr_digest && repr.is_none())
                 .then(|| (cfg.digests.clone(), resource.clone())),
+            checksums: whole
+                .then(|| checksums_on_send(cfg, &resource, repr.is_some()))
+                .flatten(),
             peer: req.peer,
             path: req.path.clone(),
         };
@@ -414,10 +479,40 @@ fn log(req: &Request, plan: &ResponsePlan, who: &Identity) {
     }
 }
 
+/// The checksums of `cfg.checksums_on_send` a whole-file body should compute because nobody
+/// knows them yet; `None` when there are none (or the resource is synthetic data).
+fn checksums_on_send(
+    cfg: &ServiceConfig,
+    resource: &Resource,
+    sha256_known: bool,
+) -> Option<ChecksumsOnSend> {
+    if resource.synthetic_spec().is_some() {
+        return None;
+    }
+    let running: Vec<Checksummer> = cfg
+        .checksums_on_send
+        .iter()
+        .filter(|a| match a {
+            ChecksumAlgorithm::Sha256 => !sha256_known,
+            _ => cfg.checksums.lookup(resource, **a).is_none(),
+        })
+        .map(|a| Checksummer::new(*a))
+        .collect();
+    (!running.is_empty()).then(|| ChecksumsOnSend {
+        cache: cfg.checksums.clone(),
+        digests: cfg.digests.clone(),
+        resource: resource.clone(),
+        running,
+    })
+}
+
 /// What a request does, for access control.
 fn operation(req: &Request) -> Operation {
     match &req.method {
         Method::Put | Method::Post | Method::Patch | Method::Delete => Operation::Write,
+        // A pull writes the path; a push reads it (and needs a known caller, checked later).
+        Method::Copy if tpc::is_pull(req) => Operation::Write,
+        Method::Copy => Operation::Read,
         // An upload's status is for its uploader.
         Method::Head if req.upload.id.is_some() => Operation::Write,
         Method::Get | Method::Head | Method::Options | Method::Propfind | Method::List => {

@@ -331,14 +331,14 @@ fn insert_range(set: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
 }
 
 /// A refusal decided while handling an upload.
-struct Refusal {
-    status: u16,
+pub(crate) struct Refusal {
+    pub(crate) status: u16,
     text: &'static str,
     detail: String,
 }
 
 impl Refusal {
-    fn new(status: u16, text: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(status: u16, text: &'static str, detail: impl Into<String>) -> Self {
         Self {
             status,
             text,
@@ -346,7 +346,7 @@ impl Refusal {
         }
     }
 
-    fn io(what: &str, path: &Path, e: &io::Error) -> Self {
+    pub(crate) fn io(what: &str, path: &Path, e: &io::Error) -> Self {
         match e.raw_os_error() {
             // ENOSPC, EDQUOT: the client may try again once space is freed.
             Some(28) | Some(122) => Self::new(
@@ -367,22 +367,26 @@ impl Refusal {
         }
     }
 
-    fn plan(self) -> ResponsePlan {
+    pub(crate) fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    pub(crate) fn plan(self) -> ResponsePlan {
         ResponsePlan::refusal(self.status, self.text, Some(self.detail))
     }
 }
 
 /// Where an upload goes: its final path, and the directory it lies in (created as needed).
-struct WriteTarget {
-    path: PathBuf,
-    dir: PathBuf,
-    name: String,
-    existed: bool,
+pub(crate) struct WriteTarget {
+    pub(crate) path: PathBuf,
+    pub(crate) dir: PathBuf,
+    pub(crate) name: String,
+    pub(crate) existed: bool,
 }
 
 /// Resolve `request_path` for writing under `root`: missing parent directories are created,
 /// none may be a symlink or a file, and the target may not be a directory or a symlink.
-fn resolve_for_write(root: &Path, request_path: &str) -> Result<WriteTarget, Refusal> {
+pub(crate) fn resolve_for_write(root: &Path, request_path: &str) -> Result<WriteTarget, Refusal> {
     let rel = sanitize(request_path).map_err(|e| match e {
         PathError::Traversal { .. } => {
             Refusal::new(status::FORBIDDEN, "forbidden\n", e.to_string())
@@ -506,7 +510,7 @@ fn digest_field(field: &Option<String>, which: &str) -> Result<Option<Sha256Dige
     }
 }
 
-fn staging_name(id: &str, name: &str) -> String {
+pub(crate) fn staging_name(id: &str, name: &str) -> String {
     format!("{STAGING_PREFIX}{id}.{name}")
 }
 
@@ -563,7 +567,7 @@ pub(crate) async fn status_of(
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     root: &Path,
     request_path: &str,
     f: fn(&Path, &str) -> Result<T, Refusal>,
@@ -573,7 +577,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Run file work on the blocking pool; a panic there answers 500.
-async fn off_runtime<T: Send + 'static>(
+pub(crate) async fn off_runtime<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
 ) -> Result<T, Refusal> {
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
@@ -917,7 +921,7 @@ fn finish(
 /// upload wrote: its verified digest can then be served as `Repr-Digest` at once, so a
 /// client re-running the upload sees the file is there. Another upload that replaced it in
 /// the meantime has another inode and is left to its own completion.
-fn stored_resource(root: &Path, request_path: &str, file: &File) -> Option<Resource> {
+pub(crate) fn stored_resource(root: &Path, request_path: &str, file: &File) -> Option<Resource> {
     let ours = file.metadata().ok()?.ino();
     let resource = Resource::open(root, request_path, None).ok()?;
     matches!(resource.content_key(), ContentKey::File { ino, .. } if ino == ours)
@@ -938,7 +942,7 @@ fn hash_file(file: &File, size: u64) -> io::Result<Sha256Digest> {
 }
 
 /// Sync the staging file, rename it over the target, sync the directory.
-fn commit(file: &File, staging: &Path, target: &Path) -> Result<(), Refusal> {
+pub(crate) fn commit(file: &File, staging: &Path, target: &Path) -> Result<(), Refusal> {
     file.sync_all()
         .map_err(|e| Refusal::io("syncing", staging, &e))?;
     std::fs::rename(staging, target).map_err(|e| Refusal::io("renaming", staging, &e))?;
@@ -1124,7 +1128,7 @@ async fn whole(
 }
 
 /// A name for a plain PUT's staging file, unique within this process and across restarts.
-fn unique_id() -> String {
+pub(crate) fn unique_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

@@ -282,12 +282,7 @@ async fn want_digest_is_answered_with_digest() {
         r.want_digest = vec![want.to_string()];
         r
     };
-    let digest = |plan: &ResponsePlan| {
-        plan.headers
-            .iter()
-            .find(|(n, _)| *n == "digest")
-            .map(|(_, v)| v.clone())
-    };
+    let digest = |plan: &ResponsePlan| plan.digest.as_ref().map(|c| c.to_rfc3230_member());
     let plan = svc.respond(&ask("/w.txt", "ADLER32")).await;
     assert_eq!(digest(&plan).as_deref(), Some("adler32=11e60398"));
     let plan = svc
@@ -300,4 +295,148 @@ async fn want_digest_is_answered_with_digest() {
     let plan = svc.respond(&ask("/w.txt", "crc64, unknown")).await;
     assert_eq!(plan.status, status::OK);
     assert_eq!(digest(&plan), None, "an unknown algorithm is ignored");
+}
+
+/// The `Repr-Digest` a plan's head carries, as the HTTP codec writes it.
+fn repr_digest(plan: &ResponsePlan) -> Option<String> {
+    plan.repr_digest_field()
+}
+
+/// `Want-Digest` split over several field lines is one list (RFC 9110 §5.3): the best
+/// q-value wins whichever line it is on.
+#[tokio::test]
+async fn want_digest_lines_make_one_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("w.txt"), b"Wikipedia").expect("write");
+    let svc = Service::new(ServiceConfig::new(
+        dir.path().canonicalize().expect("canonical root"),
+    ));
+    let mut r = Request::new(Method::Head, "/w.txt", peer(), "test");
+    r.want_digest = vec!["md5;q=0.2".into(), "ADLER32;q=0.9, sha-512".into()];
+    let plan = svc.respond(&r).await;
+    let digest = plan.digest.map(|c| c.to_rfc3230_member());
+    assert_eq!(digest.as_deref(), Some("adler32=11e60398"));
+}
+
+/// RFC 9530 `Want-Repr-Digest: adler=…` is answered with `Repr-Digest: adler=:…:`, the best
+/// ranked of adler and MD5; unknown keys, `0` and a field that is not a dictionary are
+/// ignored, never an error.
+#[tokio::test]
+async fn want_repr_digest_adler_is_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("w.txt"), b"Wikipedia").expect("write");
+    let mut cfg = ServiceConfig::new(dir.path().canonicalize().expect("canonical root"));
+    cfg.repr_digest = false;
+    let svc = Service::new(cfg);
+    let ask = |want: &[&str]| {
+        Request::new(Method::Head, "/w.txt", peer(), "test").with_want_repr_digest(want.to_vec())
+    };
+    let plan = svc.respond(&ask(&["adler=3"])).await;
+    assert_eq!(repr_digest(&plan).as_deref(), Some("adler=:EeYDmA==:"));
+    let plan = svc.respond(&ask(&["crc32c=9, adler=1", "md5=5"])).await;
+    assert_eq!(
+        repr_digest(&plan).as_deref(),
+        Some("md5=:nGdyhoZqrTj46bZg9UEYFA==:")
+    );
+    for ignored in [
+        &["adler=0"][..],
+        &["sha-512=3"],
+        &["ADLER32;q=1"],
+        &["adler=(1)"],
+    ] {
+        let plan = svc.respond(&ask(ignored)).await;
+        assert_eq!(plan.status, status::OK, "{ignored:?}");
+        assert_eq!(repr_digest(&plan), None, "{ignored:?}");
+    }
+}
+
+/// A known SHA-256 that the client ranks first is all `Repr-Digest` carries; ranked below
+/// adler, or not yet known, adler comes too.
+#[tokio::test]
+async fn want_repr_digest_keeps_a_known_sha256() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("w.txt"), b"Wikipedia").expect("write");
+    let svc = Service::new(ServiceConfig::new(
+        dir.path().canonicalize().expect("canonical root"),
+    ));
+    let ask = |want: &str| {
+        Request::new(Method::Head, "/w.txt", peer(), "test").with_want_repr_digest([want])
+    };
+    // Not known yet: adler stands in.
+    let plan = svc.respond(&ask("sha-256=10, adler=1")).await;
+    let first = repr_digest(&plan).expect("a repr-digest");
+    assert!(first.contains("adler=:EeYDmA==:"), "{first}");
+    // Asking through Want-Digest computes the SHA-256 and caches it for Repr-Digest.
+    let mut r = Request::new(Method::Head, "/w.txt", peer(), "test");
+    r.want_digest = vec!["sha-256".into()];
+    svc.respond(&r).await;
+    let plan = svc.respond(&ask("sha-256=10, adler=1")).await;
+    assert_eq!(repr_digest(&plan), Some(sha(b"Wikipedia")));
+    let plan = svc.respond(&ask("sha-256=1, adler=10")).await;
+    assert_eq!(
+        repr_digest(&plan),
+        Some(format!("{}, adler=:EeYDmA==:", sha(b"Wikipedia")))
+    );
+}
+
+/// A whole file sent once leaves its adler32 in the cache, so FTS's `Want-Digest` after a
+/// copy needs no second read; a range does not, and a rewrite (same size, mtime put back)
+/// is not answered from the old entry.
+#[tokio::test]
+async fn adler32_is_computed_while_sending_and_invalidated_by_a_rewrite() {
+    use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("w.txt");
+    std::fs::write(&path, b"Wikipedia").expect("write");
+    let root = dir.path().canonicalize().expect("canonical root");
+    let svc = Service::new(ServiceConfig::new(root.clone()));
+    let resource = || xfer_common::Resource::open(&root, "/w.txt", None).expect("open");
+    let known = |svc: &Service| {
+        svc.config()
+            .checksums
+            .lookup(&resource(), ChecksumAlgorithm::Adler32)
+    };
+
+    let mut ranged = get("/w.txt");
+    ranged.range_headers = vec!["bytes=0-3".into()];
+    drain(svc.respond(&ranged).await).await;
+    assert_eq!(known(&svc), None, "a range is not the whole file");
+
+    let (body, _) = drain(svc.respond(&get("/w.txt")).await).await;
+    assert_eq!(body, b"Wikipedia");
+    assert_eq!(
+        known(&svc),
+        Some(Checksummer::of(ChecksumAlgorithm::Adler32, b"Wikipedia"))
+    );
+
+    let before = std::fs::metadata(&path).expect("stat");
+    std::fs::write(&path, b"wikipedia").expect("rewrite");
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(before.modified()?))
+        .expect("put the mtime back");
+    let mut r = Request::new(Method::Head, "/w.txt", peer(), "test");
+    r.want_digest = vec!["adler32".into()];
+    let plan = svc.respond(&r).await;
+    let want = Checksummer::of(ChecksumAlgorithm::Adler32, b"wikipedia").to_rfc3230_member();
+    assert_eq!(plan.digest.map(|c| c.to_rfc3230_member()), Some(want));
+}
+
+/// A large synthetic resource is never read whole for a checksum: one `HEAD` must not hold a
+/// thread for hours. A small one is answered.
+#[tokio::test]
+async fn no_checksum_of_a_huge_synthetic_resource() {
+    let (_d, svc) = setup();
+    let ask = |path: &str| {
+        let mut r = Request::new(Method::Head, "/.xfer/synthetic", peer(), "test");
+        r.query = Some(path.to_string());
+        r.want_digest = vec!["adler32".into()];
+        r
+    };
+    let plan = svc.respond(&ask("size=2G&seed=1")).await;
+    assert_eq!(plan.status, status::OK);
+    assert_eq!(plan.digest, None);
+    let plan = svc.respond(&ask("size=1000&seed=1")).await;
+    assert!(plan.digest.is_some());
 }

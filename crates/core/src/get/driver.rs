@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lane::{self, LaneContext, LaneEvent, Work};
 use super::GetError;
+use crate::checksum::Checksum;
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 use crate::plan::ChunkIndex;
@@ -34,8 +35,8 @@ const ENDGAME_RECHECK: Duration = Duration::from_millis(100);
 
 /// How the transfer ended, as far as the driver is concerned.
 pub(super) enum Ending {
-    /// Every chunk verified; the whole-file digest when it was computed.
-    Complete(Option<Sha256Digest>),
+    /// Every chunk verified; the whole-file digest (and the checksum asked for) when computed.
+    Complete(Option<(Sha256Digest, Option<Checksum>)>),
     /// The shutdown future resolved.
     Interrupted,
     Failed(GetError),
@@ -149,7 +150,7 @@ impl Driver {
                 },
                 ev = recv_opt(&mut inputs.hashes) => match ev {
                     Some(HashEvent::ChunkInvalid { chunk }) => self.chunk_invalid(chunk),
-                    Some(HashEvent::Done(d)) => whole_digest = Some(d),
+                    Some(HashEvent::Done(d, c)) => whole_digest = Some((d, c)),
                     Some(HashEvent::Failed { path, message }) => {
                         break Ending::Failed(GetError::Io {
                             what: "reading back",

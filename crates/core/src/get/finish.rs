@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{GetConfig, GetError};
+use crate::checksum::Checksum;
 use crate::digest::Sha256Digest;
 use crate::plan::ChunkPlan;
 use crate::progress::{LaneReport, Progress, Report};
@@ -45,6 +46,35 @@ pub(super) fn check_whole(
     verification.expected_sha256 = cfg.expect_sha256.is_some();
     verification.server_whole_digest = info.sha256.is_some();
     Ok(verification)
+}
+
+/// Compare the checksum computed over the file with the one the server sent for `--checksum`;
+/// what matched, for the report.
+pub(super) fn check_checksum(
+    expected: Option<&Checksum>,
+    actual: Option<Checksum>,
+    dest: &Path,
+    part_path: &Path,
+) -> Result<Option<String>, GetError> {
+    let Some(expected) = expected else {
+        return Ok(None);
+    };
+    let Some(actual) = actual else {
+        return Err(GetError::Config(format!(
+            "{}: the whole-file {} was not computed",
+            dest.display(),
+            expected.algorithm
+        )));
+    };
+    if &actual != expected {
+        return Err(GetError::ChecksumMismatch {
+            path: dest.to_path_buf(),
+            part: part_path.to_path_buf(),
+            actual,
+            expected: expected.clone(),
+        });
+    }
+    Ok(Some(actual.to_string()))
 }
 
 /// Warn when nothing from the server vouched for the file; with `require_digest`, refuse it

@@ -7,8 +7,8 @@
 //! 3. The driver owns the scheduler. Lanes fetch the assignments it hands them, hash each
 //!    chunk as bytes arrive and send batches to the writer thread; the driver checks digests,
 //!    retries, duplicates at the tail, and hears of every failure as an event.
-//! 4. When every chunk is verified: sync, compare the whole-file hash with `--expect-sha256`
-//!    and the server's `Repr-Digest`, rename `<dest>.part` to `<dest>`, sync the directory,
+//! 4. When every chunk is verified: sync, compare the whole-file hash with `--expect-sha256`,
+//!    the server's `Repr-Digest` and the checksum `--checksum` asked the server for, rename `<dest>.part` to `<dest>`, sync the directory,
 //!    remove the journal (`finish`).
 //!
 //! ```text
@@ -39,6 +39,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 use crate::journal::{self, JournalError, JournalHeader};
@@ -82,6 +83,11 @@ pub struct GetConfig {
     pub write_queue: usize,
     /// Attempts to (re)open a lane's connection before the lane is given up. Default 5.
     pub lane_open_attempts: u32,
+    /// Ask the server for its checksum of the whole file with this algorithm (HTTP
+    /// `Want-Digest`, as gfal2 does for the WLCG's adler32) before fetching, compute the same
+    /// over the bytes received, and fail (part file kept) when they differ or the server has
+    /// none. Default `None`.
+    pub checksum: Option<ChecksumAlgorithm>,
 }
 
 impl Default for GetConfig {
@@ -98,6 +104,7 @@ impl Default for GetConfig {
             write_batch: 1 << 20,
             write_queue: 64,
             lane_open_attempts: 5,
+            checksum: None,
         }
     }
 }
@@ -148,6 +155,25 @@ pub enum GetError {
         actual: Sha256Digest,
         expected: Sha256Digest,
         source_of_expected: &'static str,
+    },
+    #[error("{path}: whole-file {} is {} but the server's Digest says {}; kept as {part}", expected.algorithm, actual.to_hex(), expected.to_hex())]
+    ChecksumMismatch {
+        path: PathBuf,
+        part: PathBuf,
+        actual: Checksum,
+        expected: Checksum,
+    },
+    #[error("asking {url} for its {algorithm} of the whole file")]
+    ServerChecksum {
+        url: String,
+        algorithm: ChecksumAlgorithm,
+        #[source]
+        source: TransferError,
+    },
+    #[error("{url} sent no {algorithm} of the whole file (Want-Digest: {}); nothing was fetched", algorithm.rfc3230_name())]
+    NoServerChecksum {
+        url: String,
+        algorithm: ChecksumAlgorithm,
     },
     #[error("{url} declares {size} bytes, more than any file xfer writes ({max}); nothing was written", max = MAX_DECLARED_SIZE)]
     ImplausibleSize { url: String, size: u64 },
@@ -294,9 +320,18 @@ impl Download {
             }
         };
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
+        let server_checksum = match cfg.checksum {
+            Some(algorithm) => {
+                Some(server_checksum(self.transport.as_ref(), &info, algorithm).await?)
+            }
+            None => None,
+        };
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            match self.attempt(&info, started, shutdown.as_mut()).await {
+            match self
+                .attempt(&info, server_checksum.as_ref(), started, shutdown.as_mut())
+                .await
+            {
                 Err(GetError::Chunk {
                     source: TransferError::RangesIgnored { peer },
                     ..
@@ -315,6 +350,7 @@ impl Download {
     async fn attempt(
         &mut self,
         info: &RemoteInfo,
+        server_checksum: Option<&Checksum>,
         started: Instant,
         shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Report, GetError> {
@@ -369,7 +405,7 @@ impl Download {
 
         // The whole-file hasher reads back each sealed chunk, in order.
         let (sealed_tx, sealed_rx) = std::sync::mpsc::channel();
-        let verify_whole = cfg.verify || cfg.expect_sha256.is_some();
+        let verify_whole = cfg.verify || cfg.expect_sha256.is_some() || cfg.checksum.is_some();
         let (hasher, hashes) = if verify_whole {
             let (hash_tx, hash_rx) = mpsc::unbounded_channel();
             let read = std::fs::File::open(&part_path).map_err(|source| GetError::Io {
@@ -382,13 +418,20 @@ impl Download {
                 .iter()
                 .map(|r| (r.chunk, r.sha256))
                 .collect();
-            let thread =
-                whole_hash::spawn(plan, read, part_path.clone(), claimed, sealed_rx, hash_tx)
-                    .map_err(|source| GetError::Io {
-                        what: "starting the hash thread for",
-                        path: part_path.clone(),
-                        source,
-                    })?;
+            let thread = whole_hash::spawn(
+                plan,
+                cfg.checksum,
+                read,
+                part_path.clone(),
+                claimed,
+                sealed_rx,
+                hash_tx,
+            )
+            .map_err(|source| GetError::Io {
+                what: "starting the hash thread for",
+                path: part_path.clone(),
+                source,
+            })?;
             (Some(thread), Some(hash_rx))
         } else {
             (None, None)
@@ -432,8 +475,9 @@ impl Download {
         if let Some(h) = hasher {
             let _ = tokio::task::spawn_blocking(move || h.join()).await;
         }
-        let whole_digest = match ending {
-            Ending::Complete(digest) => digest,
+        let (whole_digest, whole_checksum) = match ending {
+            Ending::Complete(Some((digest, checksum))) => (Some(digest), checksum),
+            Ending::Complete(None) => (None, None),
             Ending::Interrupted => {
                 synced?;
                 return Err(GetError::Interrupted);
@@ -444,6 +488,8 @@ impl Download {
         synced?;
         let mut verification =
             finish::check_whole(cfg, info, whole_digest, &self.dest, &part_path)?;
+        verification.server_checksum =
+            finish::check_checksum(server_checksum, whole_checksum, &self.dest, &part_path)?;
         verification.chunks = u64::from(plan.chunk_count());
         verification.chunks_with_server_digest = self.progress.snapshot().server_digest_chunks;
         finish::require_evidence(cfg, &verification, &self.dest, &part_path)?;
@@ -461,5 +507,27 @@ impl Download {
             whole_digest,
             verification,
         }))
+    }
+}
+
+/// The server's checksum of the whole file, asked before any byte is fetched so that a server
+/// without it costs no transfer. The ranges that follow carry `info`'s validator, so the bytes
+/// fetched are of the version the checksum describes.
+async fn server_checksum(
+    transport: &dyn Transport,
+    info: &RemoteInfo,
+    algorithm: ChecksumAlgorithm,
+) -> Result<Checksum, GetError> {
+    match transport.checksum(algorithm).await {
+        Ok(Some(c)) if c.algorithm == algorithm => Ok(c),
+        Ok(_) => Err(GetError::NoServerChecksum {
+            url: info.url.clone(),
+            algorithm,
+        }),
+        Err(source) => Err(GetError::ServerChecksum {
+            url: info.url.clone(),
+            algorithm,
+            source,
+        }),
     }
 }

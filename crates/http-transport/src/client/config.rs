@@ -41,6 +41,10 @@ pub struct HttpClientConfig {
     /// Bearer token sent as `Authorization` to the origin of the URL given (never to another
     /// origin a redirect points at). Default none.
     pub token: Option<Secret>,
+    /// More header fields for every request to the origin of the URL given (never to another
+    /// origin a redirect points at), e.g. what a third-party copy was asked to pass on. Values
+    /// are treated as secrets: kept out of logs and of HTTP/2 header compression. Default none.
+    pub extra_headers: Vec<(String, Secret)>,
 }
 
 impl Default for HttpClientConfig {
@@ -56,6 +60,7 @@ impl Default for HttpClientConfig {
             max_redirects: 10,
             user_agent: concat!("xfer/", env!("CARGO_PKG_VERSION")).to_string(),
             token: None,
+            extra_headers: Vec::new(),
         }
     }
 }
@@ -86,6 +91,17 @@ impl HttpClientConfig {
         self.http2.validate()?;
         if let Some(Err(why)) = self.token.as_ref().map(Secret::check_bearer) {
             return Err(ConfigError::new("token", "(not shown)", why));
+        }
+        for (name, value) in &self.extra_headers {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                || http::HeaderValue::from_str(value.expose()).is_err()
+            {
+                return Err(ConfigError::new(
+                    "extra_headers",
+                    name,
+                    "header field names and visible-ASCII values",
+                ));
+            }
         }
         self.tcp.validate()?;
         if !(Duration::from_millis(1)..=Duration::from_secs(600)).contains(&self.connect_timeout) {

@@ -184,6 +184,9 @@ where
     } else {
         let (sender, conn) = http1::Builder::new()
             .max_buf_size(H1_MAX_READ_BUF)
+            // Field names are case-insensitive, but XRootD's HTTP server (5.5) only
+            // recognises `Want-Digest` spelled so: title case is what every server reads.
+            .title_case_headers(true)
             .handshake(io)
             .await
             .map_err(|e| from_hyper(peer, "http/1.1 handshake", &e))?;

@@ -181,6 +181,7 @@ impl HttpLane {
                 extra: headers,
                 user_agent: inner.user_agent.clone(),
                 auth: inner.authorization_for(target),
+                more: inner.extra_headers_for(target),
                 body: body.clone(),
             };
             let result = send_on(&mut sender, method, target, &head, &inner, &peer, what).await;
@@ -448,6 +449,8 @@ struct Head<'a> {
     extra: &'a [(HeaderName, HeaderValue)],
     user_agent: HeaderValue,
     auth: Option<HeaderValue>,
+    /// Configured extra fields for this origin.
+    more: &'a [(HeaderName, HeaderValue)],
     body: Bytes,
 }
 
@@ -481,7 +484,7 @@ fn build(
     if let Some(auth) = &head.auth {
         b = b.header(header::AUTHORIZATION, auth.clone());
     }
-    for (k, v) in head.extra {
+    for (k, v) in head.more.iter().chain(head.extra) {
         b = b.header(k, v);
     }
     b.body(Full::new(head.body.clone())).map_err(|e| {

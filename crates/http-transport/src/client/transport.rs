@@ -8,7 +8,8 @@ use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use http_body_util::Full;
 use hyper::client::conn::http2;
-use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
+use xfer_core::checksum::{parse_digest_field, parse_rfc9530_field, Checksum, ChecksumAlgorithm};
+use xfer_core::digest::{REPR_DIGEST, SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
 };
@@ -71,17 +72,30 @@ pub(crate) struct Pool {
 /// Idle HTTP/1.1 connections kept for reuse; more are closed.
 const MAX_IDLE: usize = 256;
 
+/// Header fields sent to one origin besides those every request carries.
+type ExtraFields = Arc<Vec<(HeaderName, HeaderValue)>>;
+
 pub(crate) struct Inner {
     pub cfg: HttpClientConfig,
     pub user_agent: HeaderValue,
     /// `Authorization: Bearer ...` and the origin it belongs to: the one the user named. A
     /// redirect to another origin does not carry it.
     authorization: Option<(Origin, HeaderValue)>,
+    /// [`HttpClientConfig::extra_headers`], for the same origin only.
+    extra: Option<(Origin, ExtraFields)>,
     target: RwLock<Target>,
     pool: Arc<Pool>,
 }
 
 impl Inner {
+    /// The configured extra header fields, when `target` is the origin they belong to.
+    pub fn extra_headers_for(&self, target: &Target) -> &[(HeaderName, HeaderValue)] {
+        match &self.extra {
+            Some((origin, fields)) if *origin == target.origin => fields,
+            _ => &[],
+        }
+    }
+
     /// The `Authorization` value for a request to `target`, if any.
     pub fn authorization_for(&self, target: &Target) -> Option<HeaderValue> {
         match &self.authorization {
@@ -281,6 +295,22 @@ impl HttpTransport {
             }
             None => None,
         };
+        let extra = if cfg.extra_headers.is_empty() {
+            None
+        } else {
+            let mut fields = Vec::with_capacity(cfg.extra_headers.len());
+            for (name, value) in &cfg.extra_headers {
+                let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    TransferError::Config(format!("{name:?} is not a header field name"))
+                })?;
+                let mut value = HeaderValue::from_str(value.expose()).map_err(|_| {
+                    TransferError::Config(format!("the value of {name} is not visible ASCII"))
+                })?;
+                value.set_sensitive(true);
+                fields.push((name, value));
+            }
+            Some((target.origin.clone(), Arc::new(fields)))
+        };
         let slots = (0..cfg.layout(Mode::H2).connections)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
@@ -289,6 +319,7 @@ impl HttpTransport {
                 cfg,
                 user_agent,
                 authorization,
+                extra,
                 target: RwLock::new(target),
                 pool: Arc::new(Pool {
                     tls: Arc::new(tls),
@@ -319,6 +350,7 @@ impl HttpTransport {
                 user_agent: self.inner.user_agent.clone(),
                 // Same origin (checked above): the token goes along.
                 authorization: self.inner.authorization.clone(),
+                extra: self.inner.extra.clone(),
                 target: RwLock::new(target),
                 pool: Arc::clone(&self.inner.pool),
             }),
@@ -393,6 +425,62 @@ impl HttpTransport {
             inner.park(conn);
         }
         Ok(info)
+    }
+
+    /// `HEAD` with `Want-Digest` (RFC 3230, what gfal2 sends and XRootD, dCache and xfer answer)
+    /// and `Want-Repr-Digest` (RFC 9530): the server's checksum of the whole resource.
+    async fn checksum_inner(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> Result<Option<Checksum>, TransferError> {
+        let inner = &self.inner;
+        let mut lane = HttpLane::new(inner.clone(), 0);
+        let want = [
+            (
+                HeaderName::from_static("want-digest"),
+                HeaderValue::from_static(algorithm.rfc3230_name()),
+            ),
+            (
+                HeaderName::from_static(WANT_REPR_DIGEST),
+                HeaderValue::from_str(&format!("{}=10", algorithm.rfc9530_key()))
+                    .map_err(|e| TransferError::Config(e.to_string()))?,
+            ),
+        ];
+        let head = lane
+            .request(Method::HEAD, inner.target(), &want, "")
+            .await?;
+        let status = head.response.status();
+        if !status.is_success() {
+            let err = TransferError::Status {
+                peer: head.peer.clone(),
+                status: status.as_u16(),
+                what: format!(
+                    "HEAD {} (Want-Digest: {})",
+                    head.target,
+                    algorithm.rfc3230_name()
+                ),
+            };
+            drain(head.response.into_body(), inner).await;
+            return Err(err);
+        }
+        let h = head.response.headers();
+        let found = h
+            .get_all(HeaderName::from_static("digest"))
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(parse_digest_field)
+            .chain(
+                h.get_all(HeaderName::from_static(REPR_DIGEST))
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(parse_rfc9530_field),
+            )
+            .find(|c| c.algorithm == algorithm);
+        drain(head.response.into_body(), inner).await;
+        if let Some(conn) = lane.take_connection() {
+            inner.park(conn);
+        }
+        Ok(found)
     }
 
     /// `GET` with `Range: bytes=0-0`: size from `Content-Range` (206) or `Content-Length` (200,
@@ -497,6 +585,13 @@ impl Transport for HttpTransport {
 
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
         Box::pin(self.open(index))
+    }
+
+    fn checksum(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> BoxFuture<'_, Result<Option<Checksum>, TransferError>> {
+        Box::pin(self.checksum_inner(algorithm))
     }
 
     fn connection_stats(&self) -> Vec<ConnectionStats> {

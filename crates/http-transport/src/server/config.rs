@@ -4,10 +4,11 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use xfer_service::{AccessControl, UploadConfig, Uploads};
+use xfer_service::{AccessControl, Tpc, UploadConfig, Uploads};
 
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
 use xfer_common::{DigestCacheConfig, FaultInjection};
+use xfer_core::checksum::ChecksumAlgorithm;
 
 use crate::config::{ConfigError, Http2Config, TcpConfig};
 
@@ -70,6 +71,12 @@ pub struct ServerConfig {
     pub uploads: Option<UploadConfig>,
     /// Parallel uploads in progress; shared with the QUIC server by `xfer serve`.
     pub upload_state: Uploads,
+    /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
+    /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
+    pub checksums_on_send: Vec<ChecksumAlgorithm>,
+    /// HTTP third-party copy (`COPY` with `Source` or `Destination`): the runner that moves
+    /// the bytes, and its limits. Default off; `xfer serve` supplies one over xfer's client.
+    pub tpc: Option<Tpc>,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +108,8 @@ impl ServerConfig {
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
             upload_state: Uploads::default(),
+            checksums_on_send: vec![ChecksumAlgorithm::Adler32],
+            tpc: None,
         }
     }
 
@@ -156,6 +165,11 @@ impl ServerConfig {
                 secs(self.shutdown_grace),
                 "at most 1 h",
             ));
+        }
+        if let Some(tpc) = &self.tpc {
+            tpc.config
+                .validate()
+                .map_err(|e| ConfigError::new(e.field, e.value, e.allowed))?;
         }
         if let Err(e) = self.digest_cache.validate() {
             return Err(ConfigError::new(

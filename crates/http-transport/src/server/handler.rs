@@ -20,6 +20,7 @@ use xfer_core::digest::{
     Sha256Digest, CONTENT_DIGEST, REPR_DIGEST, WANT_CONTENT_DIGEST, WANT_REPR_DIGEST,
 };
 use xfer_service::access::MAX_TOKEN_LEN;
+use xfer_service::tpc::CopyHead;
 use xfer_service::upload::resumable::DraftHead;
 use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{Body, ContentRange, Credentials, Method, ResponsePlan, Secret};
@@ -173,6 +174,13 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
     r.want_digest = values(headers, HeaderName::from_static("want-digest"))
         .map(str::to_string)
         .collect();
+    if r.method == Method::Copy {
+        r.copy = CopyHead::from_fields(
+            headers
+                .iter()
+                .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v))),
+        );
+    }
     r.credentials = Credentials {
         bearer: bearer_token(headers),
         client_certificate: ctx.client_certificate.clone(),
@@ -231,8 +239,18 @@ fn encode(plan: ResponsePlan, version: Version, head_only: bool) -> Response<Ser
     {
         headers.insert(LAST_MODIFIED, v);
     }
-    if let Some(d) = &plan.repr_digest {
-        insert_digest(&mut headers, REPR_DIGEST, d);
+    if let Some(v) = plan
+        .repr_digest_field()
+        .and_then(|v| HeaderValue::from_str(&v).ok())
+    {
+        headers.insert(HeaderName::from_static(REPR_DIGEST), v);
+    }
+    if let Some(v) = plan
+        .digest
+        .as_ref()
+        .and_then(|c| HeaderValue::from_str(&c.to_rfc3230_member()).ok())
+    {
+        headers.insert(HeaderName::from_static("digest"), v);
     }
     if let Some(d) = &plan.content_digest {
         insert_digest(&mut headers, CONTENT_DIGEST, d);

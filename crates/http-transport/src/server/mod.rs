@@ -49,7 +49,7 @@ use admission::{Admission, Admit, Ticket};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use xfer_common::DigestCache;
-use xfer_service::{Service, ServiceConfig};
+use xfer_service::{ChecksumCache, Service, ServiceConfig};
 
 pub use config::ServerConfig;
 
@@ -173,6 +173,8 @@ impl HttpServer {
                     access: cfg.access.clone(),
                     uploads: cfg.uploads.clone(),
                     upload_state: cfg.upload_state.clone(),
+                    checksums_on_send: cfg.checksums_on_send.clone(),
+                    tpc: cfg.tpc.clone(),
                 }),
                 cfg,
                 tls,
@@ -189,6 +191,11 @@ impl HttpServer {
     /// (so each file is hashed once, not once per protocol).
     pub fn digest_cache(&self) -> DigestCache {
         self.shared.service.config().digests.clone()
+    }
+
+    /// The adler32 and MD5 values this server computed, to share with a QUIC server.
+    pub fn checksum_cache(&self) -> ChecksumCache {
+        self.shared.service.config().checksums.clone()
     }
 
     /// Serve until `shutdown` completes, then stop accepting, ask every connection to finish

@@ -1,6 +1,7 @@
 //! The scenario runner behind `xfer lab run`: a TOML file names a link (rate, RTTs, loss
 //! rates, queue), host profiles and transfers (xfer over HTTP/1.1, HTTP/2 or QUIC with any of
-//! its flags, and iperf3, curl, aria2c as reference points); the runner emulates every
+//! its flags, and iperf3, curl, aria2c as reference points; or, with a `[tree]`, one
+//! generated directory tree fetched by xfer, aria2c and rclone); the runner emulates every
 //! combination with a [`crate::Lab`], runs `xfer serve` in the server namespace and each
 //! client in the client namespace, and records goodput, client and server CPU time,
 //! retransmits and link drops. Results go to JSON, CSV, a Markdown table and SVG figures.
@@ -17,12 +18,14 @@
 //!
 //! Key types: [`Scenario`], [`Case`], [`RunOptions`], [`Results`], [`RunRecord`].
 
+mod nginx;
 mod plot;
 mod process;
 mod report;
 mod runner;
 mod spec;
 mod tools;
+mod tree;
 pub mod units;
 pub mod upload;
 
@@ -32,6 +35,7 @@ pub use plot::draw_all;
 pub use report::{median, run_bps, Machine, PingCheck, PointRecord, Results, RunRecord};
 pub use runner::{ping_times_ms, run_scenario, RunOptions};
 pub use spec::{Case, LinkFile, Protocol, Scenario, ScenarioFile, Tool, TransferFile};
+pub use tree::{TreeEntry, TreeFile, TreeShape};
 
 use crate::LabError;
 
@@ -53,7 +57,7 @@ pub enum ScenarioError {
     },
     #[error("invalid link in scenario: {0}")]
     InvalidLink(String),
-    #[error("the scenario uses {program}, which is not installed (Debian: apt-get install iperf3 curl aria2)")]
+    #[error("the scenario uses {program}, which is not installed (Debian: apt-get install iperf3 curl aria2 nginx rclone)")]
     ToolMissing { program: &'static str },
     #[error(transparent)]
     Lab(#[from] LabError),
@@ -74,6 +78,17 @@ pub enum ScenarioError {
     },
     #[error("cannot draw {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
+}
+
+impl ScenarioError {
+    /// A failed file operation, with what was done and to which path.
+    pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        ScenarioError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }
 
 /// Writes `results.json`, `results.csv`, `table.md` and the SVG figures into `dir` (created

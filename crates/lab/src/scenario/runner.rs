@@ -12,6 +12,7 @@ use super::process::{die_with_parent, proc_cpu_time, stop, wait_with_deadline};
 use super::report::{Machine, PingCheck, PointRecord, Results, RunRecord};
 use super::spec::{Case, Scenario, Tool};
 use super::tools::{command_line, parse_outcome, ToolContext};
+use super::tree::{self, TreeContext};
 use super::ScenarioError;
 use crate::{Lab, LabConfig, LinkConfig, SERVER_ADDR};
 
@@ -62,16 +63,24 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
         (Tool::Iperf3, "iperf3"),
         (Tool::Curl, "curl"),
         (Tool::Aria2c, "aria2c"),
+        (Tool::Rclone, "rclone"),
     ] {
         if tools_needed.contains(&tool) && !installed(program) {
             return Err(ScenarioError::ToolMissing { program });
         }
+    }
+    if s.tree.is_some() && s.cases.iter().any(tree::needs_nginx) && !runs("nginx", "-v") {
+        return Err(ScenarioError::ToolMissing { program: "nginx" });
     }
     std::fs::create_dir_all(&opts.work_dir).map_err(|source| ScenarioError::Io {
         op: "creating the work directory",
         path: opts.work_dir.clone(),
         source,
     })?;
+    let tree = match &s.tree {
+        Some(shape) => Some(prepare_tree(shape, opts)?),
+        None => None,
+    };
     let started_utc = utc_now();
     let load_before = load_average();
     let mut points = Vec::new();
@@ -92,7 +101,8 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
                         profile: profile.clone(),
                         ..LabConfig::new(opts.prefix.clone(), link)
                     };
-                    let (point, mut point_runs) = run_point(s, &config, opts, runs.len(), total)?;
+                    let (point, mut point_runs) =
+                        run_point(s, &config, opts, tree.as_ref(), runs.len(), total)?;
                     points.push(point);
                     runs.append(&mut point_runs);
                 }
@@ -101,6 +111,9 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
         Ok::<(), ScenarioError>(())
     })();
     let _ = std::fs::remove_dir_all(&opts.work_dir);
+    if let Some(t) = &tree {
+        t.clear_dest();
+    }
     result?;
     Ok(Results {
         scenario: s.name.clone(),
@@ -144,6 +157,7 @@ fn run_point(
     s: &Scenario,
     config: &LabConfig,
     opts: &RunOptions,
+    tree: Option<&TreeContext>,
     done_before: usize,
     total: usize,
 ) -> Result<(PointRecord, Vec<RunRecord>), ScenarioError> {
@@ -198,6 +212,16 @@ fn run_point(
         // iperf3 prints nothing useful to wait on; it listens well within this.
         std::thread::sleep(Duration::from_millis(500));
     }
+    let nginx = match tree {
+        Some(t) if s.cases.iter().any(tree::needs_nginx) => Some(super::nginx::start(
+            lab.command_in_server("nginx"),
+            &super::nginx::dir_under(&opts.work_dir),
+            &serve_dir.join("tree"),
+            &cert_dir,
+            &format!("{SERVER_ADDR}:{}", t.nginx_port),
+        )?),
+        _ => None,
+    };
     let ctx = ToolContext {
         xfer_bin: opts.xfer_bin.clone(),
         server: SERVER_ADDR,
@@ -211,9 +235,10 @@ fn run_point(
         for case in &s.cases {
             let server_pid = match case.tool {
                 Tool::Iperf3 => servers.iperf3.as_ref().map(|c| c.id()),
+                Tool::Aria2c | Tool::Rclone if tree.is_some() => nginx.as_ref().map(|n| n.pid()),
                 _ => Some(servers.xfer.id()),
             };
-            let r = run_case(&lab, case, &ctx, opts, server_pid, rep)?;
+            let r = run_case(&lab, case, &ctx, tree, opts, server_pid, rep)?;
             if opts.progress {
                 let what = match (r.ok, r.timed_out, r.goodput_bps) {
                     (true, _, Some(g)) => format!(
@@ -250,6 +275,7 @@ fn run_point(
             }
         }
     }
+    drop(nginx);
     drop(servers);
     let settings = lab.settings_in_force().clone();
     lab.shutdown()?;
@@ -273,12 +299,19 @@ fn run_case(
     lab: &Lab,
     case: &Case,
     ctx: &ToolContext,
+    tree: Option<&TreeContext>,
     opts: &RunOptions,
     server_pid: Option<u32>,
     repetition: u32,
 ) -> Result<RunRecord, ScenarioError> {
     remove_outputs(&opts.out_file);
-    let (program, args) = command_line(case, ctx);
+    if let Some(t) = tree {
+        t.clear_dest();
+    }
+    let (program, args) = match tree {
+        Some(t) => tree::command_line(case, ctx, t),
+        None => command_line(case, ctx),
+    };
     let command = format!("{} {}", program.display(), shell_join(&args));
     let stdout_path = opts.work_dir.join("client.out");
     let stderr_path = opts.work_dir.join("client.err");
@@ -307,9 +340,16 @@ fn run_case(
     };
     let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
     let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    remove_outputs(&opts.out_file);
     let wall = finished.wall.as_secs_f64();
-    let mut outcome = parse_outcome(case, &stdout, &stderr, finished.code == Some(0), wall);
+    let exit_ok = finished.code == Some(0);
+    let mut outcome = match tree {
+        Some(t) => tree::outcome(case, t, &stderr, &stdout, exit_ok, wall),
+        None => parse_outcome(case, &stdout, &stderr, exit_ok, wall),
+    };
+    remove_outputs(&opts.out_file);
+    if let Some(t) = tree {
+        t.clear_dest();
+    }
     if finished.timed_out {
         outcome.error = Some(format!("timed out after {:.0} s", limit.as_secs_f64()));
     }
@@ -329,7 +369,7 @@ fn run_case(
         connections: case.connections,
         streams: case.streams,
         matrix: case.matrix.clone(),
-        size: case.size,
+        size: tree.map_or(case.size, TreeContext::total_bytes),
         repetition,
         ok: outcome.error.is_none(),
         timed_out: finished.timed_out,
@@ -350,7 +390,7 @@ fn run_case(
     })
 }
 
-fn spawn_logged(
+pub(super) fn spawn_logged(
     mut cmd: Command,
     stdout: Option<&Path>,
     stderr: &Path,
@@ -444,9 +484,42 @@ fn remove_outputs(out_file: &Path) {
     }
 }
 
+/// Generates the scenario's tree under the served directory and aria2c's input for it.
+fn prepare_tree(
+    shape: &super::tree::TreeShape,
+    opts: &RunOptions,
+) -> Result<TreeContext, ScenarioError> {
+    let root = opts.work_dir.join("www").join("tree");
+    let started = Instant::now();
+    let entries = shape.generate(&root)?;
+    let mut dest = opts.out_file.clone().into_os_string();
+    dest.push(".tree");
+    let t = TreeContext {
+        entries,
+        nginx_port: opts.port.wrapping_add(1),
+        dest: dest.into(),
+        aria2c_input: opts.work_dir.join("aria2c-urls.txt"),
+    };
+    t.write_aria2c_input(&SERVER_ADDR.to_string())?;
+    if opts.progress {
+        eprintln!(
+            "== tree: {} files, {} bytes, generated in {:.1} s",
+            t.entries.len(),
+            t.total_bytes(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(t)
+}
+
 fn installed(program: &str) -> bool {
+    runs(program, "--version")
+}
+
+/// Whether `program flag` can be started (nginx knows `-v`, not `--version`).
+fn runs(program: &str, flag: &str) -> bool {
     Command::new(program)
-        .arg("--version")
+        .arg(flag)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

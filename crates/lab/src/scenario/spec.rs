@@ -16,8 +16,11 @@
 //! loss = [0.0]                  # probabilities, 0.0001 = 0.01%
 //! # queue = "12.5MB"            # default: one bandwidth-delay product
 //!
+//! # [tree]                      # optional: every transfer fetches one generated tree
+//! # files = 2000                # (tree.rs has the fields); tools then xfer, aria2c, rclone
+//!
 //! [[transfer]]
-//! tool = "xfer"                 # xfer | iperf3 | curl | aria2c
+//! tool = "xfer"                 # xfer | iperf3 | curl | aria2c | rclone (trees only)
 //! protocol = "http2"            # xfer only: http1 | http2 | quic
 //! connections = [1, 2, 4]       # a sweep; empty = the tool's default
 //! streams = [8]
@@ -31,6 +34,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::tree::{TreeFile, TreeShape};
 use super::units::{parse_duration, parse_rate, parse_size};
 use super::ScenarioError;
 use crate::config::{HostProfile, LinkConfig};
@@ -63,6 +67,9 @@ pub struct ScenarioFile {
     #[serde(default)]
     pub server_args: Vec<String>,
     pub link: LinkFile,
+    /// A directory tree every transfer fetches instead of one file (see `tree.rs`).
+    #[serde(default)]
+    pub tree: Option<TreeFile>,
     #[serde(rename = "transfer")]
     pub transfers: Vec<TransferFile>,
 }
@@ -136,8 +143,11 @@ pub enum Tool {
     Iperf3,
     /// `curl` fetching the same synthetic file from `xfer serve`.
     Curl,
-    /// `aria2c` with `-x N -s N -k 1M` from `xfer serve`.
+    /// `aria2c` with `-x N -s N -k 1M` from `xfer serve`; in a tree scenario `aria2c -i URLS
+    /// -j N` from nginx.
     Aria2c,
+    /// `rclone copy --transfers N` from an HTTP remote (nginx autoindex); tree scenarios only.
+    Rclone,
 }
 
 impl Tool {
@@ -147,6 +157,7 @@ impl Tool {
             Tool::Iperf3 => "iperf3",
             Tool::Curl => "curl",
             Tool::Aria2c => "aria2c",
+            Tool::Rclone => "rclone",
         }
     }
 }
@@ -193,6 +204,8 @@ pub struct Scenario {
     pub queue_bytes: Option<u64>,
     pub duration: Duration,
     pub server_args: Vec<String>,
+    /// Set when every transfer fetches a directory tree.
+    pub tree: Option<TreeShape>,
     pub cases: Vec<Case>,
 }
 
@@ -206,6 +219,9 @@ pub struct Case {
     pub label: String,
     pub tool: Tool,
     pub protocol: Option<Protocol>,
+    /// Whether the scenario named the protocol (tree cases pass `--protocol` only then, so
+    /// a transfer without one runs xfer's default command).
+    pub explicit_protocol: bool,
     /// Connections actually used (the tool's default when not swept).
     pub connections: u32,
     /// Streams per connection actually used (1 for tools without streams).
@@ -324,9 +340,10 @@ impl Scenario {
         if f.transfers.is_empty() {
             return Err(invalid("transfer", "[]", "at least one [[transfer]]"));
         }
+        let tree = f.tree.as_ref().map(TreeFile::validate).transpose()?;
         let mut cases = Vec::new();
         for (i, t) in f.transfers.iter().enumerate() {
-            expand(i, t, size, timeout, &mut cases)?;
+            expand(i, t, size, timeout, tree.is_some(), &mut cases)?;
         }
         for (i, c) in cases.iter().enumerate() {
             if cases[..i].iter().any(|d| d.name == c.name) {
@@ -348,6 +365,7 @@ impl Scenario {
             queue_bytes,
             duration,
             server_args: f.server_args,
+            tree,
             cases,
         })
     }
@@ -379,9 +397,27 @@ fn expand(
     t: &TransferFile,
     default_size: u64,
     default_timeout: Duration,
+    tree: bool,
     out: &mut Vec<Case>,
 ) -> Result<(), ScenarioError> {
     let field = |name: &str| format!("transfer[{index}].{name}");
+    match (tree, t.tool) {
+        (true, Tool::Iperf3 | Tool::Curl) => {
+            return Err(invalid_owned(
+                field("tool"),
+                t.tool.name(),
+                "xfer, aria2c or rclone in a [tree] scenario",
+            ))
+        }
+        (false, Tool::Rclone) => {
+            return Err(invalid_owned(
+                field("tool"),
+                t.tool.name(),
+                "rclone only in a [tree] scenario",
+            ))
+        }
+        _ => {}
+    }
     let protocol = match (t.tool, t.protocol.as_deref()) {
         (Tool::Xfer, None | Some("http1")) => Some(Protocol::Http1),
         (Tool::Xfer, Some("http2")) => Some(Protocol::Http2),
@@ -415,7 +451,8 @@ fn expand(
             return Err(invalid_owned(field("connections/streams"), n, "1 ..= 256"));
         }
     }
-    if t.tool == Tool::Aria2c && t.connections.iter().any(|&n| n > 16) {
+    // `-x` (one file) stops at 16; `-j` (files at once, trees) does not.
+    if t.tool == Tool::Aria2c && !tree && t.connections.iter().any(|&n| n > 16) {
         return Err(invalid_owned(
             field("connections"),
             format!("{:?}", t.connections),
@@ -445,10 +482,15 @@ fn expand(
     };
     let (default_conns, default_streams) = match (t.tool, protocol) {
         (Tool::Xfer, Some(p)) => p.default_parallelism(),
+        // The peers: `aria2c -j 32`, `rclone --transfers 32`.
+        (Tool::Aria2c | Tool::Rclone, _) if tree => (32, 1),
         (Tool::Aria2c, _) => (16, 1),
         _ => (1, 1),
     };
+    // In a tree scenario, xfer without a protocol is its default command, named as such.
+    let default_command = tree && t.tool == Tool::Xfer && t.protocol.is_none();
     let label = t.label.clone().unwrap_or_else(|| match protocol {
+        _ if default_command => "xfer default".to_string(),
         Some(p) => format!("xfer {}", p.name()),
         None => t.tool.name().to_string(),
     });
@@ -481,10 +523,11 @@ fn expand(
                 let connections = c.unwrap_or(default_conns);
                 let streams = s.unwrap_or(default_streams);
                 let mut name = label.clone();
-                if t.tool != Tool::Curl {
+                if t.tool != Tool::Curl && !(default_command && c.is_none()) {
                     name.push_str(&format!(" c={connections}"));
                 }
-                if streams_allowed {
+                // A tree's streams in flight are its lanes (`--tree-lanes`), not K.
+                if streams_allowed && !(tree && s.is_none()) {
                     name.push_str(&format!(" K={streams}"));
                 }
                 for (flag, v) in combo {
@@ -500,6 +543,7 @@ fn expand(
                     label: label.clone(),
                     tool: t.tool,
                     protocol,
+                    explicit_protocol: t.protocol.is_some(),
                     connections,
                     streams,
                     explicit_connections: c.is_some(),
@@ -537,7 +581,7 @@ fn duration_field(
     }
 }
 
-fn invalid(field: &str, value: impl ToString, allowed: &str) -> ScenarioError {
+pub(super) fn invalid(field: &str, value: impl ToString, allowed: &str) -> ScenarioError {
     invalid_owned(field.into(), value, allowed)
 }
 

@@ -32,6 +32,16 @@ impl ToolContext {
     }
 }
 
+/// aria2c options of every run: overwrite what a previous run left, no preallocation, no
+/// progress or summary output (its errors still go to stdout).
+pub const ARIA2C_QUIET: [&str; 5] = [
+    "--allow-overwrite=true",
+    "--file-allocation=none",
+    "--summary-interval=0",
+    "--console-log-level=warn",
+    "--download-result=hide",
+];
+
 /// Program and arguments for one case.
 pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
     let s = |v: &str| v.to_string();
@@ -48,18 +58,7 @@ pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
                 s("--ca-cert"),
                 ca,
             ]);
-            match case.protocol {
-                Some(Protocol::Http2) => a.extend([s("--protocol"), s("http2")]),
-                Some(Protocol::Http1) | None => a.extend([s("--protocol"), s("http1")]),
-                Some(Protocol::Quic) => {}
-            }
-            if case.explicit_connections {
-                a.extend([s("-c"), case.connections.to_string()]);
-            }
-            if case.explicit_streams {
-                a.extend([s("--streams"), case.streams.to_string()]);
-            }
-            a.extend(case.args.iter().cloned());
+            xfer_case_args(case, true, &mut a);
             (ctx.xfer_bin.clone(), a)
         }
         Tool::Iperf3 => {
@@ -98,18 +97,35 @@ pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
             a.push(format!("--ca-certificate={ca}"));
             a.push(format!("--dir={}", dir.display()));
             a.push(format!("--out={name}"));
-            a.extend([
-                s("--allow-overwrite=true"),
-                s("--file-allocation=none"),
-                s("--summary-interval=0"),
-                s("--console-log-level=warn"),
-                s("--download-result=hide"),
-            ]);
+            a.extend(ARIA2C_QUIET.map(String::from));
             a.extend(case.args.iter().cloned());
             a.push(ctx.url(case.size, false));
             (PathBuf::from("aria2c"), a)
         }
+        // The spec admits rclone only in tree scenarios, whose command lines are tree.rs's.
+        Tool::Rclone => (PathBuf::from("rclone"), Vec::new()),
     }
+}
+
+/// The tail of an `xfer get` command line: `--protocol` (always for one file, where the
+/// scenario's default is HTTP/1.1; only when named for a tree, so a transfer without one runs
+/// xfer's default command), `-c`, `--streams` where the case sets them, then its arguments.
+pub fn xfer_case_args(case: &Case, always_protocol: bool, a: &mut Vec<String>) {
+    let protocol = match case.protocol {
+        Some(Protocol::Http2) => Some("http2"),
+        Some(Protocol::Http1) | None => Some("http1"),
+        Some(Protocol::Quic) => None,
+    };
+    if let Some(p) = protocol.filter(|_| always_protocol || case.explicit_protocol) {
+        a.extend(["--protocol".to_string(), p.to_string()]);
+    }
+    if case.explicit_connections {
+        a.extend(["-c".to_string(), case.connections.to_string()]);
+    }
+    if case.explicit_streams {
+        a.extend(["--streams".to_string(), case.streams.to_string()]);
+    }
+    a.extend(case.args.iter().cloned());
 }
 
 /// What a tool reported about one transfer.
@@ -234,6 +250,7 @@ pub fn parse_outcome(case: &Case, stdout: &str, stderr: &str, exit_ok: bool, wal
                 ..Outcome::default()
             }
         }
+        Tool::Rclone => fail("rclone runs only in tree scenarios".into()),
     }
 }
 

@@ -1,0 +1,285 @@
+//! Third-party copy decided by the core, without sockets: a scripted runner stands in for the
+//! engine. The marker stream, the atomic finish of a pull, a failure's last line, the slot
+//! limit, and a client that drops the body stopping the copy and removing its files.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use xfer_core::progress::Progress;
+use xfer_service::tpc::{CopyDirection, CopyJob, CopyOutcome, RunningCopy};
+use xfer_service::{
+    status, AccessControl, Body, CopyRunner, Credentials, ListingStream, Method, Request, Secret,
+    Service, ServiceConfig, Tpc, TpcConfig, UploadConfig,
+};
+
+const ACCESS: &str = r#"
+[[token]]
+name = "fts"
+token = "t"
+access = "write"
+prefix = "/"
+"#;
+
+/// What the scripted runner does with a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Script {
+    /// Write a few bytes into a pull's staging file and succeed.
+    Succeed,
+    /// Fail with a two-line reason.
+    Fail,
+    /// Write a little, then wait to be stopped.
+    Hang,
+}
+
+type Seen = (CopyDirection, Vec<(String, String)>, Option<usize>);
+
+#[derive(Debug)]
+struct Scripted {
+    script: Script,
+    /// Jobs seen: direction, headers passed on, lanes.
+    seen: Mutex<Vec<Seen>>,
+    /// Copies told to stop.
+    stopped: Arc<Mutex<u32>>,
+    started: Mutex<Option<oneshot::Sender<PathBuf>>>,
+}
+
+impl CopyRunner for Scripted {
+    fn schemes(&self) -> &[&str] {
+        &["https"]
+    }
+
+    fn start(&self, job: CopyJob) -> RunningCopy {
+        let CopyJob {
+            direction,
+            headers,
+            lanes,
+            stop,
+        } = job;
+        self.seen
+            .lock()
+            .expect("lock")
+            .push((direction.clone(), headers, lanes));
+        let script = self.script;
+        let stopped = Arc::clone(&self.stopped);
+        let started = self.started.lock().expect("lock").take();
+        RunningCopy {
+            progress: Progress::new(),
+            done: Box::pin(async move {
+                let into = match &direction {
+                    CopyDirection::Pull { into, .. } => Some(into.clone()),
+                    CopyDirection::Push { .. } => None,
+                };
+                match script {
+                    Script::Succeed => {
+                        if let Some(p) = &into {
+                            std::fs::write(p, b"copied bytes").map_err(|e| e.to_string())?;
+                        }
+                        Ok(CopyOutcome {
+                            sha256: None,
+                            bytes: 12,
+                        })
+                    }
+                    Script::Fail => Err("remote said no\nsecond line".to_string()),
+                    Script::Hang => {
+                        if let Some(p) = &into {
+                            std::fs::write(p, b"part").map_err(|e| e.to_string())?;
+                            if let Some(tx) = started {
+                                let _ = tx.send(p.clone());
+                            }
+                        }
+                        stop.await;
+                        *stopped.lock().expect("lock") += 1;
+                        Err("interrupted".to_string())
+                    }
+                }
+            }),
+        }
+    }
+}
+
+fn service(dir: &Path, script: Script, max_active: usize) -> (Service, Arc<Scripted>) {
+    std::fs::create_dir_all(dir.join("root")).expect("mkdir");
+    std::fs::write(dir.join("access.toml"), ACCESS).expect("write");
+    let mut cfg = ServiceConfig::new(dir.join("root").canonicalize().expect("root"));
+    cfg.repr_digest = false;
+    cfg.access =
+        Arc::new(AccessControl::from_file(&dir.join("access.toml"), true).expect("access"));
+    cfg.uploads = Some(UploadConfig::default());
+    let runner = Arc::new(Scripted {
+        script,
+        seen: Mutex::new(Vec::new()),
+        stopped: Arc::new(Mutex::new(0)),
+        started: Mutex::new(None),
+    });
+    cfg.tpc = Some(Tpc::new(
+        runner.clone(),
+        TpcConfig {
+            max_active,
+            marker_interval: Duration::from_millis(20),
+            ..TpcConfig::default()
+        },
+    ));
+    (Service::new(cfg), runner)
+}
+
+fn copy(path: &str, fields: &[(&str, &str)]) -> Request {
+    let peer: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+    let mut r = Request::new(Method::Copy, path, peer, "http/1.1");
+    r.credentials = Credentials {
+        bearer: Some(Secret::new("t")),
+        client_certificate: None,
+    };
+    r.copy = xfer_service::tpc::CopyHead::from_fields(fields.iter().copied());
+    r
+}
+
+async fn body_text(body: Body) -> String {
+    let Body::Listing(mut stream) = body else {
+        panic!("a copy's body is a stream");
+    };
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        out.extend_from_slice(&chunk.expect("marker stream"));
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[tokio::test]
+async fn a_pull_lands_under_its_name_only_when_done() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (svc, runner) = service(dir.path(), Script::Succeed, 4);
+    let plan = svc
+        .respond(&copy(
+            "/in/new.bin",
+            &[
+                ("Source", "davs://remote/x"),
+                ("TransferHeaderAuthorization", "Bearer r"),
+                ("X-Number-Of-Streams", "500"),
+            ],
+        ))
+        .await;
+    assert_eq!(plan.status, status::ACCEPTED);
+    assert_eq!(plan.content_type, "text/perf-marker-stream");
+    let text = body_text(plan.body).await;
+    assert!(text.starts_with("Perf Marker\n"), "{text}");
+    assert!(text.ends_with("End\nsuccess: Created\n"), "{text}");
+    assert!(text.contains("Stripe Bytes Transferred: 12\n"), "{text}");
+    let root = dir.path().join("root").canonicalize().expect("root");
+    assert_eq!(
+        std::fs::read(root.join("in/new.bin")).expect("final file"),
+        b"copied bytes"
+    );
+    let seen = runner.seen.lock().expect("lock").clone();
+    let (direction, headers, lanes) = &seen[0];
+    match direction {
+        CopyDirection::Pull { url, into } => {
+            assert_eq!(url, "https://remote/x");
+            assert_eq!(into.parent(), Some(root.join("in").as_path()));
+            let name = into.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            assert!(name.starts_with(".xfer-upload."), "{name}");
+        }
+        other => panic!("not a pull: {other:?}"),
+    }
+    assert_eq!(
+        headers,
+        &vec![("Authorization".to_string(), "Bearer r".to_string())]
+    );
+    assert_eq!(*lanes, Some(64), "capped at max_streams");
+}
+
+#[tokio::test]
+async fn a_failure_is_one_last_line_and_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (svc, _) = service(dir.path(), Script::Fail, 4);
+    std::fs::write(dir.path().join("root/f.bin"), b"x").expect("write");
+    for (path, field) in [("/in/x.bin", "Source"), ("/f.bin", "Destination")] {
+        let plan = svc
+            .respond(&copy(path, &[(field, "https://remote/x")]))
+            .await;
+        assert_eq!(plan.status, status::ACCEPTED);
+        let text = body_text(plan.body).await;
+        assert!(
+            text.ends_with("failure: remote said no second line\n"),
+            "{text}"
+        );
+    }
+    assert!(std::fs::read_dir(dir.path().join("root/in"))
+        .expect("dir")
+        .next()
+        .is_none());
+}
+
+#[tokio::test]
+async fn dropping_the_body_stops_the_copy_and_frees_its_slot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (svc, runner) = service(dir.path(), Script::Hang, 1);
+    let (tx, rx) = oneshot::channel();
+    *runner.started.lock().expect("lock") = Some(tx);
+    let plan = svc
+        .respond(&copy("/in/slow.bin", &[("Source", "https://remote/x")]))
+        .await;
+    assert_eq!(plan.status, status::ACCEPTED);
+    let staging = rx.await.expect("the copy started");
+    assert!(staging.exists());
+
+    let busy = svc
+        .respond(&copy("/in/other.bin", &[("Source", "https://remote/x")]))
+        .await;
+    assert_eq!(busy.status, status::TOO_MANY_REQUESTS);
+    assert!(busy.headers.iter().any(|(n, _)| *n == "retry-after"));
+
+    let Body::Listing(mut stream) = plan.body else {
+        panic!("a copy's body is a stream");
+    };
+    let first = stream.next().await.expect("a marker").expect("bytes");
+    assert!(first.starts_with(b"Perf Marker\n"));
+    drop::<ListingStream>(stream);
+    for _ in 0..200 {
+        if *runner.stopped.lock().expect("lock") == 1 && !staging.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*runner.stopped.lock().expect("lock"), 1);
+    assert!(!staging.exists(), "staging file left behind");
+    assert!(!dir.path().join("root/in/slow.bin").exists());
+    // The slot comes back once the copy has cleaned up.
+    let mut status_seen = 0;
+    for _ in 0..200 {
+        let again = svc
+            .respond(&copy("/in/third.bin", &[("Source", "https://remote/x")]))
+            .await;
+        status_seen = again.status;
+        if status_seen == status::ACCEPTED {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status_seen, status::ACCEPTED);
+}
+
+#[tokio::test]
+async fn without_tpc_or_uploads_copy_is_not_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("root")).expect("mkdir");
+    std::fs::write(dir.path().join("access.toml"), ACCESS).expect("write");
+    let mut cfg = ServiceConfig::new(dir.path().join("root").canonicalize().expect("root"));
+    cfg.access =
+        Arc::new(AccessControl::from_file(&dir.path().join("access.toml"), true).expect("access"));
+    let off = Service::new(cfg.clone());
+    let plan = off
+        .respond(&copy("/x.bin", &[("Source", "https://remote/x")]))
+        .await;
+    assert_eq!(plan.status, status::METHOD_NOT_ALLOWED);
+    // Copy on, uploads off: a push may run, a pull may not.
+    let (with_tpc, _) = service(&dir.path().join("b"), Script::Succeed, 1);
+    cfg.tpc = with_tpc.config().tpc.clone();
+    let no_uploads = Service::new(cfg);
+    let plan = no_uploads
+        .respond(&copy("/x.bin", &[("Source", "https://remote/x")]))
+        .await;
+    assert_eq!(plan.status, status::METHOD_NOT_ALLOWED);
+}
