@@ -521,6 +521,9 @@ fn decode(req: &Request, caller: &Caller) -> xfer_service::Request {
             repr_digest: u.repr_sha256.map(|d| d.to_header_value()),
             id: u.id.clone(),
             complete: u.complete,
+            // xfer/1 has its own resumption (the parallel scheme); the HTTP draft's fields
+            // have no encoding here.
+            draft: Default::default(),
         };
         // The range is the upload chunk's, not a range to serve.
         r.exact_range = None;

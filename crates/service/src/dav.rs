@@ -29,12 +29,22 @@ const FINITE_DEPTH_ERROR: &str = concat!(
 
 /// `OPTIONS`, for any path: the methods served and WebDAV class 1, which is what WebDAV
 /// clients probe before they send `PROPFIND`.
-pub(crate) fn options(uploads: bool) -> ResponsePlan {
-    ResponsePlan {
-        allow: Some(if uploads { ALLOWED_WITH_PUT } else { ALLOWED }),
+pub(crate) fn options(uploads: Option<&crate::UploadConfig>) -> ResponsePlan {
+    let mut plan = ResponsePlan {
+        allow: Some(if uploads.is_some() {
+            ALLOWED_WITH_PUT
+        } else {
+            ALLOWED
+        }),
         dav: Some("1"),
         ..ResponsePlan::empty(status::OK)
+    };
+    if let Some(up) = uploads {
+        // The resumable-upload draft: OPTIONS tells a client the limits before it starts.
+        plan.headers
+            .push(("upload-limit", crate::upload::resumable::options_limit(up)));
     }
+    plan
 }
 
 /// How deep a `PROPFIND` goes.

@@ -55,6 +55,24 @@ impl HttpLane {
                 &suffix,
             )
             .await?;
+        // A 400 that lists the received ranges: the chunk arrived damaged (its digest did
+        // not match), so it is worth sending again, unlike other refusals.
+        if answer.response.status() == StatusCode::BAD_REQUEST
+            && answer
+                .response
+                .headers()
+                .contains_key(xfer_service::upload::UPLOAD_RECEIVED)
+        {
+            let peer = answer.peer.clone();
+            // Drained, so that the connection serves the next request.
+            let _ = read_small(answer.response.into_body(), self.inner(), &peer, "PUT").await;
+            return Err(TransferError::Unexpected {
+                peer,
+                message: format!(
+                    "PUT{suffix}: the chunk arrived different from its Content-Digest; sending it again"
+                ),
+            });
+        }
         self.expect_success(answer, &format!("PUT{suffix}")).await
     }
 
