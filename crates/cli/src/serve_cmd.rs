@@ -235,8 +235,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),
         None => {}
     }
-    let _ = tokio::signal::ctrl_c().await;
-    eprintln!("shutting down; letting transfers in flight finish");
+    let signal = crate::interrupt::stop_signal().await;
+    eprintln!("{signal}: shutting down; letting transfers in flight finish");
     servers.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
