@@ -162,7 +162,9 @@ impl Servers {
             qc.tuning = cfg.quic_tuning.clone();
             qc.dangerous_fault = cfg.dangerous_fault.clone();
             qc.repr_digest = cfg.http.repr_digest;
+            // One memory budget and one stall timeout for every protocol.
             qc.stream = cfg.http.stream_options();
+            qc.stall_timeout = cfg.http.stall_timeout;
             qc.digest_cache = Some(http.digest_cache());
             qc.access = access.clone();
             qc.uploads = cfg.uploads.clone();

@@ -53,3 +53,6 @@ mod access;
 
 #[path = "e2e/upload.rs"]
 mod upload;
+
+#[path = "e2e/memory.rs"]
+mod memory;

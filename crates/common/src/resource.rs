@@ -24,6 +24,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
+use crate::memory::MemoryBudget;
 use crate::paths::{resolve_under, PathError};
 use crate::synthetic::{SyntheticQueryError, SyntheticSpec, SYNTHETIC_PATH};
 
@@ -509,7 +510,7 @@ fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
 }
 
 /// How [`BlockStream`] reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamOptions {
     /// Bytes per block, default [`DEFAULT_BLOCK_SIZE`] (256 KiB). Larger blocks mean fewer
     /// thread-pool hops; each stream holds up to `(1 + read_ahead) × block_size` bytes.
@@ -517,6 +518,10 @@ pub struct StreamOptions {
     /// Blocks read ahead of the one being consumed, default 1. More hides slow disks (network
     /// storage) at the cost of memory per stream.
     pub read_ahead: usize,
+    /// Where every block's bytes are counted, shared by all streams of the process (a clone
+    /// shares it). A block is read only once the budget has room for it; default a budget of
+    /// its own of [`crate::memory::DEFAULT_MEMORY_BUDGET`].
+    pub budget: MemoryBudget,
 }
 
 impl Default for StreamOptions {
@@ -524,14 +529,16 @@ impl Default for StreamOptions {
         Self {
             block_size: DEFAULT_BLOCK_SIZE,
             read_ahead: 1,
+            budget: MemoryBudget::default(),
         }
     }
 }
 
 /// The blocks of one range of a [`Resource`], read on tokio's blocking pool ahead of use.
 ///
-/// Must be polled inside a tokio runtime. Dropping it abandons reads in flight (their results
-/// are discarded when they finish).
+/// Must be polled inside a tokio runtime. Each read first waits for room in the
+/// [`MemoryBudget`]; dropping the stream cancels reads still waiting and discards the others'
+/// results when they finish.
 pub struct BlockStream {
     resource: Resource,
     /// Next offset to schedule a read for.
@@ -554,7 +561,7 @@ impl BlockStream {
             end,
             opts: StreamOptions {
                 block_size: opts.block_size.max(1),
-                read_ahead: opts.read_ahead,
+                ..opts
             },
             in_flight: VecDeque::new(),
             position: start,
@@ -581,10 +588,15 @@ impl BlockStream {
             let len = block_len(self.end - offset, self.opts.block_size);
             self.next += len as u64;
             let resource = self.resource.clone();
-            let handle = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; len];
-                resource.read_exact_at(offset, &mut buf)?;
-                Ok(Bytes::from(buf))
+            let budget = self.opts.budget.clone();
+            let handle = tokio::spawn(async move {
+                let mut buf = budget.buffer(len).await.map_err(io::Error::other)?;
+                tokio::task::spawn_blocking(move || {
+                    resource.read_exact_at(offset, &mut buf)?;
+                    Ok(buf.freeze())
+                })
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(format!("read task failed: {e}"))))
             });
             self.in_flight.push_back((offset, handle));
         }
@@ -628,6 +640,15 @@ impl BlockStream {
     /// `async` form of [`BlockStream::poll_next_block`].
     pub async fn next_block(&mut self) -> Option<io::Result<Bytes>> {
         std::future::poll_fn(|cx| self.poll_next_block(cx)).await
+    }
+}
+
+impl Drop for BlockStream {
+    fn drop(&mut self) {
+        // Reads still waiting for the budget must not take it for a block nobody will send.
+        for (_, h) in self.in_flight.drain(..) {
+            h.abort();
+        }
     }
 }
 
