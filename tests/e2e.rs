@@ -56,3 +56,6 @@ mod upload;
 
 #[path = "e2e/memory.rs"]
 mod memory;
+
+#[path = "e2e/load.rs"]
+mod load;

@@ -21,8 +21,8 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::support::{
-    free_port, run_xfer, sha256_file, wait_listening, write_random_file, xfer_bin, BoxError,
-    ChildGuard, TestResult, MIB,
+    free_port, rss_bound_kib, rss_kib, run_xfer, sha256_file, wait_listening, write_random_file,
+    xfer_bin, BoxError, ChildGuard, TestResult, MIB,
 };
 
 /// Stalling connections and streams on each: 6 × 64 streams would hold about 290 MiB without
@@ -32,10 +32,6 @@ const STREAMS: u32 = 64;
 /// The server's budget in this test, and its stall timeout.
 const BUDGET_MIB: u64 = 32;
 const STALL_SECS: u64 = 3;
-/// The bound docs/security.md states: the budget plus a fixed allowance for the process
-/// (runtime, TLS, hyper and h2 state, thread stacks) and per connection.
-const PROCESS_ALLOWANCE_MIB: u64 = 64;
-const PER_CONNECTION_KIB: u64 = 256;
 
 const FRAME_DATA: u8 = 0x0;
 const FRAME_HEADERS: u8 = 0x1;
@@ -143,20 +139,6 @@ async fn stalling_connection(
     }
 }
 
-/// Peak and current resident memory of a process, KiB.
-fn rss_kib(pid: u32) -> Result<(u64, u64), BoxError> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> Result<u64, BoxError> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("no {name} in /proc/{pid}/status").into())
-    };
-    Ok((field("VmHWM:")?, field("VmRSS:")?))
-}
-
 fn spawn_server(root: &Path, addr: SocketAddr) -> Result<ChildGuard, BoxError> {
     let mut child = Command::new(xfer_bin())
         .arg("serve")
@@ -232,6 +214,9 @@ async fn stalled_http2_streams_stay_within_the_memory_budget() -> TestResult {
     );
     assert_eq!(sha256_file(&dest)?, expected, "normal download differs");
 
+    let (peak, now) = rss_kib(pid)?;
+    eprintln!("server RSS with {total} stalled streams: peak {peak} KiB, now {now} KiB");
+
     // Every stalled stream is reset within a few stall timeouts.
     let deadline = Instant::now() + Duration::from_secs(STALL_SECS * 10);
     while resets.len() < total {
@@ -250,8 +235,8 @@ async fn stalled_http2_streams_stay_within_the_memory_budget() -> TestResult {
     }
 
     let (peak, now) = rss_kib(pid)?;
-    let bound =
-        (BUDGET_MIB + PROCESS_ALLOWANCE_MIB) * 1024 + PER_CONNECTION_KIB * (CONNECTIONS as u64 + 8);
+    // The stalling connections and the normal client's one.
+    let bound = rss_bound_kib(BUDGET_MIB, CONNECTIONS as u64 + 1);
     eprintln!(
         "server RSS: {baseline} KiB at start, peak {peak} KiB, {now} KiB after the resets; bound {bound} KiB"
     );

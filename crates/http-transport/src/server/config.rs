@@ -62,7 +62,9 @@ pub struct ServerConfig {
     /// A response that sends nothing for this long while it has data to send (the client
     /// does not open its flow-control window, does not read, or the budget has no room) is
     /// ended: its HTTP/2 stream is reset (`RST_STREAM`), its HTTP/1.1 connection closed, and
-    /// its blocks return to the budget. Default 60 s; 1 s to 1 h.
+    /// its blocks return to the budget. Default 60 s; 1 s to 1 h. Progress is counted in
+    /// blocks handed to the protocol, so a client slower than `read_block_size` per stall
+    /// timeout (about 4 KiB/s with the defaults) is cut off too.
     pub stall_timeout: Duration,
     /// Compute whole-resource SHA-256 in the background and send it as `Repr-Digest` once
     /// known. Default on. Hashing reads the whole file once more, competing with transfers
