@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,8 @@ struct Inner {
     pool: Mutex<Pool>,
     /// Milliseconds since `epoch` of the last trim.
     last_trim_ms: AtomicU64,
+    /// A trim is scheduled.
+    trim_pending: AtomicBool,
     epoch: Instant,
 }
 
@@ -103,6 +105,7 @@ impl MemoryBudget {
                 permits: Arc::new(Semaphore::new(limit as usize)),
                 pool: Mutex::new(Pool::default()),
                 last_trim_ms: AtomicU64::new(0),
+                trim_pending: AtomicBool::new(false),
                 epoch: Instant::now(),
             }),
         }
@@ -180,27 +183,31 @@ impl MemoryBudget {
         }
     }
 
-    /// Return freed heap pages to the system, at most once per [`TRIM_INTERVAL`], on the
-    /// blocking pool when there is a runtime.
+    /// Return freed heap pages to the system, at most once per [`TRIM_INTERVAL`]: a request
+    /// within the interval is deferred to its end rather than dropped, so the last burst's
+    /// pages go back too. Runs on the blocking pool when there is a runtime.
     fn trim(&self) {
-        let now = self.inner.epoch.elapsed().as_millis() as u64;
-        let last = self.inner.last_trim_ms.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < TRIM_INTERVAL.as_millis() as u64 {
+        if self.inner.trim_pending.swap(true, Ordering::AcqRel) {
             return;
         }
-        if self
-            .inner
-            .last_trim_ms
-            .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
-        }
+        let now = self.inner.epoch.elapsed();
+        let last = Duration::from_millis(self.inner.last_trim_ms.load(Ordering::Relaxed));
+        let wait = (last + TRIM_INTERVAL).saturating_sub(now);
+        let inner = Arc::clone(&self.inner);
+        let run = move || {
+            inner.trim_pending.store(false, Ordering::Release);
+            let at = inner.epoch.elapsed().as_millis() as u64;
+            inner.last_trim_ms.store(at, Ordering::Relaxed);
+            release_free_heap();
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn_blocking(release_free_heap);
+                rt.spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = tokio::task::spawn_blocking(run).await;
+                });
             }
-            Err(_) => release_free_heap(),
+            Err(_) => run(),
         }
     }
 }
