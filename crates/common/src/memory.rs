@@ -165,22 +165,27 @@ impl MemoryBudget {
         vec![0u8; len]
     }
 
-    /// A buffer comes back; its permit is released by the caller right after.
-    fn give_back(&self, buf: Vec<u8>, released: u64) {
-        let idle = self.in_use() == released;
+    /// A buffer comes back, to be reused; its permit is released by the caller right after.
+    fn give_back(&self, buf: Vec<u8>) {
         let mut pool = self.inner.pool.lock().unwrap_or_else(|e| e.into_inner());
-        if idle {
-            // Nothing borrowed: keep nothing, and let the allocator return the pages.
-            let dropped = std::mem::take(&mut pool.free);
-            pool.bytes = 0;
-            drop(pool);
-            drop(dropped);
-            drop(buf);
-            self.trim();
-        } else {
-            pool.bytes += buf.len() as u64;
-            pool.free.push(buf);
+        pool.bytes += buf.len() as u64;
+        pool.free.push(buf);
+    }
+
+    /// Nothing borrowed (checked after the last permit went back, so concurrent releases
+    /// cannot each see the other's block): keep nothing, and let the allocator return the
+    /// pages.
+    fn release_if_idle(&self) {
+        if self.in_use() != 0 {
+            return;
         }
+        let dropped = {
+            let mut pool = self.inner.pool.lock().unwrap_or_else(|e| e.into_inner());
+            pool.bytes = 0;
+            std::mem::take(&mut pool.free)
+        };
+        drop(dropped);
+        self.trim();
     }
 
     /// Return freed heap pages to the system, at most once per [`TRIM_INTERVAL`]: a request
@@ -270,10 +275,9 @@ impl Drop for BudgetBuf {
         let Some(permit) = self.permit.take() else {
             return;
         };
-        let released = permit.num_permits() as u64;
-        self.budget
-            .give_back(std::mem::take(&mut self.buf), released);
+        self.budget.give_back(std::mem::take(&mut self.buf));
         drop(permit);
+        self.budget.release_if_idle();
     }
 }
 
