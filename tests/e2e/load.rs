@@ -8,13 +8,13 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use xfer::{ClientConfig, ClientTlsOptions, Download, GetConfig, HttpVersion, LaneLayout};
 
 use crate::support::{
-    free_port, rss_bound_kib, rss_kib, sha256_file, wait_listening, write_random_file, xfer_bin,
+    free_port, rss_bound_kib, rss_kib, sha256_file, start_server, write_random_file, xfer_bin,
     BoxError, ChildGuard, TestResult,
 };
 
@@ -33,21 +33,16 @@ enum Transport {
 }
 
 fn spawn_server(root: &Path, cert_dir: &Path, addr: SocketAddr) -> Result<ChildGuard, BoxError> {
-    let mut child = Command::new(xfer_bin())
-        .arg("serve")
+    let mut cmd = Command::new(xfer_bin());
+    cmd.arg("serve")
         .arg(root)
         .args(["--self-signed", "--listen", &addr.to_string()])
         .arg("--cert-dir")
         .arg(cert_dir)
         .args(["--memory-budget", &format!("{BUDGET_MIB}MiB")])
         // Every client comes from 127.0.0.1: the per-address cap (128) is for the internet.
-        .args(["--max-connections-per-address", "1024"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    wait_listening(addr, &mut child, Duration::from_secs(30))?;
-    Ok(ChildGuard(child))
+        .args(["--max-connections-per-address", "1024"]);
+    start_server(cmd, addr)
 }
 
 fn client_for(transport: Transport, ca: &Path) -> ClientConfig {

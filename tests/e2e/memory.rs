@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::support::{
-    free_port, rss_bound_kib, rss_kib, run_xfer, sha256_file, wait_listening, write_random_file,
+    free_port, rss_bound_kib, rss_kib, run_xfer, sha256_file, start_server, write_random_file,
     xfer_bin, BoxError, ChildGuard, TestResult, MIB,
 };
 
@@ -140,18 +140,13 @@ async fn stalling_connection(
 }
 
 fn spawn_server(root: &Path, addr: SocketAddr) -> Result<ChildGuard, BoxError> {
-    let mut child = Command::new(xfer_bin())
-        .arg("serve")
+    let mut cmd = Command::new(xfer_bin());
+    cmd.arg("serve")
         .arg(root)
         .args(["--plain", "--listen", &addr.to_string()])
         .args(["--memory-budget", &format!("{BUDGET_MIB}MiB")])
-        .args(["--stall-timeout", &format!("{STALL_SECS}s")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    wait_listening(addr, &mut child, Duration::from_secs(30))?;
-    Ok(ChildGuard(child))
+        .args(["--stall-timeout", &format!("{STALL_SECS}s")]);
+    start_server(cmd, addr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,6 +263,18 @@ pub fn free_port() -> Result<u16, BoxError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Start `cmd` (an `xfer serve ...`) with no input or output, and return once it accepts
+/// connections at `addr`.
+pub fn start_server(mut cmd: Command, addr: SocketAddr) -> Result<ChildGuard, BoxError> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    wait_listening(addr, &mut child, Duration::from_secs(30))?;
+    Ok(ChildGuard(child))
+}
+
 /// Wait until something accepts TCP connections at `addr`, or the child exits, or `limit`.
 pub fn wait_listening(
     addr: SocketAddr,
