@@ -176,7 +176,9 @@ impl Servers {
             qc.tuning = cfg.quic_tuning.clone();
             qc.dangerous_fault = cfg.dangerous_fault.clone();
             qc.repr_digest = cfg.http.repr_digest;
+            // One memory budget and one stall timeout for every protocol.
             qc.stream = cfg.http.stream_options();
+            qc.stall_timeout = cfg.http.stall_timeout;
             qc.digest_cache = Some(http.digest_cache());
             qc.checksum_cache = Some(http.checksum_cache());
             qc.checksums_on_send = cfg.http.checksums_on_send.clone();

@@ -589,7 +589,12 @@ async fn respond(
     // A refusal's text travels in the head's message; only streams and listings have a body.
     match plan.body {
         Body::Stream(mut body) => {
-            while let Some(event) = body.next().await {
+            // Waiting for the next block counts too: with the memory budget spent, a stream
+            // that gets no room for the stall timeout ends like one whose client takes nothing.
+            while let Some(event) = tokio::time::timeout(stall, body.next())
+                .await
+                .map_err(|_| SendError::Stalled(stall))?
+            {
                 match event.map_err(SendError::Read)? {
                     BodyEvent::Data(block) => write_watched(send, block, stall).await?,
                     BodyEvent::Trailer(digest) => {

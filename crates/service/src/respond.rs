@@ -457,7 +457,7 @@ impl Service {
             path: req.path.clone(),
         };
         plan.body = Body::Stream(Box::new(BodyStream::new(
-            resource.stream(range.clone(), cfg.stream),
+            resource.stream(range.clone(), cfg.stream.clone()),
             &range,
             stream_plan,
         )));
