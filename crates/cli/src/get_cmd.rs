@@ -146,6 +146,9 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         );
     } else if !args.quiet {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
+        if let Some(startup) = report.startup() {
+            eprintln!("{startup}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
