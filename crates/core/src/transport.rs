@@ -135,6 +135,9 @@ pub enum TlsStart {
     Resumed,
     /// A resumed session whose first request went as early data (QUIC 0-RTT).
     EarlyData,
+    /// The request went as early data, which the server refused (it did not know the
+    /// session); it was sent again once the handshake completed.
+    EarlyDataRefused,
 }
 
 /// The round trips a lane's first request waited for before its response head arrived, as
@@ -176,6 +179,7 @@ impl std::fmt::Display for RoundTrips {
             TlsStart::Full => " full",
             TlsStart::Resumed => " resumed",
             TlsStart::EarlyData => " 0-rtt",
+            TlsStart::EarlyDataRefused => " 0-rtt refused",
         };
         if self.handshake > 0 || !tls.is_empty() {
             parts.push(format!("handshake {}{tls}", self.handshake));

@@ -37,7 +37,7 @@ impl Inner {
         body: Option<Bytes>,
         what: &str,
     ) -> Result<(), TransferError> {
-        let (head, _recv) = self.exchange_with(conn, req, body).await?;
+        let (head, _recv, _) = self.exchange_with(conn, req, body).await?;
         if (200..300).contains(&head.status) {
             Ok(())
         } else {
@@ -99,7 +99,7 @@ impl Inner {
                 ..UploadFields::default()
             },
         );
-        let (head, _recv) = self.exchange_with(conn, &req, None).await?;
+        let (head, _recv, _) = self.exchange_with(conn, &req, None).await?;
         match head.status {
             status::OK => Ok(Some(UploadStatus {
                 size: head.size,

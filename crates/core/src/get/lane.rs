@@ -99,7 +99,8 @@ pub(super) struct LaneContext {
 pub(super) struct LaneStart {
     pub opened: Option<Box<dyn Lane>>,
     pub pending: Option<JoinHandle<Result<Box<dyn Lane>, TransferError>>>,
-    pub first: Option<FirstBody>,
+    /// The first body, and a round trip as its request measured it.
+    pub first: Option<(FirstBody, Duration)>,
 }
 
 /// One attempt running on the lane: request, head, (wait for the body before it), body.
@@ -257,7 +258,7 @@ async fn attempt(
     conn: Option<Box<dyn Lane>>,
     work: Work,
     wait: Option<oneshot::Receiver<()>>,
-    first: Option<FirstBody>,
+    first: Option<(FirstBody, Duration)>,
     events: mpsc::UnboundedSender<LaneEvent>,
 ) -> Ended {
     let Work { assignment, cancel } = work;
@@ -410,6 +411,10 @@ impl AheadClock {
 
     fn due(&mut self, received: u64, len: u64, now: Instant) -> bool {
         let since = *self.first_byte.get_or_insert(now);
+        if received >= len {
+            // All bytes are in: the next request goes before the end is checked and written.
+            return true;
+        }
         let elapsed = now.duration_since(since).as_secs_f64();
         if received == 0 || elapsed <= 0.0 {
             return false;
@@ -427,7 +432,7 @@ async fn fetch(
     step: Step<'_>,
     conn: &mut dyn Lane,
     wait: Option<oneshot::Receiver<()>>,
-    first: Option<FirstBody>,
+    first: Option<(FirstBody, Duration)>,
 ) -> Fetched {
     let Step {
         ctx,
@@ -446,17 +451,16 @@ async fn fetch(
     let len = a.range.end - a.range.start;
     let peer = conn.label();
     let asked = Instant::now();
-    let mut body: Box<dyn RangeBody + '_> = match first {
-        Some(f) if f.range == a.range && f.whole == ctx.whole => f.body,
+    let (mut body, latency): (Box<dyn RangeBody + '_>, _) = match first {
+        Some((f, rtt)) if f.range == a.range && f.whole == ctx.whole => (f.body, rtt),
         _ => tokio::select! {
             r = conn.fetch(&req) => match r {
-                Ok(b) => b,
+                Ok(b) => (b, asked.elapsed()),
                 Err(e) => return Fetched::failed(e),
             },
             _ = cancel.cancelled() => return Fetched::cancelled(),
         },
     };
-    let latency = asked.elapsed();
     if let Some(wait) = wait {
         tokio::select! {
             _ = wait => {}

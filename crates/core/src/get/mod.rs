@@ -504,6 +504,7 @@ async fn open_first(
         len: cfg.chunk_size,
         want_digest: cfg.verify,
     };
+    let asked = Instant::now();
     let opened = prepare::open_with_retries(transport.as_ref(), source, first, &cfg.schedule).await;
     let opened = match opened {
         Ok(o) => o,
@@ -514,10 +515,19 @@ async fn open_first(
             return Err(e);
         }
     };
+    // One round trip of the path, for the lane's first request ahead: the first request's
+    // time over the round trips it counted (connection set-up included).
+    let round_trips = opened
+        .lane
+        .first_round_trips()
+        .map_or(1, |r| u32::from(r.total().max(1)));
+    let first = opened
+        .first
+        .map(|body| (body, asked.elapsed() / round_trips));
     let mut starts = vec![LaneStart {
         opened: Some(opened.lane),
         pending: None,
-        first: opened.first,
+        first,
     }];
     starts.extend(pending.into_iter().map(|p| LaneStart {
         pending: Some(p),

@@ -10,12 +10,13 @@ use http_body_util::Full;
 use hyper::client::conn::http2;
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{
-    BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
+    BoxFuture, ConnectionStats, FirstRequest, Lane, ListRequest, ListResponse, Opened, RemoteInfo,
+    Transport,
 };
 use xfer_core::TransferError;
 
 use crate::client::config::HttpClientConfig;
-use crate::client::connect::{self, ConnectParams, Connection, Sender};
+use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
 use crate::client::response::{content_length, header_str, repr_digest};
@@ -38,6 +39,7 @@ struct SharedSlot {
     origin: Origin,
     sender: http2::SendRequest<Full<Bytes>>,
     generation: u64,
+    setup: Setup,
 }
 
 /// Names one shared connection, so a lane that saw it stall can retire exactly that one and
@@ -51,7 +53,7 @@ pub(crate) struct ShareTicket {
 /// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
 /// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket),
+    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket, Setup),
     H1(Connection),
 }
 
@@ -97,7 +99,7 @@ impl Inner {
             .clone()
     }
 
-    fn set_target(&self, t: Target) {
+    pub(crate) fn set_target(&self, t: Target) {
         *self.target.write().unwrap_or_else(|p| p.into_inner()) = t;
     }
 
@@ -156,7 +158,7 @@ impl Inner {
                     slot: slot_index,
                     generation: s.generation,
                 };
-                return Ok(SharedPick::H2(s.sender.clone(), false, ticket));
+                return Ok(SharedPick::H2(s.sender.clone(), false, ticket, s.setup));
             }
         }
         *slot = None;
@@ -171,12 +173,13 @@ impl Inner {
                     origin,
                     sender: sender.clone(),
                     generation,
+                    setup: conn.setup,
                 });
                 let ticket = ShareTicket {
                     slot: slot_index,
                     generation,
                 };
-                Ok(SharedPick::H2(sender, true, ticket))
+                Ok(SharedPick::H2(sender, true, ticket, conn.setup))
             }
             Sender::H1(_) => {
                 self.register(lane, &conn);
@@ -232,7 +235,7 @@ impl Inner {
 /// or HTTP/2 (M connections × K streams).
 #[derive(Clone)]
 pub struct HttpTransport {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for HttpTransport {
@@ -330,7 +333,7 @@ impl HttpTransport {
         self.inner.target().to_string()
     }
 
-    async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
+    pub(crate) async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
         let inner = &self.inner;
         let mut lane = HttpLane::new(inner.clone(), 0);
         let want_repr = [(
@@ -470,7 +473,7 @@ impl HttpTransport {
         Ok(info)
     }
 
-    async fn open(&self, index: usize) -> Result<Box<dyn Lane>, TransferError> {
+    pub(crate) async fn open(&self, index: usize) -> Result<Box<dyn Lane>, TransferError> {
         let inner = &self.inner;
         let mut lane = HttpLane::new(inner.clone(), index);
         if inner.mode().is_none() {
@@ -497,6 +500,14 @@ impl Transport for HttpTransport {
 
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
         Box::pin(self.open(index))
+    }
+
+    fn open_first(
+        &self,
+        index: usize,
+        first: FirstRequest,
+    ) -> BoxFuture<'_, Result<Opened, TransferError>> {
+        Box::pin(self.open_with_first_range(index, first))
     }
 
     fn connection_stats(&self) -> Vec<ConnectionStats> {
