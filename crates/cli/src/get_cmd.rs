@@ -71,6 +71,11 @@ pub struct GetArgs {
     /// Attempts per chunk before giving up.
     #[arg(long, default_value_t = 8)]
     pub retries: u32,
+    /// Send each lane's next request only after its current body ended (by default it goes
+    /// about a round trip before, on a second connection for HTTP/1.1), to measure the
+    /// difference.
+    #[arg(long)]
+    pub no_request_ahead: bool,
     /// Print the final report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -93,6 +98,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             chunk_size: args.chunk_size,
             lanes: args.lanes,
             verify: !args.no_verify,
+            request_ahead: !args.no_request_ahead,
             ..GetConfig::default()
         };
         get.schedule.max_attempts = args.retries.max(1);
@@ -118,6 +124,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         require_digest: args.require_digest,
         write_sha256_file: args.sha256_file,
         overwrite: args.overwrite,
+        request_ahead: !args.no_request_ahead,
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
