@@ -13,12 +13,12 @@
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
-use xfer_core::transport::{FirstBody, FirstRequest, Opened, RangeRequest, RemoteInfo};
+use xfer_core::transport::{FirstBody, FirstRequest, Opened, RangeRequest};
 use xfer_core::TransferError;
 
 use crate::client::body::HttpRangeBody;
 use crate::client::lane::{drain, range_headers, HttpLane};
-use crate::client::response::{check_range_head, content_length, header_str, repr_digest, Ctx};
+use crate::client::response::{check_range_head, content_length, described, header_str, Ctx};
 use crate::client::target::Target;
 use crate::client::transport::HttpTransport;
 
@@ -57,14 +57,7 @@ impl HttpTransport {
             peer: peer.clone(),
             message: format!("{what}: {message}"),
         };
-        let mut info = RemoteInfo {
-            url: url.clone(),
-            size: 0,
-            etag: header_str(h, header::ETAG).map(str::to_string),
-            last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
-            accepts_ranges: true,
-            sha256: repr_digest(h, &peer)?,
-        };
+        let mut info = described(&url, h, &peer)?;
         let status = answer.response.status();
         let req = match status {
             StatusCode::PARTIAL_CONTENT => {
@@ -137,7 +130,21 @@ impl HttpTransport {
             url: &url,
             what: &what,
         };
-        let len = check_range_head(status, answer.response.headers(), &req, &ctx)?;
+        let len = match check_range_head(status, answer.response.headers(), &req, &ctx) {
+            Ok(len) => len,
+            Err(e) => {
+                // Not the bytes asked for (a server whose ranges disagree with the size it
+                // declares): describe the resource as it says, and let the engine judge the
+                // size and ask again for the bytes.
+                tracing::debug!(%url, error = %e, "the first answer's body is not used");
+                drop(answer);
+                return Ok(Opened {
+                    info,
+                    lane: Box::new(lane),
+                    first: None,
+                });
+            }
+        };
         let stall = answer.ticket.map(|t| (inner.clone(), t));
         let body = HttpRangeBody::new(
             answer.response.into_body(),

@@ -19,7 +19,7 @@ use crate::client::config::HttpClientConfig;
 use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
-use crate::client::response::{content_length, header_str, repr_digest};
+use crate::client::response::{content_length, described, header_str, repr_digest};
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 
 use crate::client::stats::StatsRegistry;
@@ -427,14 +427,7 @@ impl HttpTransport {
             peer: peer.clone(),
             message: format!("{what}: {message}"),
         };
-        let mut info = RemoteInfo {
-            url: url.clone(),
-            size: 0,
-            etag: header_str(h, header::ETAG).map(str::to_string),
-            last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
-            accepts_ranges: true,
-            sha256: repr_digest(h, &peer)?,
-        };
+        let mut info = described(&url, h, &peer)?;
         match response.status() {
             StatusCode::PARTIAL_CONTENT => {
                 let cr = header_str(h, header::CONTENT_RANGE)
