@@ -53,6 +53,8 @@ pub struct RunRecord {
     pub link_drops_loss: u64,
     /// Mean smoothed RTT the transport measured, milliseconds.
     pub transport_rtt_ms: Option<f64>,
+    /// xfer: round trips to each lane's first byte (see [`super::tools::Outcome`]).
+    pub round_trips: Option<String>,
     /// The client command as run.
     pub command: String,
 }
@@ -380,6 +382,7 @@ pub(crate) mod tests {
             link_drops_queue: 5,
             link_drops_loss: 0,
             transport_rtt_ms: Some(100.5),
+            round_trips: None,
             command: "xfer get \"x,y\"".into(),
         }
     }
