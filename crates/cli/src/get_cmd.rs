@@ -71,11 +71,11 @@ pub struct GetArgs {
     /// Attempts per chunk before giving up.
     #[arg(long, default_value_t = 8)]
     pub retries: u32,
-    /// Send each lane's next request only after its current body ended (by default it goes
-    /// about a round trip before, on a second connection for HTTP/1.1), to measure the
-    /// difference.
-    #[arg(long)]
-    pub no_request_ahead: bool,
+    /// Send each lane's next request before its current body ends (`on`) or only after
+    /// (`off`). Default: on for HTTP/2 and QUIC (another stream), off for HTTP/1.1, where it
+    /// takes a second connection per lane and measured slower.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub request_ahead: Option<bool>,
     /// Print the final report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -84,6 +84,14 @@ pub struct GetArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: expected on or off")),
+    }
 }
 
 pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
@@ -98,7 +106,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             chunk_size: args.chunk_size,
             lanes: args.lanes,
             verify: !args.no_verify,
-            request_ahead: !args.no_request_ahead,
+            request_ahead: args.request_ahead,
             ..GetConfig::default()
         };
         get.schedule.max_attempts = args.retries.max(1);
@@ -124,7 +132,7 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         require_digest: args.require_digest,
         write_sha256_file: args.sha256_file,
         overwrite: args.overwrite,
-        request_ahead: !args.no_request_ahead,
+        request_ahead: args.request_ahead,
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);

@@ -373,6 +373,15 @@ pub trait Transport: Send + Sync {
     /// A name for reports: `http/1.1`, `h2`, `h2c`, `quic`.
     fn protocol(&self) -> String;
 
+    /// Whether lanes should send their next request before their body ends by default
+    /// ([`crate::get::GetConfig::request_ahead`]): yes where it is one more stream on a
+    /// connection already open (HTTP/2, QUIC, the default). HTTP/1.1 says no: there it needs a
+    /// second connection per lane, which starts in slow start and idles between its chunks,
+    /// and measured slower than the round trip it saves (docs/results.md).
+    fn request_ahead(&self) -> bool {
+        true
+    }
+
     /// How many lanes this transport is configured for (HTTP/1.1: connections; HTTP/2 and
     /// QUIC: connections × streams per connection). The engine opens this many unless told
     /// otherwise, and only one when the server does not accept ranges.

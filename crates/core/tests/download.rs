@@ -122,7 +122,7 @@ async fn permanent_error_fails_fast_keeping_progress_then_resume_fetches_only_th
     // One request at a time: with the next request sent ahead, chunk 7's refusal would end
     // the transfer while chunk 6 still streams.
     let one_at_a_time = GetConfig {
-        request_ahead: false,
+        request_ahead: Some(false),
         ..config()
     };
     let err = get(&t, &dest, one_at_a_time).await.unwrap_err();

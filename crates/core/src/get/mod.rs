@@ -84,10 +84,11 @@ pub struct GetConfig {
     pub write_queue: usize,
     /// Attempts to (re)open a lane's connection before the lane is given up. Default 5.
     pub lane_open_attempts: u32,
-    /// Send each lane's next request before its current body ends, on a second connection
-    /// (HTTP/1.1) or another stream (HTTP/2, QUIC), so no connection idles a round trip
-    /// between chunks. Default on.
-    pub request_ahead: bool,
+    /// Send each lane's next request before its current body ends, on another stream
+    /// (HTTP/2, QUIC) or a second connection (HTTP/1.1), so no lane idles a round trip
+    /// between chunks. `None` (default) takes the transport's choice
+    /// ([`Transport::request_ahead`]: on for HTTP/2 and QUIC, off for HTTP/1.1).
+    pub request_ahead: Option<bool>,
 }
 
 impl Default for GetConfig {
@@ -104,7 +105,7 @@ impl Default for GetConfig {
             write_batch: 1 << 20,
             write_queue: 64,
             lane_open_attempts: 5,
-            request_ahead: true,
+            request_ahead: None,
         }
     }
 }
@@ -422,7 +423,9 @@ impl Download {
             remote: info.clone(),
             verify: cfg.verify,
             whole: !info.accepts_ranges,
-            ahead: cfg.request_ahead,
+            ahead: cfg
+                .request_ahead
+                .unwrap_or_else(|| self.transport.request_ahead()),
             write_batch: cfg.write_batch,
             writer: writer.tx.clone(),
             progress: self.progress.clone(),

@@ -516,6 +516,10 @@ impl Transport for HttpTransport {
         }
     }
 
+    fn request_ahead(&self) -> bool {
+        self.inner.mode() == Some(Mode::H2)
+    }
+
     fn default_lanes(&self) -> usize {
         let mode = self.inner.mode().unwrap_or(Mode::H1);
         self.inner.cfg.layout(mode).count()
