@@ -33,7 +33,7 @@ impl Transport for LaneMap {
         self.inner.protocol()
     }
 
-    fn request_ahead(&self) -> bool {
+    fn request_ahead(&self) -> Option<bool> {
         self.inner.request_ahead()
     }
 

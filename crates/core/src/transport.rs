@@ -373,13 +373,16 @@ pub trait Transport: Send + Sync {
     /// A name for reports: `http/1.1`, `h2`, `h2c`, `quic`.
     fn protocol(&self) -> String;
 
-    /// Whether lanes should send their next request before their body ends by default
-    /// ([`crate::get::GetConfig::request_ahead`]): yes where it is one more stream on a
-    /// connection already open (HTTP/2, QUIC, the default). HTTP/1.1 says no: there it needs a
-    /// second connection per lane, which starts in slow start and idles between its chunks,
-    /// and measured slower than the round trip it saves (docs/results.md).
-    fn request_ahead(&self) -> bool {
-        true
+    /// Whether lanes may send their next request before their body ends, and whether they
+    /// should by default ([`crate::get::GetConfig::request_ahead`]). `Some(true)`: yes, one
+    /// more stream on a connection already open. `Some(false)`: possible but not by default
+    /// (HTTP/1.1, where it takes a second connection per lane, which starts in slow start and
+    /// idles between its chunks, and measured slower than the round trip it saves).
+    /// `None`: never, because the next bodies could starve the current ones: on a shared
+    /// connection whose window is smaller than two stream windows per lane, unread next
+    /// bodies may take the whole connection window and stall the bodies being read.
+    fn request_ahead(&self) -> Option<bool> {
+        Some(true)
     }
 
     /// How many lanes this transport is configured for (HTTP/1.1: connections; HTTP/2 and

@@ -815,6 +815,12 @@ impl Transport for QuicTransport {
         "quic".to_string()
     }
 
+    fn request_ahead(&self) -> Option<bool> {
+        let t = &self.inner.config.tuning;
+        let lanes = self.inner.config.layout().streams_per_connection as u64;
+        (t.connection_receive_window >= 2 * lanes * t.stream_receive_window).then_some(true)
+    }
+
     fn default_lanes(&self) -> usize {
         self.inner.config.layout().count()
     }
@@ -1163,6 +1169,13 @@ mod tests {
             .expect("valid url and config");
         assert_eq!(t.default_lanes(), 8);
         assert_eq!(t.protocol(), "quic");
+        // 4 lanes of 16 MiB streams on a 64 MiB connection window: unread next bodies could
+        // take it all, so no request goes ahead; with two stream windows per lane, it may.
+        assert_eq!(t.request_ahead(), None);
+        let mut roomy = QuicClientConfig::default();
+        roomy.tuning.connection_receive_window = 128 << 20;
+        let t = QuicTransport::new("quic://127.0.0.1:1/x", roomy).expect("valid url and config");
+        assert_eq!(t.request_ahead(), Some(true));
         assert!(t.connection_stats().is_empty());
     }
 }

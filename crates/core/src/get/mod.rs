@@ -87,7 +87,9 @@ pub struct GetConfig {
     /// Send each lane's next request before its current body ends, on another stream
     /// (HTTP/2, QUIC) or a second connection (HTTP/1.1), so no lane idles a round trip
     /// between chunks. `None` (default) takes the transport's choice
-    /// ([`Transport::request_ahead`]: on for HTTP/2 and QUIC, off for HTTP/1.1).
+    /// ([`Transport::request_ahead`]: on for HTTP/2 and QUIC when their connection window
+    /// holds two stream windows per lane, off for HTTP/1.1); never where the windows are too
+    /// small.
     pub request_ahead: Option<bool>,
 }
 
@@ -423,9 +425,14 @@ impl Download {
             remote: info.clone(),
             verify: cfg.verify,
             whole: !info.accepts_ranges,
-            ahead: cfg
-                .request_ahead
-                .unwrap_or_else(|| self.transport.request_ahead()),
+            ahead: match (self.transport.request_ahead(), cfg.request_ahead) {
+                (Some(default), asked) => asked.unwrap_or(default),
+                (None, Some(true)) => {
+                    tracing::warn!("request ahead needs a connection window of at least two stream windows per lane; not sending requests ahead");
+                    false
+                }
+                (None, _) => false,
+            },
             write_batch: cfg.write_batch,
             writer: writer.tx.clone(),
             progress: self.progress.clone(),

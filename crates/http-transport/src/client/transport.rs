@@ -516,8 +516,18 @@ impl Transport for HttpTransport {
         }
     }
 
-    fn request_ahead(&self) -> bool {
-        self.inner.mode() == Some(Mode::H2)
+    fn request_ahead(&self) -> Option<bool> {
+        match self.inner.mode() {
+            Some(Mode::H2) => {
+                let h2 = &self.inner.cfg.http2;
+                let lanes = self.inner.cfg.layout(Mode::H2).streams_per_connection as u64;
+                // An adaptive window keeps the connection's no larger than a stream's.
+                let room =
+                    !h2.adaptive_window && h2.connection_window >= 2 * lanes * h2.stream_window;
+                room.then_some(true)
+            }
+            _ => Some(false),
+        }
     }
 
     fn default_lanes(&self) -> usize {

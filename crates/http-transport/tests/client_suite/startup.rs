@@ -257,3 +257,22 @@ async fn lanes_request_ahead_on_a_second_connection_that_resumes_tls() -> TestRe
     assert!(resumed >= conns - 2, "{resumed} of {conns} resumed");
     Ok(())
 }
+
+#[test]
+fn http2_requests_ahead_only_where_the_connection_window_holds_two_streams_per_lane() -> TestResult
+{
+    let url = "https://localhost:1/file";
+    let mut cfg = client_cfg(HttpVersion::Http2);
+    // 8 lanes of 16 MiB streams: 64 MiB could be taken by unread next bodies.
+    assert_eq!(HttpTransport::new(url, cfg.clone())?.request_ahead(), None);
+    cfg.http2.connection_window = 256 << 20;
+    assert_eq!(
+        HttpTransport::new(url, cfg.clone())?.request_ahead(),
+        Some(true)
+    );
+    cfg.http2.adaptive_window = true;
+    assert_eq!(HttpTransport::new(url, cfg)?.request_ahead(), None);
+    let h1 = client_cfg(HttpVersion::Http1);
+    assert_eq!(HttpTransport::new(url, h1)?.request_ahead(), Some(false));
+    Ok(())
+}
