@@ -475,6 +475,12 @@ impl Inner {
             Some(since) if live.ready >= since => live.setup,
             _ => RoundTrips::default(),
         };
+        if rt.tls == TlsStart::EarlyData && *live.handshake.borrow() == Some(false) {
+            // The server refused the early data before this request went: it goes after the
+            // handshake.
+            rt.handshake = 1;
+            rt.tls = TlsStart::EarlyDataRefused;
+        }
         rt.requests = 1;
         match self
             .exchange_on(&live.connection, req, wire.clone(), body.clone())
