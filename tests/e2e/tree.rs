@@ -258,6 +258,9 @@ impl Transport for GatedTransport {
     fn protocol(&self) -> String {
         self.inner.protocol()
     }
+    fn request_ahead(&self) -> Option<bool> {
+        self.inner.request_ahead()
+    }
     fn default_lanes(&self) -> usize {
         self.inner.default_lanes()
     }
