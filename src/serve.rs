@@ -185,6 +185,8 @@ impl Servers {
             qc.access = access.clone();
             qc.uploads = cfg.uploads.clone();
             qc.upload_state = upload_state.clone();
+            // A certificate-authenticated caller is known only once the handshake completes.
+            qc.early_data = cfg.client_ca.is_none();
             let quic = QuicServer::bind(qc).await?;
             quic_addr = Some(quic.local_addr());
             let rx = stop_rx.clone();

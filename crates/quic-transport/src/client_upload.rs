@@ -38,7 +38,7 @@ impl Inner {
         body: Option<Bytes>,
         what: &str,
     ) -> Result<(), TransferError> {
-        let (head, _recv) = self.exchange_with(conn, req, body).await?;
+        let (head, _recv, _) = self.exchange_with(conn, req, body).await?;
         if (200..300).contains(&head.status) {
             Ok(())
         } else {
@@ -83,7 +83,7 @@ impl Inner {
             c.range.start,
             c.range.end.saturating_sub(1)
         );
-        let (head, _recv) = self.exchange_with(conn, &req, Some(c.data.clone())).await?;
+        let (head, _recv, _) = self.exchange_with(conn, &req, Some(c.data.clone())).await?;
         if (200..300).contains(&head.status) {
             return Ok(());
         }
@@ -114,7 +114,7 @@ impl Inner {
                 ..UploadFields::default()
             },
         );
-        let (head, _recv) = self.exchange_with(conn, &req, None).await?;
+        let (head, _recv, _) = self.exchange_with(conn, &req, None).await?;
         match head.status {
             status::OK => Ok(Some(UploadStatus {
                 size: head.size,

@@ -8,11 +8,11 @@ use http::{header, HeaderName, HeaderValue, Method, Request, Response, Version};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use xfer_core::digest::{SHA256_KEY, WANT_CONTENT_DIGEST};
-use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest};
+use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RoundTrips};
 use xfer_core::TransferError;
 
 use crate::client::body::HttpRangeBody;
-use crate::client::connect::{self, Connection, Sender};
+use crate::client::connect::{self, Connection, Sender, Setup};
 use crate::client::errors::from_hyper;
 use crate::client::response::{check_range_head, header_str, is_redirect, Ctx};
 use crate::client::target::Target;
@@ -29,6 +29,10 @@ pub(crate) struct HttpLane {
     inner: Arc<Inner>,
     index: usize,
     own: Option<Connection>,
+    /// When the lane was made: a connection ready after this was waited for.
+    created: std::time::Instant,
+    /// How its first request reached its response head.
+    first: Option<RoundTrips>,
 }
 
 impl Drop for HttpLane {
@@ -56,7 +60,16 @@ impl HttpLane {
             inner,
             index,
             own: None,
+            created: std::time::Instant::now(),
+            first: None,
         }
+    }
+
+    /// Connect now unless the lane has a usable connection (or, for HTTP/2, its shared one
+    /// is up).
+    pub async fn connect_now(&mut self) -> Result<(), TransferError> {
+        let target = self.inner.target();
+        self.sender_for(&target, false).await.map(|_| ())
     }
 
     /// Hand over the lane's own connection (the transport parks it for reuse).
@@ -110,11 +123,15 @@ impl HttpLane {
         let mut hops = 0;
         loop {
             let what = format!("{method} {target}{what_suffix}");
-            let (response, peer, ticket) = self
+            let (response, peer, ticket, setup) = self
                 .send_once(&method, &target, headers, &body, &what)
                 .await?;
             let status = response.status();
             if !is_redirect(status) {
+                if self.first.is_none() {
+                    let requests = u8::try_from(hops + 1).unwrap_or(u8::MAX);
+                    self.first = Some(setup.request(self.created, requests));
+                }
                 return Ok(Answer {
                     response,
                     target,
@@ -167,12 +184,12 @@ impl HttpLane {
         headers: &[(HeaderName, HeaderValue)],
         body: &Bytes,
         what: &str,
-    ) -> Result<(Response<Incoming>, String, Option<ShareTicket>), TransferError> {
+    ) -> Result<(Response<Incoming>, String, Option<ShareTicket>, Setup), TransferError> {
         let peer = target.origin.peer();
         let inner = self.inner.clone();
         let mut fresh_only = false;
         loop {
-            let (mut sender, fresh) = self.sender_for(target, fresh_only).await?;
+            let (mut sender, fresh, setup) = self.sender_for(target, fresh_only).await?;
             let ticket = match &sender {
                 SenderRef::Shared(_, t) => Some(*t),
                 SenderRef::Own(_) => None,
@@ -191,7 +208,7 @@ impl HttpLane {
                 inner.retire_shared(t).await;
             }
             match result {
-                Ok(resp) => return Ok((resp, peer, ticket)),
+                Ok(resp) => return Ok((resp, peer, ticket, setup)),
                 Err(SendError::BeforeAnswer(e)) if !fresh && !fresh_only => {
                     tracing::debug!(%peer, error = %e, "reused connection failed; reconnecting");
                     self.drop_connection(target);
@@ -219,19 +236,20 @@ impl HttpLane {
         &mut self,
         target: &Target,
         fresh_only: bool,
-    ) -> Result<(SenderRef<'_>, bool), TransferError> {
+    ) -> Result<(SenderRef<'_>, bool, Setup), TransferError> {
         let conn_index = self.connection_index();
         let shared_origin =
             self.inner.mode() != Some(Mode::H1) && target.origin == self.inner.target().origin;
         if shared_origin {
             match self.inner.shared_sender(conn_index, self.index).await? {
-                SharedPick::H2(s, fresh, ticket) => {
-                    return Ok((SenderRef::Shared(s, ticket), fresh))
+                SharedPick::H2(s, fresh, ticket, setup) => {
+                    return Ok((SenderRef::Shared(s, ticket), fresh, setup))
                 }
                 SharedPick::H1(conn) => {
                     // Auto over TLS and the server picked HTTP/1.1: the lane keeps it.
+                    let setup = conn.setup;
                     self.own = Some(conn);
-                    return Ok((SenderRef::Own(self.own_sender()?), true));
+                    return Ok((SenderRef::Own(self.own_sender()?), true, setup));
                 }
             }
         }
@@ -247,7 +265,12 @@ impl HttpLane {
             self.inner.register(self.connection_index(), &conn);
             self.own = Some(conn);
         }
-        Ok((SenderRef::Own(self.own_sender()?), fresh))
+        let setup = self
+            .own
+            .as_ref()
+            .map(|c| c.setup)
+            .ok_or_else(|| TransferError::Config("lane has no connection".into()))?;
+        Ok((SenderRef::Own(self.own_sender()?), fresh, setup))
     }
 
     fn own_sender(&mut self) -> Result<&mut Sender, TransferError> {
@@ -266,24 +289,7 @@ impl HttpLane {
                 req.range.start, req.range.end, req.expected_size
             )));
         }
-        let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(4);
-        let suffix = if req.whole {
-            " (whole)".to_string()
-        } else {
-            let spec = format!("bytes={}-{}", req.range.start, req.range.end - 1);
-            headers.push((header::RANGE, header_value(&spec)?));
-            if let Some(v) = &req.validator {
-                headers.push((header::IF_RANGE, header_value(v)?));
-            }
-            format!(" {spec}")
-        };
-        if req.want_digest {
-            headers.push((
-                HeaderName::from_static(WANT_CONTENT_DIGEST),
-                HeaderValue::from_static(SHA256_KEY),
-            ));
-            headers.push((header::TE, HeaderValue::from_static("trailers")));
-        }
+        let (headers, suffix) = range_headers(req)?;
         let answer = self.request(Method::GET, target, &headers, &suffix).await?;
         let url = answer.target.to_string();
         let what = format!("GET {url}{suffix}");
@@ -341,6 +347,14 @@ impl Lane for HttpLane {
 
     fn connection(&self) -> usize {
         self.connection_index()
+    }
+
+    fn connect(&mut self) -> BoxFuture<'_, Result<(), TransferError>> {
+        Box::pin(self.connect_now())
+    }
+
+    fn first_round_trips(&self) -> Option<RoundTrips> {
+        self.first
     }
 
     fn put_whole<'a>(
@@ -492,6 +506,31 @@ fn build(
             "cannot build request for {target}: {e}"
         )))
     })
+}
+
+/// The header fields of a range request, and how it reads in messages (` bytes=0-99`).
+pub(crate) fn range_headers(
+    req: &RangeRequest,
+) -> Result<(Vec<(HeaderName, HeaderValue)>, String), TransferError> {
+    let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(5);
+    let suffix = if req.whole {
+        " (whole)".to_string()
+    } else {
+        let spec = format!("bytes={}-{}", req.range.start, req.range.end - 1);
+        headers.push((header::RANGE, header_value(&spec)?));
+        if let Some(v) = &req.validator {
+            headers.push((header::IF_RANGE, header_value(v)?));
+        }
+        format!(" {spec}")
+    };
+    if req.want_digest {
+        headers.push((
+            HeaderName::from_static(WANT_CONTENT_DIGEST),
+            HeaderValue::from_static(SHA256_KEY),
+        ));
+        headers.push((header::TE, HeaderValue::from_static("trailers")));
+    }
+    Ok((headers, suffix))
 }
 
 fn header_value(s: &str) -> Result<HeaderValue, TransferError> {

@@ -42,6 +42,23 @@ pub(crate) fn repr_digest(
     }
 }
 
+/// What a response head to a `GET` of `url` says about the resource, size left 0 for the
+/// caller (it depends on the status) and ranges assumed to work.
+pub(crate) fn described(
+    url: &str,
+    h: &HeaderMap,
+    peer: &str,
+) -> Result<xfer_core::transport::RemoteInfo, TransferError> {
+    Ok(xfer_core::transport::RemoteInfo {
+        url: url.to_string(),
+        size: 0,
+        etag: header_str(h, header::ETAG).map(str::to_string),
+        last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
+        accepts_ranges: true,
+        sha256: repr_digest(h, peer)?,
+    })
+}
+
 /// Context for the errors a response check produces.
 pub(crate) struct Ctx<'a> {
     pub peer: &'a str,

@@ -11,15 +11,16 @@ use hyper::client::conn::http2;
 use xfer_core::checksum::{parse_digest_field, parse_rfc9530_field, Checksum, ChecksumAlgorithm};
 use xfer_core::digest::{REPR_DIGEST, SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{
-    BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
+    BoxFuture, ConnectionStats, FirstRequest, Lane, ListRequest, ListResponse, Opened, RemoteInfo,
+    Transport,
 };
 use xfer_core::TransferError;
 
 use crate::client::config::HttpClientConfig;
-use crate::client::connect::{self, ConnectParams, Connection, Sender};
+use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
-use crate::client::response::{content_length, header_str, repr_digest};
+use crate::client::response::{content_length, described, header_str, repr_digest};
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 
 use crate::client::stats::StatsRegistry;
@@ -39,6 +40,7 @@ struct SharedSlot {
     origin: Origin,
     sender: http2::SendRequest<Full<Bytes>>,
     generation: u64,
+    setup: Setup,
 }
 
 /// Names one shared connection, so a lane that saw it stall can retire exactly that one and
@@ -52,7 +54,7 @@ pub(crate) struct ShareTicket {
 /// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
 /// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket),
+    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket, Setup),
     H1(Connection),
 }
 
@@ -111,7 +113,7 @@ impl Inner {
             .clone()
     }
 
-    fn set_target(&self, t: Target) {
+    pub(crate) fn set_target(&self, t: Target) {
         *self.target.write().unwrap_or_else(|p| p.into_inner()) = t;
     }
 
@@ -170,7 +172,7 @@ impl Inner {
                     slot: slot_index,
                     generation: s.generation,
                 };
-                return Ok(SharedPick::H2(s.sender.clone(), false, ticket));
+                return Ok(SharedPick::H2(s.sender.clone(), false, ticket, s.setup));
             }
         }
         *slot = None;
@@ -185,12 +187,13 @@ impl Inner {
                     origin,
                     sender: sender.clone(),
                     generation,
+                    setup: conn.setup,
                 });
                 let ticket = ShareTicket {
                     slot: slot_index,
                     generation,
                 };
-                Ok(SharedPick::H2(sender, true, ticket))
+                Ok(SharedPick::H2(sender, true, ticket, conn.setup))
             }
             Sender::H1(_) => {
                 self.register(lane, &conn);
@@ -246,7 +249,7 @@ impl Inner {
 /// or HTTP/2 (M connections × K streams).
 #[derive(Clone)]
 pub struct HttpTransport {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for HttpTransport {
@@ -362,7 +365,7 @@ impl HttpTransport {
         self.inner.target().to_string()
     }
 
-    async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
+    pub(crate) async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
         let inner = &self.inner;
         let mut lane = HttpLane::new(inner.clone(), 0);
         let want_repr = [(
@@ -512,14 +515,7 @@ impl HttpTransport {
             peer: peer.clone(),
             message: format!("{what}: {message}"),
         };
-        let mut info = RemoteInfo {
-            url: url.clone(),
-            size: 0,
-            etag: header_str(h, header::ETAG).map(str::to_string),
-            last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
-            accepts_ranges: true,
-            sha256: repr_digest(h, &peer)?,
-        };
+        let mut info = described(&url, h, &peer)?;
         match response.status() {
             StatusCode::PARTIAL_CONTENT => {
                 let cr = header_str(h, header::CONTENT_RANGE)
@@ -558,7 +554,7 @@ impl HttpTransport {
         Ok(info)
     }
 
-    async fn open(&self, index: usize) -> Result<Box<dyn Lane>, TransferError> {
+    pub(crate) async fn open(&self, index: usize) -> Result<Box<dyn Lane>, TransferError> {
         let inner = &self.inner;
         let mut lane = HttpLane::new(inner.clone(), index);
         if inner.mode().is_none() {
@@ -594,6 +590,14 @@ impl Transport for HttpTransport {
         Box::pin(self.checksum_inner(algorithm))
     }
 
+    fn open_first(
+        &self,
+        index: usize,
+        first: FirstRequest,
+    ) -> BoxFuture<'_, Result<Opened, TransferError>> {
+        Box::pin(self.open_with_first_range(index, first))
+    }
+
     fn connection_stats(&self) -> Vec<ConnectionStats> {
         self.inner.pool.stats.collect()
     }
@@ -604,6 +608,20 @@ impl Transport for HttpTransport {
             (Some(Mode::H2), Security::Tls) => "h2".into(),
             (Some(Mode::H2), Security::Plain) => "h2c".into(),
             (None, _) => "https (h2 or http/1.1, not yet negotiated)".into(),
+        }
+    }
+
+    fn request_ahead(&self) -> Option<bool> {
+        match self.inner.mode() {
+            Some(Mode::H2) => {
+                let h2 = &self.inner.cfg.http2;
+                let lanes = self.inner.cfg.layout(Mode::H2).streams_per_connection as u64;
+                // An adaptive window keeps the connection's no larger than a stream's.
+                let room =
+                    !h2.adaptive_window && h2.connection_window >= 2 * lanes * h2.stream_window;
+                room.then_some(true)
+            }
+            _ => Some(false),
         }
     }
 
