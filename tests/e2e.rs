@@ -56,5 +56,8 @@ mod upload;
 
 #[path = "e2e/tpc.rs"]
 mod tpc;
+
+#[path = "e2e/tpc_push.rs"]
+mod tpc_push;
 #[path = "e2e/wlcg.rs"]
 mod wlcg;

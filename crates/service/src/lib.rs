@@ -46,6 +46,7 @@ pub use access::{
 };
 pub use body::{BodyEvent, BodyStream};
 pub use checksums::ChecksumCache;
+pub use dav::{UPLOAD_PROTOCOL, UPLOAD_PROTOCOL_VERSION};
 pub use directory::MAX_HTML_ENTRIES;
 pub use listing_body::ListingStream;
 pub use plan::{

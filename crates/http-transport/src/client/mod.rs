@@ -31,6 +31,7 @@ mod connect;
 mod errors;
 mod lane;
 mod listing;
+mod req_body;
 mod response;
 mod stats;
 mod target;
