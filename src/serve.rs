@@ -156,6 +156,11 @@ impl Servers {
             }
             upload_state.spawn_sweeper(up.expiry);
         }
+        // Staging files are written by uploads and by third-party pulls alike.
+        if cfg.uploads.is_some() || cfg.tpc.is_some() {
+            let expiry = cfg.uploads.clone().unwrap_or_default().expiry;
+            xfer_service::spawn_stale_staging_sweeper(cfg.http.root.clone(), expiry);
+        }
         http_cfg.uploads = cfg.uploads.clone();
         http_cfg.tpc = cfg
             .tpc

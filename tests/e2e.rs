@@ -60,6 +60,9 @@ mod memory;
 mod resumable;
 #[path = "e2e/tpc.rs"]
 mod tpc;
+
+#[path = "e2e/tpc_push.rs"]
+mod tpc_push;
 #[path = "e2e/wlcg.rs"]
 mod wlcg;
 

@@ -90,6 +90,16 @@ impl Progress {
         s
     }
 
+    /// Record work done outside the engine (a whole file sent in one request by its
+    /// caller): `total` bytes in all, `done` of them sent. The counters never go down.
+    pub fn advance_to(&self, total: u64, done: u64) {
+        self.update(|s| {
+            s.total = total;
+            s.verified = s.verified.max(done);
+            s.received = s.received.max(done);
+        });
+    }
+
     pub(crate) fn update(&self, f: impl FnOnce(&mut ProgressSnapshot)) {
         if let Ok(mut s) = self.inner.lock() {
             f(&mut s);

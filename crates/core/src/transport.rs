@@ -248,6 +248,23 @@ pub trait Lane: Send {
         Box::pin(async { Err(uploads_unsupported()) })
     }
 
+    /// Whether the server says it understands xfer's parallel upload protocol
+    /// (docs/upload-protocol.md: `OPTIONS` answered with `Xfer-Upload-Protocol: 1`). Any
+    /// other server may ignore `Content-Range` on a `PUT` and store a chunk as the whole
+    /// file, so it gets whole-file requests only.
+    fn speaks_upload_protocol(&mut self) -> BoxFuture<'_, Result<bool, TransferError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Send a whole local file as the body of one plain request (`PUT` with its
+    /// `Content-Length`), read from disk as it goes out, so its size is not bounded by
+    /// memory. Returns the checksums the server declared of what it stored (`Digest`,
+    /// `Repr-Digest`), if any.
+    fn put_file(&mut self, body: FileBody) -> BoxFuture<'_, Result<Vec<Checksum>, TransferError>> {
+        let _ = body;
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
     /// Ask the server to check upload `id` against the whole file's `sha256` and put it in
     /// place.
     fn complete_upload<'a>(
@@ -262,6 +279,19 @@ pub trait Lane: Send {
 
 fn uploads_unsupported() -> TransferError {
     TransferError::Config("this transport cannot upload (use an https:// or http:// URL)".into())
+}
+
+/// A local file sent whole as one request body ([`Lane::put_file`]). Cloning it is cheap;
+/// every request built from it (a retry, a redirect) reads the file again from the start.
+#[derive(Debug, Clone)]
+pub struct FileBody {
+    pub file: Arc<std::fs::File>,
+    /// For errors.
+    pub path: std::path::PathBuf,
+    /// The body's length, sent as `Content-Length`; the file must still hold this many bytes.
+    pub size: u64,
+    /// Bytes handed to the connection so far in the current attempt, for progress.
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One chunk of a parallel upload.

@@ -74,10 +74,16 @@ pub mod status {
     pub const INSUFFICIENT_STORAGE: u16 = 507;
 }
 
-/// Methods the core serves, for `Allow`.
-pub(crate) const ALLOWED: &str = "GET, HEAD, OPTIONS, PROPFIND";
-/// The same when uploads are on.
-pub(crate) const ALLOWED_WITH_PUT: &str = "GET, HEAD, OPTIONS, PROPFIND, PUT, POST";
+/// Methods the core serves, for `Allow`: `PUT` and `POST` (resumable uploads) when uploads are on, `COPY` when
+/// third-party copy is.
+pub(crate) fn allowed(uploads: bool, tpc: bool) -> &'static str {
+    match (uploads, tpc) {
+        (false, false) => "GET, HEAD, OPTIONS, PROPFIND",
+        (true, false) => "GET, HEAD, OPTIONS, PROPFIND, PUT, POST",
+        (false, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND",
+        (true, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND, PUT, POST",
+    }
+}
 
 /// What the core serves and how.
 #[derive(Debug, Clone)]
@@ -250,11 +256,7 @@ impl Service {
         let refuse = |text: &'static str, detail: &str| {
             let mut plan =
                 ResponsePlan::refusal(status::METHOD_NOT_ALLOWED, text, Some(detail.to_string()));
-            plan.allow = Some(if cfg.uploads.is_some() {
-                ALLOWED_WITH_PUT
-            } else {
-                ALLOWED
-            });
+            plan.allow = Some(allowed(cfg.uploads.is_some(), cfg.tpc.is_some()));
             plan
         };
         let Some(tpc) = &cfg.tpc else {
@@ -312,12 +314,12 @@ impl Service {
                         "this server does not accept uploads (xfer serve --allow-upload)\n",
                         Some("PUT while uploads are off".into()),
                     );
-                    plan.allow = Some(ALLOWED);
+                    plan.allow = Some(allowed(false, cfg.tpc.is_some()));
                     return plan;
                 }
             },
             Method::Copy => return self.copy(req).await,
-            Method::Options => return dav::options(cfg.uploads.as_ref()),
+            Method::Options => return dav::options(cfg.uploads.as_ref(), cfg.tpc.is_some()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
             Method::Post | Method::Patch | Method::Delete | Method::Other(_) => {
@@ -326,11 +328,7 @@ impl Service {
                     "method not allowed here (see Allow)\n",
                     Some(format!("method {} not allowed", req.method.as_str())),
                 );
-                plan.allow = Some(if cfg.uploads.is_some() {
-                    ALLOWED_WITH_PUT
-                } else {
-                    ALLOWED
-                });
+                plan.allow = Some(allowed(cfg.uploads.is_some(), cfg.tpc.is_some()));
                 return plan;
             }
         };

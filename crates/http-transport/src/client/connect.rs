@@ -6,8 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
+use crate::client::req_body::ReqBody;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::ServerName;
@@ -25,8 +24,8 @@ use crate::tcp;
 
 /// The request half of a connection.
 pub(crate) enum Sender {
-    H1(http1::SendRequest<Full<Bytes>>),
-    H2(http2::SendRequest<Full<Bytes>>),
+    H1(http1::SendRequest<ReqBody>),
+    H2(http2::SendRequest<ReqBody>),
 }
 
 impl Sender {

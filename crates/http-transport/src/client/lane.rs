@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, Request, Response, Version};
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use xfer_core::digest::{SHA256_KEY, WANT_CONTENT_DIGEST};
 use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RoundTrips};
@@ -14,6 +14,7 @@ use xfer_core::TransferError;
 use crate::client::body::HttpRangeBody;
 use crate::client::connect::{self, Connection, Sender, Setup};
 use crate::client::errors::from_hyper;
+use crate::client::req_body::{BodySource, ReqBody};
 use crate::client::response::{check_range_head, header_str, is_redirect, Ctx};
 use crate::client::target::Target;
 use crate::client::transport::{Inner, Mode, ShareTicket, SharedPick};
@@ -116,9 +117,10 @@ impl HttpLane {
         method: Method,
         mut target: Target,
         headers: &[(HeaderName, HeaderValue)],
-        body: Bytes,
+        body: impl Into<BodySource>,
         what_suffix: &str,
     ) -> Result<Answer, TransferError> {
+        let body = body.into();
         let max = self.inner.cfg.max_redirects;
         let mut hops = 0;
         loop {
@@ -182,7 +184,7 @@ impl HttpLane {
         method: &Method,
         target: &Target,
         headers: &[(HeaderName, HeaderValue)],
-        body: &Bytes,
+        body: &BodySource,
         what: &str,
     ) -> Result<(Response<Incoming>, String, Option<ShareTicket>, Setup), TransferError> {
         let peer = target.origin.peer();
@@ -379,6 +381,17 @@ impl Lane for HttpLane {
         Box::pin(self.query_upload(id))
     }
 
+    fn speaks_upload_protocol(&mut self) -> BoxFuture<'_, Result<bool, TransferError>> {
+        Box::pin(self.announces_upload_protocol())
+    }
+
+    fn put_file(
+        &mut self,
+        body: xfer_core::transport::FileBody,
+    ) -> BoxFuture<'_, Result<Vec<xfer_core::checksum::Checksum>, TransferError>> {
+        Box::pin(self.put_whole_from_file(body))
+    }
+
     fn complete_upload<'a>(
         &'a mut self,
         id: &'a str,
@@ -391,7 +404,7 @@ impl Lane for HttpLane {
 /// The sender a request goes out on: a clone of the shared HTTP/2 handle, or the lane's own.
 enum SenderRef<'a> {
     Shared(
-        hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+        hyper::client::conn::http2::SendRequest<ReqBody>,
         ShareTicket,
     ),
     Own(&'a mut Sender),
@@ -465,7 +478,7 @@ struct Head<'a> {
     auth: Option<HeaderValue>,
     /// Configured extra fields for this origin.
     more: &'a [(HeaderName, HeaderValue)],
-    body: Bytes,
+    body: BodySource,
 }
 
 fn build(
@@ -473,7 +486,7 @@ fn build(
     target: &Target,
     head: &Head<'_>,
     h2: bool,
-) -> Result<Request<Full<Bytes>>, SendError> {
+) -> Result<Request<ReqBody>, SendError> {
     let mut b = Request::builder().method(method.clone());
     if h2 {
         let uri = target.absolute_uri().map_err(|e| {
@@ -501,7 +514,7 @@ fn build(
     for (k, v) in head.more.iter().chain(head.extra) {
         b = b.header(k, v);
     }
-    b.body(Full::new(head.body.clone())).map_err(|e| {
+    b.body(head.body.open()).map_err(|e| {
         SendError::Other(TransferError::Config(format!(
             "cannot build request for {target}: {e}"
         )))

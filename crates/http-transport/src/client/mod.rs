@@ -35,6 +35,7 @@ mod errors;
 mod first;
 mod lane;
 mod listing;
+mod req_body;
 mod response;
 mod stats;
 mod target;

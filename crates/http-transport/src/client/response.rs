@@ -190,6 +190,25 @@ fn check_length(headers: &HeaderMap, want: u64, ctx: &Ctx<'_>) -> Result<(), Tra
     }
 }
 
+/// Every checksum a response declares of the resource, in RFC 3230 `Digest` and RFC 9530
+/// `Repr-Digest` fields; unknown algorithms are skipped.
+pub(crate) fn declared_checksums(h: &http::HeaderMap) -> Vec<xfer_core::checksum::Checksum> {
+    use xfer_core::checksum::{parse_digest_field, parse_rfc9530_field};
+    h.get_all(http::HeaderName::from_static("digest"))
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(parse_digest_field)
+        .chain(
+            h.get_all(http::HeaderName::from_static(
+                xfer_core::digest::REPR_DIGEST,
+            ))
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(parse_rfc9530_field),
+        )
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::ops::Range;

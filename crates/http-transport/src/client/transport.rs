@@ -4,12 +4,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
-use bytes::Bytes;
+use crate::client::req_body::ReqBody;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::Full;
 use hyper::client::conn::http2;
-use xfer_core::checksum::{parse_digest_field, parse_rfc9530_field, Checksum, ChecksumAlgorithm};
-use xfer_core::digest::{REPR_DIGEST, SHA256_KEY, WANT_REPR_DIGEST};
+use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
+use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, FirstRequest, Lane, ListRequest, ListResponse, Opened, RemoteInfo,
     Transport,
@@ -20,7 +19,9 @@ use crate::client::config::HttpClientConfig;
 use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
-use crate::client::response::{content_length, described, header_str, repr_digest};
+use crate::client::response::{
+    content_length, declared_checksums, described, header_str, repr_digest,
+};
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 
 use crate::client::stats::StatsRegistry;
@@ -38,7 +39,7 @@ pub(crate) enum Mode {
 /// A shared HTTP/2 connection to the transport's origin.
 struct SharedSlot {
     origin: Origin,
-    sender: http2::SendRequest<Full<Bytes>>,
+    sender: http2::SendRequest<ReqBody>,
     generation: u64,
     setup: Setup,
 }
@@ -54,7 +55,7 @@ pub(crate) struct ShareTicket {
 /// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
 /// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket, Setup),
+    H2(http2::SendRequest<ReqBody>, bool, ShareTicket, Setup),
     H1(Connection),
 }
 
@@ -466,18 +467,8 @@ impl HttpTransport {
             drain(head.response.into_body(), inner).await;
             return Err(err);
         }
-        let h = head.response.headers();
-        let found = h
-            .get_all(HeaderName::from_static("digest"))
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(parse_digest_field)
-            .chain(
-                h.get_all(HeaderName::from_static(REPR_DIGEST))
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .flat_map(parse_rfc9530_field),
-            )
+        let found = declared_checksums(head.response.headers())
+            .into_iter()
             .find(|c| c.algorithm == algorithm);
         drain(head.response.into_body(), inner).await;
         if let Some(conn) = lane.take_connection() {
