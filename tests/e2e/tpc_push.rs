@@ -193,13 +193,16 @@ async fn an_xfer_server_announces_its_upload_protocol_and_copy() -> TestResult {
             .to_string()
     };
     assert_eq!(field("xfer-upload-protocol"), "1");
-    assert_eq!(field("allow"), "COPY, GET, HEAD, OPTIONS, PROPFIND, PUT");
+    assert_eq!(
+        field("allow"),
+        "COPY, GET, HEAD, OPTIONS, PROPFIND, PUT, POST"
+    );
     // A PUT-less, COPY-less method is refused with the same list.
     let refused = request(&p.b, &p.cert, "MKCOL", "/any", &[], false).await?;
     assert_eq!(refused.status, 405);
     assert_eq!(
         refused.headers.get("allow").and_then(|v| v.to_str().ok()),
-        Some("COPY, GET, HEAD, OPTIONS, PROPFIND, PUT")
+        Some("COPY, GET, HEAD, OPTIONS, PROPFIND, PUT, POST")
     );
     p.a.shutdown().await;
     p.b.shutdown().await;
