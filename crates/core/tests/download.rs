@@ -161,7 +161,13 @@ async fn damaged_part_file_is_caught_on_resume() {
     t.inject(4 * CHUNK, MemFault::Fail { retryable: false }, 1);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
-    get(&t, &dest, config()).await.unwrap_err();
+    // One request at a time, so chunks 0..4 are all in the journal when chunk 4 is refused
+    // (sent ahead, the refusal could end the transfer while chunk 3 still streams).
+    let one_at_a_time = GetConfig {
+        request_ahead: Some(false),
+        ..config()
+    };
+    get(&t, &dest, one_at_a_time).await.unwrap_err();
     // Simulate a torn write in a chunk the journal claims.
     let part = journal::part_path(&dest);
     let mut bytes = std::fs::read(&part).unwrap();
