@@ -51,16 +51,20 @@ fn json_reports_a_failed_transfer() {
         .local_addr()
         .unwrap_or_else(|e| panic!("local addr: {e}"));
     std::thread::spawn(move || {
+        // A thread per connection: the client opens its other lanes while the first request
+        // is answered, and those connections stay idle until it learns the resource.
         for mut conn in listener.incoming().map_while(Result::ok) {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = conn.read(&mut buf) {
-                if n == 0 {
-                    break;
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n",
+                    );
                 }
-                let _ = conn.write_all(
-                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: keep-alive\r\n\r\n",
-                );
-            }
+            });
         }
     });
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
