@@ -270,6 +270,23 @@ pub trait Transport: Send + Sync {
         })
     }
 
+    /// What names the file in the resume journal instead of the URL given, when the URL does
+    /// not (several sources: the agreed SHA-256, so a re-run with other sources resumes).
+    fn journal_identity(&self) -> Option<String> {
+        None
+    }
+
+    /// Per source: what it delivered (several sources only), for the final report.
+    fn source_reports(&self) -> Vec<crate::progress::SourceReport> {
+        Vec::new()
+    }
+
+    /// Other places that hold this resource, as the server named them in its last answer to
+    /// `stat` (HTTP `Link: <...>; rel=duplicate`, RFC 6249), unchecked.
+    fn duplicates(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// A transport for `url`, another resource on the same server, that shares this one's
     /// connections: a tree of files then pays one handshake per connection, not per file.
     fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {

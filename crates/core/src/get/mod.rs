@@ -358,7 +358,10 @@ impl Download {
         let part_path = journal::part_path(&self.dest);
         let journal_path = journal::journal_path(&self.dest);
         let header = JournalHeader {
-            url: self.source.clone(),
+            url: self
+                .transport
+                .journal_identity()
+                .unwrap_or_else(|| self.source.clone()),
             size: info.size,
             etag: info.etag.clone(),
             last_modified: info.last_modified.clone(),
