@@ -54,6 +54,8 @@ mod access;
 #[path = "e2e/upload.rs"]
 mod upload;
 
+#[path = "e2e/multi_source.rs"]
+mod multi_source;
 #[path = "e2e/tpc.rs"]
 mod tpc;
 #[path = "e2e/wlcg.rs"]

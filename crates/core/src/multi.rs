@@ -67,7 +67,12 @@ pub struct Source {
 pub struct MultiSource {
     pool: Arc<Mutex<Pool>>,
     expect_sha256: Option<Sha256Digest>,
+    /// Builds a transport for a `Link: rel=duplicate` target; `None`: such links are ignored.
+    discover: Option<Arc<TransportFactory>>,
 }
+
+/// Makes a transport for a URL (with the caller's client settings).
+pub type TransportFactory = dyn Fn(&str) -> Result<Arc<dyn Transport>, TransferError> + Send + Sync;
 
 struct Pool {
     sources: Vec<Src>,
@@ -163,7 +168,17 @@ impl MultiSource {
                 agreed_sha256: None,
             })),
             expect_sha256,
+            discover: None,
         }
+    }
+
+    /// Also use the duplicates the sources' answers name (`Link: <...>; rel=duplicate`, RFC
+    /// 6249), made into transports by `factory`: only those [`duplicate_allowed`] accepts, up
+    /// to [`MAX_SOURCES`] in all, found in the first answers only (a duplicate's own links are
+    /// not followed). They must agree like any other source.
+    pub fn discover_duplicates(mut self, factory: Arc<TransportFactory>) -> Self {
+        self.discover = Some(factory);
+        self
     }
 
     /// Add sources found later (a `Link: rel=duplicate` header), before `stat`.
@@ -197,39 +212,28 @@ impl MultiSource {
     }
 
     async fn stat_all(&self) -> Result<RemoteInfo, TransferError> {
-        let sources: Vec<(String, Arc<dyn Transport>)> = self
-            .lock()
-            .sources
-            .iter()
-            .map(|s| (s.url.clone(), Arc::clone(&s.transport)))
-            .collect();
-        let mut tasks = tokio::task::JoinSet::new();
-        for (i, (_, t)) in sources.iter().enumerate() {
-            let t = Arc::clone(t);
-            tasks.spawn(async move { (i, t.stat().await) });
-        }
-        let mut stats: Vec<Option<Result<RemoteInfo, TransferError>>> =
-            (0..sources.len()).map(|_| None).collect();
-        while let Some(joined) = tasks.join_next().await {
-            if let Ok((i, r)) = joined {
-                stats[i] = Some(r);
+        let mut sources = self.transports();
+        let mut stats = stat_each(&sources).await;
+        if let Some(factory) = &self.discover {
+            let found = self.found_duplicates(&sources, &stats, factory.as_ref());
+            if !found.is_empty() {
+                stats.extend(stat_each(&found).await);
+                sources.extend(found);
             }
         }
-        // A source whose stat had no digest is asked for one when another has it: without it
-        // nothing shows the two hold the same bytes.
-        let any_digest = self.expect_sha256.is_some()
-            || stats
-                .iter()
-                .any(|r| matches!(r, Some(Ok(i)) if i.sha256.is_some()));
-        if any_digest {
-            for (i, r) in stats.iter_mut().enumerate() {
-                if let Some(Ok(info)) = r {
-                    if info.sha256.is_none() && info.accepts_ranges {
-                        let asked = sources[i].1.checksum(ChecksumAlgorithm::Sha256).await;
-                        if let Ok(Some(c)) = asked {
-                            info.sha256 = Sha256Digest::from_hex(&c.to_hex()).ok();
-                        }
-                    }
+        // With several sources, one whose stat had no digest (a server that has not hashed
+        // the file yet) is asked for it: without it nothing shows two hold the same bytes.
+        if sources.len() > 1 {
+            let mut asks = tokio::task::JoinSet::new();
+            for (i, r) in stats.iter().enumerate() {
+                if matches!(r, Some(Ok(info)) if info.sha256.is_none() && info.accepts_ranges) {
+                    let t = Arc::clone(&sources[i].1);
+                    asks.spawn(async move { (i, t.checksum(ChecksumAlgorithm::Sha256).await) });
+                }
+            }
+            while let Some(Ok((i, asked))) = asks.join_next().await {
+                if let (Some(Some(Ok(info))), Ok(Some(c))) = (stats.get_mut(i), asked) {
+                    info.sha256 = Sha256Digest::from_hex(&c.to_hex()).ok();
                 }
             }
         }
@@ -276,22 +280,84 @@ impl MultiSource {
                 .then(|| v.cloned())
                 .flatten()
         };
+        let sha256 = admitted
+            .iter()
+            .find_map(|i| i.sha256)
+            .or(self.expect_sha256);
+        // The file is named by its digest when there is one, so that the journal fits any
+        // list of sources; otherwise by validators all sources share. Each lane sends its own
+        // source's validator to the server either way.
+        let (etag, last_modified) = match sha256 {
+            Some(_) => (None, None),
+            None => (
+                same(|i| i.etag.as_ref()),
+                same(|i| i.last_modified.as_ref()),
+            ),
+        };
         let info = RemoteInfo {
             url: first.url.clone(),
             size: first.size,
-            // Shared validators only: each lane sends its own source's to the server.
-            etag: same(|i| i.etag.as_ref()),
-            last_modified: same(|i| i.last_modified.as_ref()),
+            etag,
+            last_modified,
             accepts_ranges: first.accepts_ranges,
-            sha256: admitted
-                .iter()
-                .find_map(|i| i.sha256)
-                .or(self.expect_sha256),
+            sha256,
         };
         let (used, all) = (admitted.len(), pool.sources.len());
         pool.agreed_sha256 = info.sha256;
         tracing::info!(sources = used, dropped = all - used, "sources agree");
         Ok(info)
+    }
+
+    fn transports(&self) -> Vec<(String, Arc<dyn Transport>)> {
+        self.lock()
+            .sources
+            .iter()
+            .map(|s| (s.url.clone(), Arc::clone(&s.transport)))
+            .collect()
+    }
+
+    /// New sources from the `Link: rel=duplicate` headers of the sources that answered,
+    /// added to the pool; what is refused is logged and left out.
+    fn found_duplicates(
+        &self,
+        sources: &[(String, Arc<dyn Transport>)],
+        stats: &[Option<Result<RemoteInfo, TransferError>>],
+        factory: &TransportFactory,
+    ) -> Vec<(String, Arc<dyn Transport>)> {
+        let mut found = Vec::new();
+        for ((origin, t), stat) in sources.iter().zip(stats) {
+            if !matches!(stat, Some(Ok(_))) {
+                continue;
+            }
+            for url in t.duplicates() {
+                let known = sources.iter().chain(&found).any(|(u, _)| *u == url);
+                if known {
+                    continue;
+                }
+                if sources.len() + found.len() >= MAX_SOURCES {
+                    tracing::warn!(%url, max = MAX_SOURCES, "too many sources; ignoring the duplicate");
+                    continue;
+                }
+                if let Err(why) = duplicate_allowed(origin, &url) {
+                    tracing::warn!(%origin, %url, %why, "ignoring a Link rel=duplicate");
+                    continue;
+                }
+                match factory(&url) {
+                    Ok(transport) => {
+                        tracing::info!(%origin, %url, "source found in Link rel=duplicate");
+                        found.push((url, transport));
+                    }
+                    Err(e) => tracing::warn!(%url, error = %e, "ignoring a Link rel=duplicate"),
+                }
+            }
+        }
+        for (url, transport) in &found {
+            self.add(Source {
+                url: url.clone(),
+                transport: Arc::clone(transport),
+            });
+        }
+        found
     }
 
     /// Open a lane on the source furthest below its share, falling back to the others when it
@@ -340,6 +406,24 @@ impl MultiSource {
         Err(last_error
             .unwrap_or_else(|| TransferError::Config("no source left to fetch from".into())))
     }
+}
+
+async fn stat_each(
+    sources: &[(String, Arc<dyn Transport>)],
+) -> Vec<Option<Result<RemoteInfo, TransferError>>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, (_, t)) in sources.iter().enumerate() {
+        let t = Arc::clone(t);
+        tasks.spawn(async move { (i, t.stat().await) });
+    }
+    let mut stats: Vec<Option<Result<RemoteInfo, TransferError>>> =
+        (0..sources.len()).map(|_| None).collect();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok((i, r)) = joined {
+            stats[i] = Some(r);
+        }
+    }
+    stats
 }
 
 /// Per source (in the order given): admitted, or why not. The first source that answered is
@@ -586,8 +670,11 @@ impl Transport for MultiSource {
     }
 
     fn source_reports(&self) -> Vec<SourceReport> {
-        self.lock()
-            .sources
+        let pool = self.lock();
+        if pool.sources.len() < 2 {
+            return Vec::new();
+        }
+        pool.sources
             .iter()
             .map(|s| SourceReport {
                 url: s.url.clone(),
@@ -668,7 +755,10 @@ impl Lane for MultiLane {
                 validator: validator.clone(),
                 ..req.clone()
             });
+            let single = multi.lock().sources.len() < 2;
             match inner.fetch(mine).await {
+                // One source has no share to weigh: its body goes through untouched.
+                Ok(body) if single => Ok(body),
                 Ok(body) => Ok(Box::new(SourceBody {
                     multi: multi.clone(),
                     source,
@@ -682,14 +772,13 @@ impl Lane for MultiLane {
     }
 
     fn label(&self) -> String {
-        let host = self
-            .multi
-            .lock()
-            .sources
-            .get(self.source)
-            .map(|s| host_of(&s.url).to_string())
-            .unwrap_or_default();
-        format!("{host} {}", self.inner.label())
+        let pool = self.multi.lock();
+        match pool.sources.get(self.source) {
+            Some(s) if pool.sources.len() > 1 => {
+                format!("{} {}", host_of(&s.url), self.inner.label())
+            }
+            _ => self.inner.label(),
+        }
     }
 
     fn connection(&self) -> usize {
@@ -807,6 +896,56 @@ pub fn duplicate_allowed(origin: &str, candidate: &str) -> Result<(), String> {
         return Err("credentials in the URL".into());
     }
     Ok(())
+}
+
+/// The targets of `Link: <...>; rel=duplicate` (RFC 6249) in `values` (each a `Link` header
+/// field), unchecked (see [`duplicate_allowed`]), at most [`MAX_SOURCES`]; fields past 8 KiB in
+/// all are not read.
+pub fn link_duplicates<'a>(values: impl Iterator<Item = &'a str>) -> Vec<String> {
+    const MAX_FIELD_BYTES: usize = 8 << 10;
+    let mut out = Vec::new();
+    let mut read = 0;
+    for value in values {
+        read += value.len();
+        if read > MAX_FIELD_BYTES {
+            break;
+        }
+        let mut rest = value;
+        while let Some(open) = rest.find('<') {
+            let Some(close) = rest[open..].find('>') else {
+                break;
+            };
+            let target = &rest[open + 1..open + close];
+            let after = &rest[open + close + 1..];
+            // Parameters run to the next link (a `,` outside quotes) or the end.
+            let mut quoted = false;
+            let end = after
+                .char_indices()
+                .find(|&(_, c)| {
+                    if c == '"' {
+                        quoted = !quoted;
+                    }
+                    c == ',' && !quoted
+                })
+                .map_or(after.len(), |(i, _)| i);
+            let duplicate = after[..end].split(';').any(|param| {
+                let Some((name, value)) = param.split_once('=') else {
+                    return false;
+                };
+                name.trim().eq_ignore_ascii_case("rel")
+                    && value
+                        .trim()
+                        .trim_matches('"')
+                        .split_ascii_whitespace()
+                        .any(|r| r.eq_ignore_ascii_case("duplicate"))
+            });
+            if duplicate && out.len() < MAX_SOURCES && !out.iter().any(|u| u == target) {
+                out.push(target.to_string());
+            }
+            rest = &after[end..];
+        }
+    }
+    out
 }
 
 #[cfg(test)]

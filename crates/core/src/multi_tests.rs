@@ -223,3 +223,24 @@ fn agreement_needs_evidence() {
         .collect();
     assert_eq!(v, vec![true, true, false, false, true, true, false]);
 }
+
+#[test]
+fn link_headers_name_duplicates() {
+    let fields = [
+        r#"<https://m1.example/f>; rel=duplicate; pri=1, <https://idx.example/>; rel="index""#,
+        r#"<https://m2.example/a,b>; rel="duplicate alternate"; title="x, y""#,
+        "<https://m1.example/f>; rel=duplicate",
+        "garbage <without end",
+    ];
+    assert_eq!(
+        link_duplicates(fields.into_iter()),
+        vec!["https://m1.example/f", "https://m2.example/a,b"]
+    );
+    let many: Vec<String> = (0..40)
+        .map(|i| format!("<https://m{i}.example/f>; rel=duplicate"))
+        .collect();
+    assert_eq!(
+        link_duplicates(many.iter().map(String::as_str)).len(),
+        MAX_SOURCES
+    );
+}

@@ -247,6 +247,8 @@ impl Inner {
 #[derive(Clone)]
 pub struct HttpTransport {
     inner: Arc<Inner>,
+    /// `Link: rel=duplicate` targets of the last `stat` answer.
+    duplicates: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for HttpTransport {
@@ -330,6 +332,7 @@ impl HttpTransport {
                     stats: StatsRegistry::default(),
                 }),
             }),
+            duplicates: Arc::default(),
         })
     }
 
@@ -354,6 +357,7 @@ impl HttpTransport {
                 target: RwLock::new(target),
                 pool: Arc::clone(&self.inner.pool),
             }),
+            duplicates: Arc::default(),
         })
     }
 
@@ -381,6 +385,12 @@ impl HttpTransport {
                     v.split(',')
                         .any(|unit| unit.trim().eq_ignore_ascii_case("bytes"))
                 });
+                let links = h
+                    .get_all(header::LINK)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok());
+                *self.duplicates.lock().unwrap_or_else(|p| p.into_inner()) =
+                    xfer_core::multi::link_duplicates(links);
                 let mut info = RemoteInfo {
                     url: head.target.to_string(),
                     size,
@@ -622,5 +632,12 @@ impl Transport for HttpTransport {
 
     fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
         Ok(Arc::new(HttpTransport::sibling(self, url)?))
+    }
+
+    fn duplicates(&self) -> Vec<String> {
+        self.duplicates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
