@@ -78,8 +78,6 @@ struct Pool {
     sources: Vec<Src>,
     /// Lanes the download runs (the highest lane index opened, plus one).
     lanes: usize,
-    /// The digest every admitted source agreed on, once stat has run.
-    agreed_sha256: Option<Sha256Digest>,
 }
 
 struct Src {
@@ -165,7 +163,6 @@ impl MultiSource {
             pool: Arc::new(Mutex::new(Pool {
                 sources: srcs,
                 lanes: 0,
-                agreed_sha256: None,
             })),
             expect_sha256,
             discover: None,
@@ -243,7 +240,11 @@ impl MultiSource {
         let mut reasons = Vec::new();
         for ((src, stat), verdict) in pool.sources.iter_mut().zip(stats).zip(&verdicts) {
             match (stat, verdict) {
-                (Some(Ok(info)), Ok(())) => src.info = Some(info),
+                (Some(Ok(info)), Ok(())) => {
+                    // A stat retried after a transient failure starts afresh.
+                    src.info = Some(info);
+                    src.dropped = None;
+                }
                 (stat, verdict) => {
                     let reason = match (&stat, verdict) {
                         (Some(Err(e)), _) => format!("cannot stat it: {e}"),
@@ -253,6 +254,7 @@ impl MultiSource {
                     if let Some(Err(e)) = stat {
                         first_error.get_or_insert(e);
                     }
+                    src.info = None;
                     tracing::warn!(url = %src.url, %reason, "source dropped");
                     reasons.push(format!("{}: {reason}", src.url));
                     src.dropped = Some(reason);
@@ -280,30 +282,20 @@ impl MultiSource {
                 .then(|| v.cloned())
                 .flatten()
         };
-        let sha256 = admitted
-            .iter()
-            .find_map(|i| i.sha256)
-            .or(self.expect_sha256);
-        // The file is named by its digest when there is one, so that the journal fits any
-        // list of sources; otherwise by validators all sources share. Each lane sends its own
-        // source's validator to the server either way.
-        let (etag, last_modified) = match sha256 {
-            Some(_) => (None, None),
-            None => (
-                same(|i| i.etag.as_ref()),
-                same(|i| i.last_modified.as_ref()),
-            ),
-        };
+        // Only what a server declared: `expect_sha256` is checked as such at the end.
+        let sha256 = admitted.iter().find_map(|i| i.sha256);
+        // Validators every source shares, for the journal (which names the file by its digest
+        // when there is one, so that it fits any list of sources); each lane sends its own
+        // source's validator to the server.
         let info = RemoteInfo {
             url: first.url.clone(),
             size: first.size,
-            etag,
-            last_modified,
+            etag: same(|i| i.etag.as_ref()),
+            last_modified: same(|i| i.last_modified.as_ref()),
             accepts_ranges: first.accepts_ranges,
             sha256,
         };
         let (used, all) = (admitted.len(), pool.sources.len());
-        pool.agreed_sha256 = info.sha256;
         tracing::info!(sources = used, dropped = all - used, "sources agree");
         Ok(info)
     }
@@ -661,12 +653,6 @@ impl Transport for MultiSource {
             .max()
             .unwrap_or(1);
         (per * usable.len().max(1)).clamp(1, MAX_DEFAULT_LANES.max(per))
-    }
-
-    fn journal_identity(&self) -> Option<String> {
-        self.lock()
-            .agreed_sha256
-            .map(|d| format!("sha-256:{}", d.to_hex()))
     }
 
     fn source_reports(&self) -> Vec<SourceReport> {

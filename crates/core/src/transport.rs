@@ -270,12 +270,6 @@ pub trait Transport: Send + Sync {
         })
     }
 
-    /// What names the file in the resume journal instead of the URL given, when the URL does
-    /// not (several sources: the agreed SHA-256, so a re-run with other sources resumes).
-    fn journal_identity(&self) -> Option<String> {
-        None
-    }
-
     /// Per source: what it delivered (several sources only), for the final report.
     fn source_reports(&self) -> Vec<crate::progress::SourceReport> {
         Vec::new()

@@ -358,14 +358,12 @@ impl Download {
         let part_path = journal::part_path(&self.dest);
         let journal_path = journal::journal_path(&self.dest);
         let header = JournalHeader {
-            url: self
-                .transport
-                .journal_identity()
-                .unwrap_or_else(|| self.source.clone()),
+            url: self.source.clone(),
             size: info.size,
             etag: info.etag.clone(),
             last_modified: info.last_modified.clone(),
             chunk_size: cfg.chunk_size,
+            sha256: info.sha256.map(|d| d.to_hex()),
         };
         let lanes = if info.accepts_ranges {
             cfg.lanes
