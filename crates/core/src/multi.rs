@@ -621,6 +621,9 @@ impl Transport for MultiSource {
             .iter()
             .map(|s| Arc::clone(&s.transport))
             .collect();
+        if let [only] = transports.as_slice() {
+            return only.connection_stats();
+        }
         let mut out = Vec::new();
         for t in transports {
             for mut c in t.connection_stats() {
