@@ -156,6 +156,11 @@ impl Servers {
             }
             upload_state.spawn_sweeper(up.expiry);
         }
+        // Staging files are written by uploads and by third-party pulls alike.
+        if cfg.uploads.is_some() || cfg.tpc.is_some() {
+            let expiry = cfg.uploads.clone().unwrap_or_default().expiry;
+            xfer_service::spawn_stale_staging_sweeper(cfg.http.root.clone(), expiry);
+        }
         http_cfg.uploads = cfg.uploads.clone();
         http_cfg.tpc = cfg
             .tpc
@@ -176,13 +181,17 @@ impl Servers {
             qc.tuning = cfg.quic_tuning.clone();
             qc.dangerous_fault = cfg.dangerous_fault.clone();
             qc.repr_digest = cfg.http.repr_digest;
+            // One memory budget and one stall timeout for every protocol.
             qc.stream = cfg.http.stream_options();
+            qc.stall_timeout = cfg.http.stall_timeout;
             qc.digest_cache = Some(http.digest_cache());
             qc.checksum_cache = Some(http.checksum_cache());
             qc.checksums_on_send = cfg.http.checksums_on_send.clone();
             qc.access = access.clone();
             qc.uploads = cfg.uploads.clone();
             qc.upload_state = upload_state.clone();
+            // A certificate-authenticated caller is known only once the handshake completes.
+            qc.early_data = cfg.client_ca.is_none();
             let quic = QuicServer::bind(qc).await?;
             quic_addr = Some(quic.local_addr());
             let rx = stop_rx.clone();

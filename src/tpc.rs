@@ -6,25 +6,30 @@
 //!   `Content-Digest` trailers when it is an xfer server, the whole file against its
 //!   `Repr-Digest`; plain ranges from any other HTTP server (nginx, XRootD). It writes the
 //!   staging file the core named; the core renames it into place.
-//! - A push is an [`Upload`]: xfer's parallel upload protocol, every chunk checked by the
-//!   receiving xfer server on arrival and the whole file before it is stored; a file of at
-//!   most one chunk goes as one plain `PUT` with `Content-Digest`, which any WebDAV server
-//!   takes.
+//! - A push asks the remote first (`OPTIONS`): an xfer server that announces
+//!   `Xfer-Upload-Protocol: 1` gets an [`Upload`], xfer's parallel upload protocol, every
+//!   chunk checked on arrival and the whole file before it is stored; any other server
+//!   (nginx, XRootD) gets the whole file as one plain `PUT` streamed from disk, its
+//!   checksums compared with what the server declares (`plain_put`).
 //!
 //! The fields the caller passed with `TransferHeader<Name>` go on every request to the
 //! remote's origin, never to another origin a redirect points at.
 
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use xfer_common::secret::Secret;
 use xfer_core::get::{Download, GetConfig};
 use xfer_core::progress::Progress;
 use xfer_core::put::{PutConfig, Upload};
+use xfer_core::transport::Transport;
 use xfer_core::Sha256Digest;
 use xfer_service::tpc::{CopyDirection, CopyJob, CopyOutcome, RunningCopy};
 use xfer_service::CopyRunner;
 
-use crate::{transport_for, ClientConfig, LaneLayout};
+use crate::{plain_put, transport_for, ClientConfig, LaneLayout};
 
 /// Runs copies with xfer's HTTP client and engine.
 #[derive(Debug, Clone)]
@@ -105,21 +110,51 @@ impl CopyRunner for EngineCopyRunner {
                     Ok(t) => t,
                     Err(e) => return failed(e.to_string()),
                 };
-                let upload = Upload::new(transport, from, url.clone(), self.put.clone());
+                let upload = Upload::new(
+                    Arc::clone(&transport),
+                    from.clone(),
+                    url.clone(),
+                    self.put.clone(),
+                );
                 let progress = upload.progress();
+                let put = self.put.clone();
                 RunningCopy {
-                    progress,
-                    done: Box::pin(async move {
-                        let report = upload.run_until(stop).await.map_err(|e| chain(&e))?;
-                        Ok(CopyOutcome {
-                            sha256: Sha256Digest::from_hex(&report.sha256).ok(),
-                            bytes: report.size,
-                        })
-                    }),
+                    progress: progress.clone(),
+                    done: Box::pin(push(transport, upload, from, put, progress, stop)),
                 }
             }
         }
     }
+}
+
+/// Push `from` to `url`: xfer's parallel upload protocol when the remote announces it,
+/// otherwise the whole file in one plain `PUT` streamed from disk. Never guessed: a server
+/// that ignored `Content-Range` would store a chunk as the file.
+async fn push(
+    transport: Arc<dyn Transport>,
+    upload: Upload,
+    from: PathBuf,
+    put: PutConfig,
+    progress: Progress,
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+) -> Result<CopyOutcome, String> {
+    let mut lane = transport.open_lane(0).await.map_err(|e| chain(&e))?;
+    let parallel = lane.speaks_upload_protocol().await.map_err(|e| chain(&e))?;
+    tracing::info!(file = %from.display(), parallel, "pushing");
+    if !parallel {
+        let stored =
+            plain_put::put_whole_file(&*transport, lane, &from, &put, &progress, stop).await?;
+        return Ok(CopyOutcome {
+            sha256: Some(stored.sha256),
+            bytes: stored.bytes,
+        });
+    }
+    drop(lane);
+    let report = upload.run_until(stop).await.map_err(|e| chain(&e))?;
+    Ok(CopyOutcome {
+        sha256: Sha256Digest::from_hex(&report.sha256).ok(),
+        bytes: report.size,
+    })
 }
 
 /// A copy that could not even start.
@@ -131,7 +166,7 @@ fn failed(why: String) -> RunningCopy {
 }
 
 /// An error with its causes, as one line: the `failure:` line is all the orchestrator sees.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -54,9 +54,19 @@ mod access;
 #[path = "e2e/upload.rs"]
 mod upload;
 
+#[path = "e2e/memory.rs"]
+mod memory;
 #[path = "e2e/multi_source.rs"]
 mod multi_source;
+#[path = "e2e/resumable.rs"]
+mod resumable;
 #[path = "e2e/tpc.rs"]
 mod tpc;
+
+#[path = "e2e/tpc_push.rs"]
+mod tpc_push;
 #[path = "e2e/wlcg.rs"]
 mod wlcg;
+
+#[path = "e2e/load.rs"]
+mod load;

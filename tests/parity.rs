@@ -441,10 +441,11 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
         None
     };
     if status == 405 {
-        // xfer/1 has no Allow; HTTP must name the methods it serves.
+        // xfer/1 has no Allow; HTTP must name the methods it serves (third-party copy is
+        // on by default, uploads are not).
         assert_eq!(
             header("allow").as_deref(),
-            Some("GET, HEAD, OPTIONS, PROPFIND"),
+            Some("COPY, GET, HEAD, OPTIONS, PROPFIND"),
             "{}",
             case.name
         );

@@ -33,6 +33,10 @@ impl Transport for LaneMap {
         self.inner.protocol()
     }
 
+    fn request_ahead(&self) -> Option<bool> {
+        self.inner.request_ahead()
+    }
+
     fn default_lanes(&self) -> usize {
         self.lanes.len()
     }

@@ -13,25 +13,20 @@ use xfer::{ClientConfig, ClientTlsOptions, Download, GetConfig, HttpVersion, Tra
 use xfer_test_support::fault_proxy::{Fault, FaultProxy};
 
 use crate::support::{
-    free_port, require_program, sha256_file, wait_listening, write_random_file, xfer_bin, BoxError,
+    free_port, require_program, sha256_file, start_server, write_random_file, xfer_bin, BoxError,
     ChildGuard, Fixture, Proto, TestResult, MIB,
 };
 
 fn spawn_serve(root: &Path, cert_dir: &Path, addr: SocketAddr) -> Result<ChildGuard, BoxError> {
-    let mut child = Command::new(xfer_bin())
-        .arg("serve")
+    let mut cmd = Command::new(xfer_bin());
+    cmd.arg("serve")
         .arg(root)
         .args(["--self-signed", "--no-quic", "--listen", &addr.to_string()])
         // Little buffered ahead of the client, so killing the server cuts transfers short.
         .args(["--tcp-send-buffer", "64KiB"])
         .arg("--cert-dir")
-        .arg(cert_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    wait_listening(addr, &mut child, Duration::from_secs(30))?;
-    Ok(ChildGuard(child))
+        .arg(cert_dir);
+    start_server(cmd, addr)
 }
 
 /// Finding 3: the server is killed mid-download and started again with the same

@@ -18,13 +18,13 @@ use crate::support::{
 };
 
 /// nginx serving `dir/www` on a loopback port, as a child process.
-struct Nginx {
+pub(crate) struct Nginx {
     _child: ChildGuard,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 /// `directives` go into the `server` block (`max_ranges 0;`, `autoindex on;`).
-fn start_nginx(bin: &Path, dir: &Path, directives: &str) -> Result<Nginx, BoxError> {
+pub(crate) fn start_nginx(bin: &Path, dir: &Path, directives: &str) -> Result<Nginx, BoxError> {
     for sub in ["www", "client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
         std::fs::create_dir_all(dir.join(sub))?;
     }
@@ -73,7 +73,7 @@ fn start_nginx(bin: &Path, dir: &Path, directives: &str) -> Result<Nginx, BoxErr
     Err(format!("nginx did not start: {last}").into())
 }
 
-fn nginx() -> Option<std::path::PathBuf> {
+pub(crate) fn nginx() -> Option<std::path::PathBuf> {
     require_program(
         "nginx",
         &["/usr/sbin/nginx", "/usr/local/sbin/nginx"],

@@ -235,9 +235,44 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Peak (`VmHWM`) and current (`VmRSS`) resident memory of a process, KiB.
+pub fn rss_kib(pid: u32) -> Result<(u64, u64), BoxError> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> Result<u64, BoxError> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("no {name} in /proc/{pid}/status").into())
+    };
+    Ok((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+/// The bound docs/security.md states for an `xfer serve` process, KiB: its memory budget,
+/// plus a fixed allowance (runtime, thread stacks, TLS and certificate state, digest cache)
+/// and an allowance per open connection (TLS records, hyper/h2/quinn state).
+pub fn rss_bound_kib(budget_mib: u64, connections: u64) -> u64 {
+    const PROCESS_MIB: u64 = 64;
+    const PER_CONNECTION_KIB: u64 = 256;
+    (budget_mib + PROCESS_MIB) * 1024 + PER_CONNECTION_KIB * connections
+}
+
 /// A loopback TCP port free at the time of asking.
 pub fn free_port() -> Result<u16, BoxError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Start `cmd` (an `xfer serve ...`) with no input or output, and return once it accepts
+/// connections at `addr`.
+pub fn start_server(mut cmd: Command, addr: SocketAddr) -> Result<ChildGuard, BoxError> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    wait_listening(addr, &mut child, Duration::from_secs(30))?;
+    Ok(ChildGuard(child))
 }
 
 /// Wait until something accepts TCP connections at `addr`, or the child exits, or `limit`.

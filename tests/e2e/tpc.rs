@@ -37,14 +37,14 @@ prefix = "/"
 
 /// Two servers sharing one self-signed certificate, each trusting it for its copies: `a`
 /// serves only callers with the token, `b` anonymous reads too.
-struct Pair {
-    a: Fixture,
-    b: Fixture,
-    cert: PathBuf,
+pub(crate) struct Pair {
+    pub(crate) a: Fixture,
+    pub(crate) b: Fixture,
+    pub(crate) cert: PathBuf,
     _cert_dir: tempfile::TempDir,
 }
 
-async fn pair(tpc: TpcConfig) -> Result<Pair, BoxError> {
+pub(crate) async fn pair(tpc: TpcConfig) -> Result<Pair, BoxError> {
     let cert_dir = tempfile::tempdir()?;
     let (made, _) = reuse_or_generate_self_signed(
         &["127.0.0.1".to_string(), "localhost".to_string()],
@@ -80,7 +80,7 @@ async fn pair(tpc: TpcConfig) -> Result<Pair, BoxError> {
     })
 }
 
-fn quick() -> TpcConfig {
+pub(crate) fn quick() -> TpcConfig {
     TpcConfig {
         marker_interval: Duration::from_millis(200),
         ..TpcConfig::default()
@@ -89,8 +89,9 @@ fn quick() -> TpcConfig {
 
 /// A `COPY` in flight: the answer's head, its body, and the connection (aborting it closes
 /// the socket).
-struct Copy {
-    status: u16,
+pub(crate) struct Copy {
+    pub(crate) status: u16,
+    pub(crate) headers: http::HeaderMap,
     retry_after: Option<String>,
     body: Incoming,
     conn: JoinHandle<()>,
@@ -98,7 +99,7 @@ struct Copy {
 
 impl Copy {
     /// The body to its end, as text.
-    async fn text(self) -> Result<String, BoxError> {
+    pub(crate) async fn text(self) -> Result<String, BoxError> {
         let bytes = self.body.collect().await?.to_bytes();
         self.conn.abort();
         Ok(String::from_utf8(bytes.to_vec())?)
@@ -106,9 +107,21 @@ impl Copy {
 }
 
 /// Send `COPY path` to `server` over HTTP/1.1 (or HTTP/2 with `h2`) and TLS.
-async fn copy(
+pub(crate) async fn copy(
     server: &Fixture,
     cert: &Path,
+    path: &str,
+    headers: &[(&str, &str)],
+    h2: bool,
+) -> Result<Copy, BoxError> {
+    request(server, cert, "COPY", path, headers, h2).await
+}
+
+/// Send `method path` to `server` over HTTP/1.1 (or HTTP/2 with `h2`) and TLS.
+pub(crate) async fn request(
+    server: &Fixture,
+    cert: &Path,
+    method: &str,
     path: &str,
     headers: &[(&str, &str)],
     h2: bool,
@@ -127,7 +140,7 @@ async fn copy(
     let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
         .connect(name, tcp)
         .await?;
-    let mut req = http::Request::builder().method("COPY");
+    let mut req = http::Request::builder().method(method);
     req = if h2 {
         req.uri(format!("https://{addr}{path}"))
             .version(http::Version::HTTP_2)
@@ -158,6 +171,7 @@ async fn copy(
     let (parts, body) = response.into_parts();
     Ok(Copy {
         status: parts.status.as_u16(),
+        headers: parts.headers.clone(),
         retry_after: parts
             .headers
             .get("retry-after")
@@ -172,7 +186,7 @@ const BEARER: &str = "Bearer tpc-token";
 
 /// The fields of a `COPY` by the token holder: `which` (`source` or `destination`) and the
 /// remote URL, the token for the remote too when `pass_token`, then `extra`.
-fn fields<'a>(
+pub(crate) fn fields<'a>(
     which: &'a str,
     remote: &'a str,
     pass_token: bool,
@@ -188,7 +202,7 @@ fn fields<'a>(
 
 /// Check a marker stream: blocks of only the standard lines, counts that never go down, and
 /// the last line; returns the last line.
-fn check_markers(text: &str) -> String {
+pub(crate) fn check_markers(text: &str) -> String {
     let mut last_count = 0u64;
     let mut lines = text.lines().peekable();
     let mut last = String::new();
@@ -442,7 +456,7 @@ async fn over_the_limit_429_and_a_client_that_leaves_cancels_its_copy() -> TestR
 }
 
 /// Names of uploads and copies in progress under `dir`.
-fn staging_names(dir: &Path) -> Result<Vec<String>, BoxError> {
+pub(crate) fn staging_names(dir: &Path) -> Result<Vec<String>, BoxError> {
     if !dir.exists() {
         return Ok(Vec::new());
     }

@@ -291,6 +291,9 @@ impl Transport for GatedTransport {
     fn protocol(&self) -> String {
         self.inner.protocol()
     }
+    fn request_ahead(&self) -> Option<bool> {
+        self.inner.request_ahead()
+    }
     fn default_lanes(&self) -> usize {
         self.inner.default_lanes()
     }
@@ -397,13 +400,15 @@ async fn interrupted_mid_file(proto: Proto) -> TestResult {
     let size = 8 * MIB + 99;
     write_random_file(&fx.root().join("big.bin"), size, 5)?;
     let dest = fx.out().join("tree");
-    let first = interrupted_at(&fx, &dest, config(), GateOn::LaterChunk(12)).await?;
+    // Each of the file's 8 lanes has at most two requests out (one sent ahead), so when the
+    // 20th is sent at least 4 chunks were answered.
+    let first = interrupted_at(&fx, &dest, config(), GateOn::LaterChunk(20)).await?;
     assert_eq!(first.fetched, 0);
 
     let second = fetch(&fx, &dest, config()).await?;
     assert!(second.failed.is_empty(), "{:?}", second.failed);
     assert_eq!(second.fetched, 1);
-    // Chunk 0 and the later ones answered before the 12th: all verified and kept but for
+    // Chunk 0 and the later ones answered before the 20th: all verified and kept but for
     // those still in flight on the file's 8 lanes.
     assert!(second.resumed_bytes >= 4 * CHUNK, "{second:?}");
     assert_eq!(second.bytes + second.resumed_bytes, size, "{second:?}");

@@ -28,7 +28,8 @@ access = "read"
 prefix = "/"
 "#;
 
-fn configure(cfg: &mut ServeConfig, dir: &Path) {
+/// Uploads on, with the tokens above; shared with the resumable-upload cases.
+pub(crate) fn configure(cfg: &mut ServeConfig, dir: &Path) {
     let file = dir.join("access.toml");
     std::fs::write(&file, ACCESS).expect("writing the access file");
     cfg.access_file = Some(file);
@@ -40,6 +41,7 @@ async fn fixture(proto: Proto) -> Result<Fixture, BoxError> {
     for (name, token) in [
         ("upload.token", "upload-token"),
         ("read.token", "read-token"),
+        ("wrong.token", "no-such-token"),
     ] {
         std::fs::write(fx.dir.path().join(name), format!("{token}\n"))?;
     }
@@ -71,13 +73,13 @@ fn put_args(fx: &Fixture, file: &Path, path: &str, token: &str, extra: &[&str]) 
 async fn identical_and_refusals(proto: Proto) -> TestResult {
     let fx = fixture(proto).await?;
     let src = fx.out().join("src.bin");
-    let sha = write_random_file(&src, 64 * MIB + 12345, 41)?;
+    let sha = write_random_file(&src, 256 * MIB + 12345, 41)?;
     let out = run_xfer(put_args(
         &fx,
         &src,
         "/in/deep/er/a.bin",
         "upload.token",
-        &["--lanes", "8", "--chunk-size", "4MiB"],
+        &["--lanes", "8", "--chunk-size", "8MiB"],
     ))
     .await?;
     let report = json_report(&out)?;
@@ -101,8 +103,18 @@ async fn identical_and_refusals(proto: Proto) -> TestResult {
     );
     assert_eq!(sha256_file(&fx.root().join("in/small.bin"))?, small_sha);
 
-    // Refused: a read-only token, a path outside the token's scope, one outside the root.
+    // Refused: no token, a token the server does not know, a read-only token, a path
+    // outside the token's scope, one outside the root.
+    let mut anonymous = put_args(&fx, &src, "/in/r.bin", "upload.token", &[]);
+    if let Some(i) = anonymous.iter().position(|a| a == "--token-file") {
+        anonymous.drain(i..i + 2);
+    }
+    let out = run_xfer(anonymous).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{proto:?} no token: {stderr}");
+    assert!(stderr.contains("401"), "{proto:?} no token: {stderr}");
     for (path, token, status) in [
+        ("/in/r.bin", "wrong.token", "401"),
         ("/in/r.bin", "read.token", "403"),
         ("/elsewhere/r.bin", "upload.token", "403"),
         ("/in/%2e%2e/%2e%2e/r.bin", "upload.token", "40"),
@@ -419,4 +431,90 @@ async fn directory_upload_and_rerun(proto: Proto) -> TestResult {
 
 each_transport! {
     put_directory => directory_upload_and_rerun;
+}
+
+/// A proxy that flips one byte of what the client sends, at `at` bytes into the first
+/// connection: a chunk corrupted on the wire, after the client computed its digest.
+async fn corrupting_proxy(
+    upstream: std::net::SocketAddr,
+    at: u64,
+) -> Result<std::net::SocketAddr, BoxError> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                return;
+            };
+            let flip_at = first.then_some(at);
+            first = false;
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut seen = 0u64;
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if let Some(at) = flip_at {
+                            if (seen..seen + n as u64).contains(&at) {
+                                buf[(at - seen) as usize] ^= 0x01;
+                            }
+                        }
+                        seen += n as u64;
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = sw.shutdown().await;
+                };
+                let down = async move {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    let _ = cw.shutdown().await;
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// A chunk corrupted on the wire (plain HTTP/1.1 through a proxy that flips one byte of the
+/// request body): the server refuses it against its Content-Digest, the client sends that
+/// chunk again and nothing else, and the file lands identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chunk_corrupted_on_the_wire_is_refused_and_sent_again_alone() -> TestResult {
+    let fx = fixture(Proto::H2c).await?;
+    let src = fx.out().join("w.bin");
+    let size = 8 * MIB;
+    let sha = write_random_file(&src, size, 48)?;
+    // Well inside the third chunk's body: request heads are a few hundred bytes each.
+    let proxy = corrupting_proxy(fx.servers.http_addr, 2 * MIB + MIB / 2).await?;
+    let args = vec![
+        "put".to_string(),
+        src.display().to_string(),
+        format!("http://{proxy}/in/w.bin"),
+        "--json".into(),
+        "--token-file".into(),
+        fx.dir.path().join("upload.token").display().to_string(),
+        "--protocol".into(),
+        "http1".into(),
+        "--lanes".into(),
+        "1".into(),
+        "--chunk-size".into(),
+        "1MiB".into(),
+    ];
+    let out = run_xfer(args).await?;
+    let report = json_report(&out)?;
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert_eq!(u64_field(&report, "retries")?, 1, "{report}");
+    assert_eq!(u64_field(&report, "sent_bytes")?, size + MIB, "{report}");
+    assert_eq!(sha256_file(&fx.root().join("in/w.bin"))?, sha);
+    fx.shutdown().await;
+    Ok(())
 }

@@ -688,3 +688,61 @@ async fn xfer_get_checksum_refuses_a_wrong_or_missing_digest() -> TestResult {
     assert_eq!(std::fs::read(&dest)?, data);
     Ok(())
 }
+
+/// HTTP-TPC push into XRootD: an xfer server is asked with `COPY` and `Destination:` to send
+/// a 40 MiB file to XRootD's HTTP server, which does not announce xfer's upload protocol, so
+/// it gets one plain `PUT` streamed from disk; XRootD's adler32 of what it stored is checked
+/// by xfer (`Want-Digest`) and again here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xfer_pushes_into_xrootd_by_http_tpc() -> TestResult {
+    let Some(s) = xrootd_setup().await? else {
+        return Ok(());
+    };
+    let ca = PathBuf::from(&s.ca);
+    // A second xfer server whose copies trust the certificate XRootD serves.
+    let pusher = Fixture::start_with(Proto::Http1Tls, move |cfg: &mut ServeConfig, dir: &Path| {
+        configure(cfg, dir);
+        cfg.tpc = Some(Default::default());
+        cfg.tpc_client = xfer::ClientConfig::default().with_tls(xfer::ClientTlsOptions {
+            ca_certs: vec![ca.clone()],
+            ..Default::default()
+        });
+    })
+    .await?;
+    std::fs::create_dir_all(pusher.root().join("in"))?;
+    let src = pusher.root().join("in/push.bin");
+    let expected = write_random_file(&src, 40 * MIB + 3, 46)?;
+    let pusher_ca = pusher.ca_cert().ok_or("no certificate")?;
+    let out = run(
+        &s.curl,
+        &[
+            "-sS",
+            "--max-time",
+            "120",
+            "--cacert",
+            &pusher_ca.display().to_string(),
+            "-X",
+            "COPY",
+            "-H",
+            &format!("Authorization: Bearer {UPLOAD_TOKEN}"),
+            "-H",
+            &format!("Destination: {}", s.xrootd.url("/pushed.bin")),
+            &pusher.url("/in/push.bin"),
+        ],
+        &[],
+    )
+    .await?;
+    let markers = checked(&out, "curl -X COPY (push) to xfer")?;
+    assert!(
+        markers.contains("Perf Marker") && markers.trim_end().ends_with("success: Created"),
+        "xfer's TPC answer:\n{markers}"
+    );
+    assert_eq!(sha256_file(&s.xrootd.data.join("pushed.bin"))?, expected);
+    let at_xrootd = adler32_by_want_digest(&s.curl, &s.ca, &s.xrootd.url("/pushed.bin")).await?;
+    assert_eq!(
+        at_xrootd,
+        checksum_of(ChecksumAlgorithm::Adler32, &src)?.to_hex()
+    );
+    pusher.shutdown().await;
+    Ok(())
+}

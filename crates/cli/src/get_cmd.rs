@@ -93,6 +93,13 @@ pub struct GetArgs {
     /// Attempts per chunk before giving up.
     #[arg(long, default_value_t = 8)]
     pub retries: u32,
+    /// Send each lane's next request before its current body ends (`on`) or only after
+    /// (`off`). Default: on for HTTP/2 and QUIC (another stream) when the connection window
+    /// holds two stream windows per lane (raise --h2-connection-window or
+    /// --quic-connection-window), never below that; off for HTTP/1.1, where it takes a second
+    /// connection per lane and measured slower.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub request_ahead: Option<bool>,
     /// Print the final report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -101,6 +108,14 @@ pub struct GetArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: expected on or off")),
+    }
 }
 
 pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
@@ -128,6 +143,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
             chunk_size: args.chunk_size,
             lanes: args.lanes,
             verify: !args.no_verify,
+            request_ahead: args.request_ahead,
             ..GetConfig::default()
         };
         get.schedule.max_attempts = args.retries.max(1);
@@ -157,6 +173,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         write_sha256_file: args.sha256_file,
         overwrite: args.overwrite,
         checksum: args.checksum,
+        request_ahead: args.request_ahead,
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
@@ -193,6 +210,9 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         );
     } else if !args.quiet {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
+        if let Some(startup) = report.startup() {
+            eprintln!("{startup}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -26,6 +26,9 @@ pub enum LabCommand {
     Run(RunArgs),
     /// Start one emulated link, ping through it, run iperf3 if installed, print relay stats.
     Ping(PingArgs),
+    /// Uploads through one link: `xfer put` beside `xfer get` of the same file, and
+    /// `curl -T`.
+    Upload(crate::lab_upload_cmd::UploadArgs),
     /// Remove the namespaces of a lab that was killed.
     Cleanup {
         /// Namespace prefix of the lab.
@@ -81,6 +84,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<ExitCode> {
     tokio::task::spawn_blocking(move || match args.command {
         LabCommand::Run(a) => run_scenario(a),
         LabCommand::Ping(a) => ping(a),
+        LabCommand::Upload(a) => crate::lab_upload_cmd::run(a),
         LabCommand::Cleanup { prefix } => {
             let removed = xfer_lab::cleanup(&prefix)?;
             if removed.is_empty() {

@@ -12,6 +12,7 @@ mod exit;
 mod get_cmd;
 mod interrupt;
 mod lab_cmd;
+mod lab_upload_cmd;
 mod progress_bar;
 mod put_cmd;
 mod serve_cmd;

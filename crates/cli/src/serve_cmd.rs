@@ -81,6 +81,16 @@ pub struct ServeArgs {
     /// Most simultaneous connections from one client address.
     #[arg(long, default_value_t = 128)]
     pub max_connections_per_address: usize,
+    /// Memory for outgoing data of the whole server, all protocols together: blocks read
+    /// ahead, queued for HTTP/1.1 and HTTP/2, and unacknowledged on QUIC. A response whose
+    /// next block does not fit waits for room. See docs/security.md for the process's bound.
+    #[arg(long, value_parser = size_arg, default_value = "512MiB", value_name = "SIZE")]
+    pub memory_budget: u64,
+    /// A response that sends nothing for this long while it has data to send is ended
+    /// (HTTP/2 stream reset, HTTP/1.1 connection closed, QUIC stream reset with STALLED)
+    /// and its memory returned.
+    #[arg(long, value_parser = duration_arg, default_value = "60s", value_name = "DURATION")]
+    pub stall_timeout: std::time::Duration,
     /// Do not compute whole-file digests in the background (no Repr-Digest).
     #[arg(long)]
     pub no_repr_digest: bool,
@@ -202,6 +212,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.http.repr_digest = !args.no_repr_digest;
     cfg.http.checksums_on_send = args.checksums_on_send.0.clone();
     cfg.http.mirrors = args.mirror.clone();
+    cfg.http.memory_budget = xfer::crates::common::MemoryBudget::new(args.memory_budget);
+    cfg.http.stall_timeout = args.stall_timeout;
     cfg.quic = !args.no_quic;
     cfg.quic_listen = args.quic_listen;
     cfg.renew_self_signed = args.new_cert;
@@ -241,8 +253,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),
         None => {}
     }
-    let _ = tokio::signal::ctrl_c().await;
-    eprintln!("shutting down; letting transfers in flight finish");
+    let signal = crate::interrupt::stop_signal().await;
+    eprintln!("{signal}: shutting down; letting transfers in flight finish");
     servers.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

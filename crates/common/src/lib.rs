@@ -14,6 +14,7 @@
 //! - [`tls`]: rustls server/client configurations (ring provider) and self-signed certificates.
 //! - [`listing`]: directory listings (WebDAV PROPFIND, nginx JSON, xfer's manifest) read as
 //!   untrusted input, and the names in them checked before they touch a local path.
+//! - [`memory`]: one budget for the outgoing blocks of every stream of a server process.
 //! - [`fault`]: a test-only hook that corrupts one byte after the digest was computed.
 //!
 //! It opens no sockets and speaks no protocol.
@@ -27,6 +28,7 @@ pub mod digest_cache;
 pub mod dir_walk;
 pub mod fault;
 pub mod listing;
+pub mod memory;
 pub mod paths;
 pub mod ranges;
 pub mod resource;
@@ -37,6 +39,7 @@ pub mod tls;
 
 pub use digest_cache::{DigestCache, DigestCacheConfig};
 pub use fault::FaultInjection;
+pub use memory::{BudgetBuf, BudgetError, MemoryBudget, DEFAULT_MEMORY_BUDGET};
 pub use paths::{resolve_target_under, resolve_under, PathError, Target, TargetKind};
 pub use ranges::{content_range, parse_content_range, parse_range, RangeOutcome};
 pub use resource::{

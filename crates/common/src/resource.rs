@@ -13,10 +13,11 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::future::Future as _;
+use std::future::Future;
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
@@ -24,6 +25,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
+use crate::memory::{BudgetBuf, BudgetError, MemoryBudget};
 use crate::paths::{resolve_under, PathError};
 use crate::synthetic::{SyntheticQueryError, SyntheticSpec, SYNTHETIC_PATH};
 
@@ -509,7 +511,7 @@ fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
 }
 
 /// How [`BlockStream`] reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamOptions {
     /// Bytes per block, default [`DEFAULT_BLOCK_SIZE`] (256 KiB). Larger blocks mean fewer
     /// thread-pool hops; each stream holds up to `(1 + read_ahead) × block_size` bytes.
@@ -517,6 +519,10 @@ pub struct StreamOptions {
     /// Blocks read ahead of the one being consumed, default 1. More hides slow disks (network
     /// storage) at the cost of memory per stream.
     pub read_ahead: usize,
+    /// Where every block's bytes are counted, shared by all streams of the process (a clone
+    /// shares it). A block is read only once the budget has room for it; default a budget of
+    /// its own of [`crate::memory::DEFAULT_MEMORY_BUDGET`].
+    pub budget: MemoryBudget,
 }
 
 impl Default for StreamOptions {
@@ -524,14 +530,16 @@ impl Default for StreamOptions {
         Self {
             block_size: DEFAULT_BLOCK_SIZE,
             read_ahead: 1,
+            budget: MemoryBudget::default(),
         }
     }
 }
 
 /// The blocks of one range of a [`Resource`], read on tokio's blocking pool ahead of use.
 ///
-/// Must be polled inside a tokio runtime. Dropping it abandons reads in flight (their results
-/// are discarded when they finish).
+/// Must be polled inside a tokio runtime. Each read first waits for room in the
+/// [`MemoryBudget`]; dropping the stream cancels reads still waiting and discards the others'
+/// results when they finish.
 pub struct BlockStream {
     resource: Resource,
     /// Next offset to schedule a read for.
@@ -539,6 +547,8 @@ pub struct BlockStream {
     end: u64,
     opts: StreamOptions,
     in_flight: VecDeque<(u64, JoinHandle<io::Result<Bytes>>)>,
+    /// Waiting for room in the budget for the block at `next`.
+    acquiring: Option<Acquiring>,
     /// Offset of the next block to yield.
     position: u64,
     failed: bool,
@@ -554,9 +564,10 @@ impl BlockStream {
             end,
             opts: StreamOptions {
                 block_size: opts.block_size.max(1),
-                read_ahead: opts.read_ahead,
+                ..opts
             },
             in_flight: VecDeque::new(),
+            acquiring: None,
             position: start,
             failed: false,
         }
@@ -575,19 +586,34 @@ impl BlockStream {
     /// Keep `1 + read_ahead` reads in flight. Synthetic blocks go through the blocking pool
     /// too: generating runs at a few GB/s per core, so doing it beside the sending task (on
     /// another core) rather than inside it roughly doubles a single response's rate.
-    fn schedule(&mut self) {
+    ///
+    /// Room in the budget is asked for one block at a time, in order: a stream holding budget
+    /// then always holds it for its next block to yield, so streams sharing a budget cannot
+    /// each keep a later block while waiting for an earlier one.
+    fn schedule(&mut self, cx: &mut Context<'_>) -> Result<(), io::Error> {
         while self.next < self.end && self.in_flight.len() <= self.opts.read_ahead {
             let offset = self.next;
             let len = block_len(self.end - offset, self.opts.block_size);
+            let acquiring = self.acquiring.get_or_insert_with(|| {
+                let budget = self.opts.budget.clone();
+                Box::pin(async move { budget.buffer(len).await })
+            });
+            let mut buf = match acquiring.as_mut().poll(cx) {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(r) => {
+                    self.acquiring = None;
+                    r.map_err(io::Error::other)?
+                }
+            };
             self.next += len as u64;
             let resource = self.resource.clone();
             let handle = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; len];
                 resource.read_exact_at(offset, &mut buf)?;
-                Ok(Bytes::from(buf))
+                Ok(buf.freeze())
             });
             self.in_flight.push_back((offset, handle));
         }
+        Ok(())
     }
 
     /// The next block, `None` after the last. After an error the stream ends.
@@ -595,12 +621,20 @@ impl BlockStream {
         if self.failed || self.position >= self.end {
             return Poll::Ready(None);
         }
-        self.schedule();
+        if let Err(e) = self.schedule(cx) {
+            self.failed = true;
+            return Poll::Ready(Some(Err(e)));
+        }
         let Some((offset, handle)) = self.in_flight.front_mut() else {
-            return Poll::Ready(None);
+            // Waiting for room in the budget: its semaphore wakes us.
+            return if self.acquiring.is_some() {
+                Poll::Pending
+            } else {
+                Poll::Ready(None)
+            };
         };
         let offset = *offset;
-        let result = match std::pin::Pin::new(handle).poll(cx) {
+        let result = match Pin::new(handle).poll(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(r) => r,
         };
@@ -611,8 +645,9 @@ impl BlockStream {
             Ok(block) => {
                 debug_assert_eq!(offset, self.position);
                 self.position += block.len() as u64;
-                // Start the read after the ones in flight before handing this block out.
-                self.schedule();
+                // Start the read after the ones in flight before handing this block out. An
+                // error here comes back on the next poll.
+                let _ = self.schedule(cx);
                 Poll::Ready(Some(Ok(block)))
             }
             Err(e) => {
@@ -630,6 +665,19 @@ impl BlockStream {
         std::future::poll_fn(|cx| self.poll_next_block(cx)).await
     }
 }
+
+impl Drop for BlockStream {
+    fn drop(&mut self) {
+        // Reads not started yet must not run for a block nobody will send; the budget of the
+        // others comes back when their results are dropped.
+        for (_, h) in self.in_flight.drain(..) {
+            h.abort();
+        }
+    }
+}
+
+/// Waiting for a block's room in the budget.
+type Acquiring = Pin<Box<dyn Future<Output = Result<BudgetBuf, BudgetError>> + Send>>;
 
 fn block_len(remaining: u64, block_size: usize) -> usize {
     usize::try_from(remaining).map_or(block_size, |r| r.min(block_size))
@@ -743,6 +791,7 @@ mod tests {
             let opts = StreamOptions {
                 block_size: 4096,
                 read_ahead,
+                ..StreamOptions::default()
             };
             let mut s = r.stream(1234..98_765, opts);
             let mut got = Vec::new();
@@ -761,6 +810,60 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn streams_sharing_a_small_budget_wait_for_room_and_give_it_back() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+        let dir = root_with("f", &data);
+        let r = Resource::open(dir.path(), "/f", None).expect("open");
+        // Room for two blocks, read-ahead asking for four per stream, two streams.
+        let budget = MemoryBudget::new(8192);
+        let opts = StreamOptions {
+            block_size: 4096,
+            read_ahead: 3,
+            budget: budget.clone(),
+        };
+        // Each stream drained by its own task, as each response is by its own connection.
+        let mut drains = Vec::new();
+        for _ in 0..2 {
+            let mut st = r.stream(0..100_000, opts.clone());
+            let budget = budget.clone();
+            drains.push(tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some(block) = st.next_block().await {
+                    got.extend_from_slice(&block.expect("block"));
+                    assert!(budget.in_use() <= budget.limit());
+                }
+                got
+            }));
+        }
+        for d in drains {
+            let got = tokio::time::timeout(std::time::Duration::from_secs(30), d)
+                .await
+                .expect("streams sharing a budget finish")
+                .expect("task");
+            assert_eq!(got, data);
+        }
+        // A stream dropped mid-way returns what it read ahead.
+        let mut c = r.stream(
+            0..100_000,
+            StreamOptions {
+                block_size: 4096,
+                read_ahead: 1,
+                budget: budget.clone(),
+            },
+        );
+        drop(c.next_block().await);
+        drop(c);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while budget.in_use() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{budget:?} never returned"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn synthetic_stream_matches_fill() {
         let spec = SyntheticSpec {
             size: 70_001,
@@ -774,6 +877,7 @@ mod tests {
             StreamOptions {
                 block_size: 1000,
                 read_ahead: 1,
+                ..StreamOptions::default()
             },
         );
         let mut got = Vec::new();

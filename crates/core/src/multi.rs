@@ -38,6 +38,7 @@ use crate::checksum::ChecksumAlgorithm;
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 use crate::progress::SourceReport;
+use crate::transport::RoundTrips;
 use crate::transport::{
     BoxFuture, ConnectionStats, Lane, RangeBody, RangeRequest, RemoteInfo, Transport,
 };
@@ -647,6 +648,15 @@ impl Transport for MultiSource {
         names.join("+")
     }
 
+    fn request_ahead(&self) -> Option<bool> {
+        let pool = self.lock();
+        match pool.sources.as_slice() {
+            [only] => only.transport.request_ahead(),
+            // A lane may move to another source between requests: none is sent ahead.
+            _ => None,
+        }
+    }
+
     fn default_lanes(&self) -> usize {
         let pool = self.lock();
         let usable: Vec<&Src> = pool.sources.iter().filter(|s| s.usable()).collect();
@@ -772,6 +782,14 @@ impl Lane for MultiLane {
 
     fn connection(&self) -> usize {
         self.inner.connection()
+    }
+
+    fn connect(&mut self) -> BoxFuture<'_, Result<(), TransferError>> {
+        self.inner.connect()
+    }
+
+    fn first_round_trips(&self) -> Option<RoundTrips> {
+        self.inner.first_round_trips()
     }
 }
 

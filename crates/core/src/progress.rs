@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::transport::ConnectionStats;
+use crate::transport::{ConnectionStats, RoundTrips};
 use crate::verification::Verification;
 
 /// Counters for one lane.
@@ -17,10 +17,12 @@ pub struct LaneSnapshot {
     pub bytes: u64,
     /// Chunks this lane fetched that were verified.
     pub chunks: u64,
-    /// Time spent with a request outstanding.
+    /// Time spent reading bodies.
     #[serde(serialize_with = "secs")]
     pub busy: Duration,
     pub retries: u64,
+    /// How the lane's first request reached its first byte.
+    pub round_trips: Option<RoundTrips>,
 }
 
 impl LaneSnapshot {
@@ -88,6 +90,16 @@ impl Progress {
         s
     }
 
+    /// Record work done outside the engine (a whole file sent in one request by its
+    /// caller): `total` bytes in all, `done` of them sent. The counters never go down.
+    pub fn advance_to(&self, total: u64, done: u64) {
+        self.update(|s| {
+            s.total = total;
+            s.verified = s.verified.max(done);
+            s.received = s.received.max(done);
+        });
+    }
+
     pub(crate) fn update(&self, f: impl FnOnce(&mut ProgressSnapshot)) {
         if let Ok(mut s) = self.inner.lock() {
             f(&mut s);
@@ -150,6 +162,8 @@ pub struct LaneReport {
     /// Bits per second while busy.
     pub throughput_bps: f64,
     pub retries: u64,
+    /// Round trips from the lane's start to its first byte (docs/design.md, "Start-up").
+    pub round_trips: Option<RoundTrips>,
 }
 
 /// What a finished transfer did; `xfer get --json` prints this.
@@ -203,6 +217,27 @@ pub struct SourceReport {
 }
 
 impl Report {
+    /// Round trips to the first byte, first lane and later lanes:
+    /// `first lane 3 (tcp 1 + handshake 1 full + request 1); later lanes 3 (...)`.
+    /// `None` when no lane recorded any (a transport that does not count them).
+    pub fn startup(&self) -> Option<String> {
+        let mut lanes = self.lanes.iter().filter_map(|l| l.round_trips);
+        let first = lanes.next()?;
+        let mut later: Vec<(RoundTrips, usize)> = Vec::new();
+        for rt in lanes {
+            match later.iter_mut().find(|(r, _)| *r == rt) {
+                Some((_, n)) => *n += 1,
+                None => later.push((rt, 1)),
+            }
+        }
+        let mut s = format!("round trips to first byte: first lane {first}");
+        if !later.is_empty() {
+            let parts: Vec<String> = later.iter().map(|(rt, n)| format!("{n}× {rt}")).collect();
+            s.push_str(&format!("; later lanes {}", parts.join(", ")));
+        }
+        Some(s)
+    }
+
     /// One human line: `1.00 GiB in 9.21 s, 932.1 Mbit/s, 8 lanes, sha256 ab12…`.
     pub fn summary(&self) -> String {
         let new = self.size - self.resumed_bytes.min(self.size);

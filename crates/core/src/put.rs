@@ -31,8 +31,10 @@ use crate::transport::{ChunkUpload, Lane, Transport};
 /// How an upload runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PutConfig {
-    /// Bytes per chunk, each one request and one server-side check. Default 8 MiB. Memory:
-    /// one chunk per lane is held while it is sent.
+    /// Bytes per chunk, each one request and one server-side check. Default 16 MiB, as for
+    /// downloads ([`crate::plan::DEFAULT_CHUNK_SIZE`]): every request costs its lane one idle
+    /// round trip, so a chunk must take much longer than that to send. Memory: two chunks
+    /// per lane (the one on the wire, the next one read ahead).
     pub chunk_size: u64,
     /// Lanes to run; `None` takes the transport's configured parallelism.
     pub lanes: Option<usize>,
@@ -47,7 +49,7 @@ pub struct PutConfig {
 impl Default for PutConfig {
     fn default() -> Self {
         Self {
-            chunk_size: 8 << 20,
+            chunk_size: crate::plan::DEFAULT_CHUNK_SIZE,
             lanes: None,
             max_attempts: 8,
             backoff_initial: Duration::from_millis(250),
@@ -321,6 +323,7 @@ impl Upload {
                 plan: *plan,
                 size,
                 queue: Arc::clone(&queue),
+                lanes,
                 cfg: self.config.clone(),
                 progress: self.progress.clone(),
                 stop: stop.clone(),
@@ -409,6 +412,9 @@ struct LaneCtx {
     plan: ChunkPlan,
     size: u64,
     queue: Arc<Mutex<VecDeque<ChunkIndex>>>,
+    /// Lanes running: near the end a lane reads ahead no more, so that the last chunks go to
+    /// lanes that are free instead of waiting behind a busy one.
+    lanes: usize,
     cfg: PutConfig,
     progress: Progress,
     stop: CancellationToken,
@@ -442,25 +448,18 @@ impl LaneCtx {
         };
         let label = conn.label();
         self.progress.lane(lane, |s| s.label = label);
+        let mut next = self.prepare_next(true);
         loop {
-            let next = self
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop_front();
-            let Some(chunk) = next else {
+            let Some(prepared) = next.take().or_else(|| self.prepare_next(true)) else {
                 return Ok(conn);
             };
-            let range = self.plan.range(chunk);
-            let data =
-                read_at(&self.file, &self.path, range.start, range.end - range.start).await?;
-            let up = ChunkUpload {
-                id: self.id.clone(),
-                range: range.clone(),
-                total: self.size,
-                sha256: Sha256Digest::of(&data),
-                data,
-            };
+            let up = prepared
+                .await
+                .map_err(|e| PutError::Config(format!("read task failed: {e}")))??;
+            // The following chunk is read and hashed while this one is on the wire, so the
+            // lane does not idle between requests for the disk and the digest.
+            next = self.prepare_next(false);
+            let range = up.range.clone();
             let t0 = Instant::now();
             let mut attempt = 0u32;
             loop {
@@ -497,6 +496,46 @@ impl LaneCtx {
                 }
             });
         }
+    }
+
+    /// Take the next chunk from the queue and read and hash it on the blocking pool. A lane
+    /// reading ahead (`now` false) leaves the last `lanes` chunks to lanes that are free.
+    fn prepare_next(
+        &self,
+        now: bool,
+    ) -> Option<tokio::task::JoinHandle<Result<ChunkUpload, PutError>>> {
+        let chunk = {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if !now && q.len() <= self.lanes {
+                return None;
+            }
+            q.pop_front()?
+        };
+        let range = self.plan.range(chunk);
+        let (file, path, id, total) = (
+            Arc::clone(&self.file),
+            self.path.clone(),
+            self.id.clone(),
+            self.size,
+        );
+        Some(tokio::task::spawn_blocking(move || {
+            let len = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, range.start)
+                .map_err(|source| PutError::Local {
+                    what: "reading",
+                    path,
+                    source,
+                })?;
+            let data = Bytes::from(buf);
+            Ok(ChunkUpload {
+                id,
+                sha256: Sha256Digest::of(&data),
+                range,
+                total,
+                data,
+            })
+        }))
     }
 
     fn remote(&self, source: TransferError) -> PutError {

@@ -287,6 +287,19 @@ impl Scheduler {
         None
     }
 
+    /// Work for a busy `lane` to request ahead, while its current body still streams: the
+    /// next pending chunk, never an end-game duplicate (a lane that is still receiving is not
+    /// idle), or `None`.
+    pub fn next_ahead(&mut self, lane: LaneIndex, now: Instant) -> Option<Assignment> {
+        if self.is_finished() || self.lanes.get(lane).is_none_or(|l| l.dead) {
+            return None;
+        }
+        self.release_backoffs(now);
+        let chunk = self.queue.pop_front()?;
+        self.state[chunk as usize] = ChunkState::InFlight;
+        Some(self.start(chunk, lane, now, true))
+    }
+
     /// `attempt` has received `received` bytes in total so far.
     pub fn handle_progress(&mut self, attempt: AttemptId, received: u64, now: Instant) {
         if let Some(a) = self.attempts.get_mut(&attempt) {

@@ -7,6 +7,8 @@
 //! ```text
 //!   engine ──stat()──────────────► Transport ──► RemoteInfo (size, validators, digests)
 //!   engine ──checksum(alg)───────► Transport ──► the server's adler32/MD5/SHA-256, if any
+//!   engine ──open_first(0, len)──► Transport ──► Opened: RemoteInfo, lane 0, and the body of
+//!                                                bytes 0..len (the first range doubles as stat)
 //!   engine ──open_lane(i)────────► Transport ──► Box<dyn Lane>
 //!   tree   ──list(dir, format)───► Transport ──► ListResponse (media type, pulled body)
 //!   tree   ──sibling(url)────────► Transport ──► a Transport for another resource that
@@ -86,6 +88,113 @@ pub trait RangeBody: Send {
     fn trailer_digest(&self) -> Option<Sha256Digest>;
 }
 
+/// What the engine asks of the first request, which also learns the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstRequest {
+    /// Ask for bytes `0..len` (the first chunk); fewer come back when the resource is smaller.
+    pub len: u64,
+    /// Ask for a digest of those bytes, as [`RangeRequest::want_digest`].
+    pub want_digest: bool,
+}
+
+/// The answer to [`Transport::open_first`]: the resource, the lane that asked, and the body
+/// of the first range when the answer carried one.
+pub struct Opened {
+    pub info: RemoteInfo,
+    pub lane: Box<dyn Lane>,
+    pub first: Option<FirstBody>,
+}
+
+/// A response body that arrived with the resource's description, for the lane that asked to
+/// read as its first chunk.
+pub struct FirstBody {
+    /// The bytes it carries: `0..min(len, size)`, or `0..size` when `whole`.
+    pub range: Range<u64>,
+    /// The server ignored the range and sends the whole resource.
+    pub whole: bool,
+    pub body: Box<dyn RangeBody>,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("info", &self.info)
+            .field("first", &self.first.as_ref().map(|b| (&b.range, b.whole)))
+            .finish_non_exhaustive()
+    }
+}
+
+/// How TLS began on the connection that carried a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsStart {
+    /// No TLS (plain TCP), or not known.
+    #[default]
+    None,
+    /// A full handshake.
+    Full,
+    /// A resumed session (TLS 1.3 PSK from an earlier connection's ticket).
+    Resumed,
+    /// A resumed session whose first request went as early data (QUIC 0-RTT).
+    EarlyData,
+    /// The request went as early data, which the server refused (it did not know the
+    /// session); it was sent again once the handshake completed.
+    EarlyDataRefused,
+}
+
+/// The round trips a lane's first request waited for before its response head arrived, as
+/// its transport counts them (docs/design.md, "Start-up"). Each is one exchange with the
+/// server that had to complete before the next could begin.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoundTrips {
+    /// TCP's handshake: 1 for a new TCP connection, 0 for QUIC or a connection that was
+    /// already open before the lane needed it.
+    pub tcp: u8,
+    /// TLS or QUIC handshake round trips before the request could go: 1 for TLS 1.3 (full or
+    /// resumed) or QUIC, 2 with a HelloRetryRequest, 0 without TLS, over an open connection,
+    /// or when the request rode in early data.
+    pub handshake: u8,
+    /// The request: 1, plus 1 per redirect followed.
+    pub requests: u8,
+    pub tls: TlsStart,
+    /// The connection was opened while the first lane's request was learning the resource,
+    /// before this lane knew what to ask: of its round trips only `requests` came after the
+    /// first answer.
+    pub preconnected: bool,
+}
+
+impl RoundTrips {
+    /// All round trips on the lane's own path to its first byte.
+    pub fn total(&self) -> u8 {
+        self.tcp + self.handshake + self.requests
+    }
+}
+
+impl std::fmt::Display for RoundTrips {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.tcp > 0 {
+            parts.push(format!("tcp {}", self.tcp));
+        }
+        let tls = match self.tls {
+            TlsStart::None => "",
+            TlsStart::Full => " full",
+            TlsStart::Resumed => " resumed",
+            TlsStart::EarlyData => " 0-rtt",
+            TlsStart::EarlyDataRefused => " 0-rtt refused",
+        };
+        if self.handshake > 0 || !tls.is_empty() {
+            parts.push(format!("handshake {}{tls}", self.handshake));
+        }
+        parts.push(format!("request {}", self.requests));
+        write!(f, "{} ({})", self.total(), parts.join(" + "))?;
+        if self.preconnected {
+            write!(f, ", connected during the first request")?;
+        }
+        Ok(())
+    }
+}
+
 /// A request channel that serves one range request at a time.
 pub trait Lane: Send {
     /// Send `req` and return its body once the response head has arrived.
@@ -99,6 +208,17 @@ pub trait Lane: Send {
 
     /// The connection this lane rides on, an index into [`Transport::connection_stats`].
     fn connection(&self) -> usize;
+
+    /// Set up the lane's connection now if it has none, so its first request finds it ready:
+    /// the engine does this for every lane while the first request learns the resource.
+    fn connect(&mut self) -> BoxFuture<'_, Result<(), TransferError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// How the first request this lane sent reached its response head, once it has.
+    fn first_round_trips(&self) -> Option<RoundTrips> {
+        None
+    }
 
     /// Send a whole file in one request, for the server to check against `sha256` and store.
     fn put_whole<'a>(
@@ -128,6 +248,23 @@ pub trait Lane: Send {
         Box::pin(async { Err(uploads_unsupported()) })
     }
 
+    /// Whether the server says it understands xfer's parallel upload protocol
+    /// (docs/upload-protocol.md: `OPTIONS` answered with `Xfer-Upload-Protocol: 1`). Any
+    /// other server may ignore `Content-Range` on a `PUT` and store a chunk as the whole
+    /// file, so it gets whole-file requests only.
+    fn speaks_upload_protocol(&mut self) -> BoxFuture<'_, Result<bool, TransferError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Send a whole local file as the body of one plain request (`PUT` with its
+    /// `Content-Length`), read from disk as it goes out, so its size is not bounded by
+    /// memory. Returns the checksums the server declared of what it stored (`Digest`,
+    /// `Repr-Digest`), if any.
+    fn put_file(&mut self, body: FileBody) -> BoxFuture<'_, Result<Vec<Checksum>, TransferError>> {
+        let _ = body;
+        Box::pin(async { Err(uploads_unsupported()) })
+    }
+
     /// Ask the server to check upload `id` against the whole file's `sha256` and put it in
     /// place.
     fn complete_upload<'a>(
@@ -142,6 +279,19 @@ pub trait Lane: Send {
 
 fn uploads_unsupported() -> TransferError {
     TransferError::Config("this transport cannot upload (use an https:// or http:// URL)".into())
+}
+
+/// A local file sent whole as one request body ([`Lane::put_file`]). Cloning it is cheap;
+/// every request built from it (a retry, a redirect) reads the file again from the start.
+#[derive(Debug, Clone)]
+pub struct FileBody {
+    pub file: Arc<std::fs::File>,
+    /// For errors.
+    pub path: std::path::PathBuf,
+    /// The body's length, sent as `Content-Length`; the file must still hold this many bytes.
+    pub size: u64,
+    /// Bytes handed to the connection so far in the current attempt, for progress.
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One chunk of a parallel upload.
@@ -235,6 +385,27 @@ pub trait Transport: Send + Sync {
         })
     }
 
+    /// Open lane `index` and learn the resource with its first request: for HTTP a `GET` of
+    /// bytes `0..first.len` whose answer (`206` with `Content-Range`, or a `200` with the whole
+    /// resource) gives size and validators, instead of a separate `HEAD`. The default asks
+    /// [`Transport::stat`] and then opens the lane, with no body.
+    fn open_first(
+        &self,
+        index: usize,
+        first: FirstRequest,
+    ) -> BoxFuture<'_, Result<Opened, TransferError>> {
+        let _ = first;
+        Box::pin(async move {
+            let info = self.stat().await?;
+            let lane = self.open_lane(index).await?;
+            Ok(Opened {
+                info,
+                lane,
+                first: None,
+            })
+        })
+    }
+
     /// Open lane number `index` (0-based). Transports map lanes onto connections as their
     /// configuration says (one connection per lane for HTTP/1.1, K streams on M connections
     /// for HTTP/2 and QUIC). Opening may connect lazily.
@@ -247,6 +418,18 @@ pub trait Transport: Send + Sync {
 
     /// A name for reports: `http/1.1`, `h2`, `h2c`, `quic`.
     fn protocol(&self) -> String;
+
+    /// Whether lanes may send their next request before their body ends, and whether they
+    /// should by default ([`crate::get::GetConfig::request_ahead`]). `Some(true)`: yes, one
+    /// more stream on a connection already open. `Some(false)`: possible but not by default
+    /// (HTTP/1.1, where it takes a second connection per lane, which starts in slow start and
+    /// idles between its chunks, and measured slower than the round trip it saves).
+    /// `None`: never, because the next bodies could starve the current ones: on a shared
+    /// connection whose window is smaller than two stream windows per lane, unread next
+    /// bodies may take the whole connection window and stall the bodies being read.
+    fn request_ahead(&self) -> Option<bool> {
+        Some(true)
+    }
 
     /// How many lanes this transport is configured for (HTTP/1.1: connections; HTTP/2 and
     /// QUIC: connections × streams per connection). The engine opens this many unless told

@@ -119,7 +119,13 @@ async fn permanent_error_fails_fast_keeping_progress_then_resume_fetches_only_th
     t.inject(7 * CHUNK, MemFault::Fail { retryable: false }, 1);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
-    let err = get(&t, &dest, config()).await.unwrap_err();
+    // One request at a time: with the next request sent ahead, chunk 7's refusal would end
+    // the transfer while chunk 6 still streams.
+    let one_at_a_time = GetConfig {
+        request_ahead: Some(false),
+        ..config()
+    };
+    let err = get(&t, &dest, one_at_a_time).await.unwrap_err();
     assert!(matches!(err, GetError::Chunk { chunk: 7, .. }), "{err}");
     assert!(err.to_string().contains("chunk 7"), "{err}");
     assert!(!dest.exists());

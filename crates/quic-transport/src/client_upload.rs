@@ -38,7 +38,7 @@ impl Inner {
         body: Option<Bytes>,
         what: &str,
     ) -> Result<(), TransferError> {
-        let (head, _recv) = self.exchange_with(conn, req, body).await?;
+        let (head, _recv, _) = self.exchange_with(conn, req, body).await?;
         if (200..300).contains(&head.status) {
             Ok(())
         } else {
@@ -83,8 +83,22 @@ impl Inner {
             c.range.start,
             c.range.end.saturating_sub(1)
         );
-        self.upload_exchange(conn, &req, Some(c.data.clone()), &what)
-            .await
+        let (head, _recv, _) = self.exchange_with(conn, &req, Some(c.data.clone())).await?;
+        if (200..300).contains(&head.status) {
+            return Ok(());
+        }
+        // A 400 that carries the upload's size and received ranges: the chunk arrived
+        // damaged (its digest did not match), so it is worth sending again.
+        if head.status == status::BAD_REQUEST && head.size == c.total && c.total > 0 {
+            return Err(TransferError::Unexpected {
+                peer: self.peer.clone(),
+                message: format!(
+                    "{what} {}: the chunk arrived different from its digest; sending it again",
+                    req.path
+                ),
+            });
+        }
+        Err(self.status_error(&head, format!("{what} {}", req.path)))
     }
 
     pub(crate) async fn upload_status(
@@ -100,7 +114,7 @@ impl Inner {
                 ..UploadFields::default()
             },
         );
-        let (head, _recv) = self.exchange_with(conn, &req, None).await?;
+        let (head, _recv, _) = self.exchange_with(conn, &req, None).await?;
         match head.status {
             status::OK => Ok(Some(UploadStatus {
                 size: head.size,

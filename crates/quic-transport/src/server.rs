@@ -96,6 +96,13 @@ pub struct QuicServerConfig {
     /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
     /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
     pub checksums_on_send: Vec<ChecksumAlgorithm>,
+    /// Take reads (GET, STAT, LIST) that a returning client sends as 0-RTT early data and
+    /// answer them before its handshake completes, saving the client a round trip; uploads
+    /// still wait for the handshake. Session tickets are single-use (the server's session
+    /// cache), so early data cannot be replayed to this server. Default on; turn it off when
+    /// clients authenticate with certificates, whose identity is known only once the
+    /// handshake is complete.
+    pub early_data: bool,
 }
 
 impl QuicServerConfig {
@@ -118,6 +125,7 @@ impl QuicServerConfig {
             uploads: None,
             upload_state: Uploads::default(),
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
+            early_data: true,
         }
     }
 
@@ -174,6 +182,7 @@ pub struct QuicServer {
 }
 
 struct State {
+    early_data: bool,
     max_connections: usize,
     stall_timeout: Duration,
     active: AtomicUsize,
@@ -187,8 +196,8 @@ impl QuicServer {
         config.validate()?;
         let mut tls = (*config.tls).clone();
         tls.alpn_protocols = vec![ALPN.to_vec()];
-        // QUIC allows only 0 or u32::MAX; xfer requests are not replay-safe enough to bother.
-        tls.max_early_data_size = 0;
+        // QUIC allows only 0 or u32::MAX.
+        tls.max_early_data_size = if config.early_data { u32::MAX } else { 0 };
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
             .map_err(|e| ServerError::Tls(e.to_string()))?;
         let transport = config.tuning.transport_config(
@@ -219,6 +228,7 @@ impl QuicServer {
             local_addr,
             buffers,
             state: Arc::new(State {
+                early_data: config.early_data,
                 max_connections: config.max_connections,
                 stall_timeout: config.stall_timeout,
                 active: AtomicUsize::new(0),
@@ -290,14 +300,41 @@ impl Drop for ActiveGuard<'_> {
 
 async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
     let peer = incoming.remote_address();
-    let connection = match incoming.await {
+    let connecting = match incoming.accept() {
         Ok(c) => c,
         Err(e) => {
             tracing::debug!(%peer, error = %e, "quic handshake failed");
             return;
         }
     };
-    // Verified against the client CA during the handshake, when the server asks for one.
+    // `Some(confirmed)` once the handshake is complete. With early data on, requests are
+    // answered from the first flight (0.5-RTT); uploads wait for it.
+    let (done_tx, done) = tokio::sync::watch::channel(None);
+    let early = if state.early_data {
+        connecting.into_0rtt()
+    } else {
+        Err(connecting)
+    };
+    let connection = match early {
+        Ok((connection, accepted)) => {
+            tokio::spawn(async move {
+                let _ = done_tx.send(Some(accepted.await));
+            });
+            connection
+        }
+        Err(connecting) => match connecting.await {
+            Ok(c) => {
+                let _ = done_tx.send(Some(true));
+                c
+            }
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "quic handshake failed");
+                return;
+            }
+        },
+    };
+    // Verified against the client CA during the handshake, when the server asks for one
+    // (early data is then off, so the handshake is complete here).
     let client_certificate = connection
         .peer_identity()
         .and_then(|id| {
@@ -311,7 +348,10 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
             Ok((send, recv)) => {
                 let state = state.clone();
                 let cert = client_certificate.clone();
-                tokio::spawn(async move { handle_stream(send, recv, &state, peer, cert).await });
+                let done = done.clone();
+                tokio::spawn(
+                    async move { handle_stream(send, recv, &state, peer, cert, done).await },
+                );
             }
             Err(e) => {
                 tracing::debug!(%peer, reason = %e, "quic connection ended");
@@ -327,6 +367,7 @@ async fn handle_stream(
     state: &State,
     peer: SocketAddr,
     client_certificate: Option<Arc<Vec<u8>>>,
+    mut handshake: tokio::sync::watch::Receiver<Option<bool>>,
 ) {
     let read = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut recv)).await;
     let (request, leftover) = match read {
@@ -344,6 +385,13 @@ async fn handle_stream(
         }
         Err(_) => return abort_stream(&mut send, &mut recv, ErrorCode::RequestTimeout, peer),
     };
+    if request.method == Method::Put {
+        // An upload changes state: never act on it before the handshake proves the client
+        // is live (early data could be a replay).
+        if handshake.wait_for(Option::is_some).await.is_err() {
+            return;
+        }
+    }
     let mut body = StreamBody {
         leftover: Some(leftover).filter(|b| !b.is_empty()),
         recv,
@@ -523,6 +571,9 @@ fn decode(req: &Request, caller: &Caller) -> xfer_service::Request {
             repr_digest: u.repr_sha256.map(|d| d.to_header_value()),
             id: u.id.clone(),
             complete: u.complete,
+            // xfer/1 has its own resumption (the parallel scheme); the HTTP draft's fields
+            // have no encoding here.
+            draft: Default::default(),
         };
         // The range is the upload chunk's, not a range to serve.
         r.exact_range = None;
@@ -588,7 +639,12 @@ async fn respond(
     // A refusal's text travels in the head's message; only streams and listings have a body.
     match plan.body {
         Body::Stream(mut body) => {
-            while let Some(event) = body.next().await {
+            // Waiting for the next block counts too: with the memory budget spent, a stream
+            // that gets no room for the stall timeout ends like one whose client takes nothing.
+            while let Some(event) = tokio::time::timeout(stall, body.next())
+                .await
+                .map_err(|_| SendError::Stalled(stall))?
+            {
                 match event.map_err(SendError::Read)? {
                     BodyEvent::Data(block) => write_watched(send, block, stall).await?,
                     BodyEvent::Trailer(digest) => {

@@ -17,7 +17,13 @@ use crate::directory::{decoded_path, listing_plan, resolve_target};
 use crate::listing_body::ListingStream;
 use crate::plan::{ResponsePlan, CONTENT_TYPE_XML};
 use crate::request::Request;
-use crate::respond::{status, ALLOWED, ALLOWED_WITH_PUT};
+use crate::respond::{allowed, status};
+
+/// Sent with `OPTIONS` when uploads are on: this server understands xfer's parallel upload
+/// protocol (chunks with `Content-Range`), so a client may use it rather than one plain `PUT`.
+pub const UPLOAD_PROTOCOL: &str = "xfer-upload-protocol";
+/// The version of that protocol, the value of [`UPLOAD_PROTOCOL`].
+pub const UPLOAD_PROTOCOL_VERSION: &str = "1";
 
 /// The body of the 403 for `Depth: infinity` (RFC 4918 §9.1, §16).
 const FINITE_DEPTH_ERROR: &str = concat!(
@@ -28,13 +34,24 @@ const FINITE_DEPTH_ERROR: &str = concat!(
 );
 
 /// `OPTIONS`, for any path: the methods served and WebDAV class 1, which is what WebDAV
-/// clients probe before they send `PROPFIND`.
-pub(crate) fn options(uploads: bool) -> ResponsePlan {
-    ResponsePlan {
-        allow: Some(if uploads { ALLOWED_WITH_PUT } else { ALLOWED }),
+/// clients probe before they send `PROPFIND`. With uploads on, `Xfer-Upload-Protocol: 1`
+/// tells a client (`xfer put`, a pushing third-party copy) that chunked, parallel uploads
+/// with `Content-Range` are understood here (docs/upload-protocol.md); any other server
+/// gets whole-file `PUT`s only.
+pub(crate) fn options(uploads: Option<&crate::UploadConfig>, tpc: bool) -> ResponsePlan {
+    let mut plan = ResponsePlan {
+        allow: Some(allowed(uploads.is_some(), tpc)),
         dav: Some("1"),
         ..ResponsePlan::empty(status::OK)
+    };
+    if let Some(up) = uploads {
+        plan.headers
+            .push((UPLOAD_PROTOCOL, UPLOAD_PROTOCOL_VERSION.to_string()));
+        // The resumable-upload draft: OPTIONS tells a client the limits before it starts.
+        plan.headers
+            .push(("upload-limit", crate::upload::resumable::options_limit(up)));
     }
+    plan
 }
 
 /// How deep a `PROPFIND` goes.

@@ -38,6 +38,7 @@ mod listing_body;
 mod plan;
 mod request;
 mod respond;
+mod stale_staging;
 pub mod tpc;
 pub mod upload;
 
@@ -46,6 +47,7 @@ pub use access::{
 };
 pub use body::{BodyEvent, BodyStream};
 pub use checksums::ChecksumCache;
+pub use dav::{UPLOAD_PROTOCOL, UPLOAD_PROTOCOL_VERSION};
 pub use directory::MAX_HTML_ENTRIES;
 pub use listing_body::ListingStream;
 pub use plan::{
@@ -54,5 +56,6 @@ pub use plan::{
 };
 pub use request::{Method, Request};
 pub use respond::{check_stream_options, status, Service, ServiceConfig};
+pub use stale_staging::{remove_stale_staging, spawn_stale_staging_sweeper};
 pub use tpc::{CopyRunner, Tpc, TpcConfig};
 pub use upload::{UploadBody, UploadConfig, UploadHead, Uploads};

@@ -22,8 +22,15 @@ pub enum Method {
     Propfind,
     /// `xfer/1`'s `LIST`: the manifest of a directory (HTTP asks with `GET <dir>/?manifest`).
     List,
-    /// HTTP `PUT`: a whole file, or a chunk or the completion of a parallel upload.
+    /// HTTP `PUT`: a whole file, or a chunk or the completion of a parallel upload; with
+    /// `Upload-Complete`, the creation of a resumable upload.
     Put,
+    /// HTTP `POST`: only the creation of a resumable upload.
+    Post,
+    /// HTTP `PATCH`: an append to a resumable upload.
+    Patch,
+    /// HTTP `DELETE`: the cancellation of a resumable upload.
+    Delete,
     /// WebDAV `COPY` as HTTP third-party copy uses it (`Source` or `Destination`).
     Copy,
     Other(String),
@@ -39,6 +46,9 @@ impl Method {
             "OPTIONS" => Self::Options,
             "PROPFIND" => Self::Propfind,
             "PUT" => Self::Put,
+            "POST" => Self::Post,
+            "PATCH" => Self::Patch,
+            "DELETE" => Self::Delete,
             "COPY" => Self::Copy,
             other => Self::Other(other.to_string()),
         }
@@ -53,6 +63,9 @@ impl Method {
             Self::Propfind => "PROPFIND",
             Self::List => "LIST",
             Self::Put => "PUT",
+            Self::Post => "POST",
+            Self::Patch => "PATCH",
+            Self::Delete => "DELETE",
             Self::Copy => "COPY",
             Self::Other(m) => m,
         }

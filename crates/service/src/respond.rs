@@ -16,7 +16,7 @@ use crate::checksums::{self, ChecksumCache};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
 use crate::tpc::{self, Tpc};
-use crate::upload::{self, NoBody, UploadBody, UploadConfig, Uploads};
+use crate::upload::{self, resumable, NoBody, UploadBody, UploadConfig, Uploads};
 use crate::{dav, directory};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
@@ -55,6 +55,8 @@ pub mod status {
     pub const PRECONDITION_FAILED: u16 = 412;
     /// An upload larger than the server accepts.
     pub const PAYLOAD_TOO_LARGE: u16 = 413;
+    /// An append to a resumable upload without `Content-Type: application/partial-upload`.
+    pub const UNSUPPORTED_MEDIA_TYPE: u16 = 415;
     /// A path segment is longer than the filesystem allows. Permanent, unlike 500.
     pub const URI_TOO_LONG: u16 = 414;
     /// The range starts at or beyond the end of the resource.
@@ -72,10 +74,16 @@ pub mod status {
     pub const INSUFFICIENT_STORAGE: u16 = 507;
 }
 
-/// Methods the core serves, for `Allow`.
-pub(crate) const ALLOWED: &str = "GET, HEAD, OPTIONS, PROPFIND";
-/// The same when uploads are on.
-pub(crate) const ALLOWED_WITH_PUT: &str = "GET, HEAD, OPTIONS, PROPFIND, PUT";
+/// Methods the core serves, for `Allow`: `PUT` and `POST` (resumable uploads) when uploads are on, `COPY` when
+/// third-party copy is.
+pub(crate) fn allowed(uploads: bool, tpc: bool) -> &'static str {
+    match (uploads, tpc) {
+        (false, false) => "GET, HEAD, OPTIONS, PROPFIND",
+        (true, false) => "GET, HEAD, OPTIONS, PROPFIND, PUT, POST",
+        (false, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND",
+        (true, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND, PUT, POST",
+    }
+}
 
 /// What the core serves and how.
 #[derive(Debug, Clone)]
@@ -176,10 +184,13 @@ impl Service {
         req: &Request,
         body: &mut dyn UploadBody,
     ) -> ResponsePlan {
+        if let (Some(up), Some(id)) = (&self.cfg.uploads, resumable::resource_id(&req.path)) {
+            return self.upload_resource(req, up, id, body).await;
+        }
         // With uploads off a PUT is answered 405 whoever asks, rather than asking for
         // credentials that could not help.
         let op = match (&req.method, &self.cfg.uploads) {
-            (Method::Put, None) => Operation::Read,
+            (Method::Put | Method::Post | Method::Patch | Method::Delete, None) => Operation::Read,
             _ => operation(req),
         };
         let (plan, who) = match self
@@ -197,16 +208,50 @@ impl Service {
             Ok(who) => (self.decide(req, body).await, who),
             Err(denied) => denial(denied),
         };
-        let range = match &plan.content_range {
-            Some(ContentRange::Satisfied { range, .. }) => format!("{}-{}", range.start, range.end),
-            Some(ContentRange::Unsatisfied { size }) => format!("*/{size}"),
-            None => "-".to_string(),
+        log(req, &plan, &who);
+        plan
+    }
+
+    /// A request on a resumable upload's resource: the caller needs write access to the file
+    /// the upload goes to (or, for an unknown upload, to the resource's own path, so that an
+    /// anonymous caller learns it must authenticate and nothing about which uploads exist).
+    async fn upload_resource(
+        &self,
+        req: &Request,
+        up: &UploadConfig,
+        id: &str,
+        body: &mut dyn UploadBody,
+    ) -> ResponsePlan {
+        let cfg = &self.cfg;
+        let found = resumable::lookup(&cfg.root, &cfg.upload_state, up, id).await;
+        let path = found
+            .as_ref()
+            .map_or(req.path.as_str(), |u| u.request_path());
+        let checked = match cfg
+            .access
+            .policy()
+            .check(&req.credentials, Operation::Write, path)
+        {
+            // An authenticated caller asking for an unknown upload learns it is unknown.
+            Err(Denied::OutOfScope { identity, .. }) if found.is_none() => Ok(identity),
+            other => other,
         };
-        if plan.status < 400 {
-            tracing::debug!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
-        } else {
-            tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
-        }
+        let (plan, who) = match checked {
+            Ok(who) => {
+                let ctx = resumable::Ctx {
+                    root: &cfg.root,
+                    digests: &cfg.digests,
+                    uploads: &cfg.upload_state,
+                    cfg: up,
+                };
+                (
+                    resumable::on_resource(&ctx, found, &req.method, &req.upload, body).await,
+                    who,
+                )
+            }
+            Err(denied) => denial(denied),
+        };
+        log(req, &plan, &who);
         plan
     }
 
@@ -216,11 +261,7 @@ impl Service {
         let refuse = |text: &'static str, detail: &str| {
             let mut plan =
                 ResponsePlan::refusal(status::METHOD_NOT_ALLOWED, text, Some(detail.to_string()));
-            plan.allow = Some(if cfg.uploads.is_some() {
-                ALLOWED_WITH_PUT
-            } else {
-                ALLOWED
-            });
+            plan.allow = Some(allowed(cfg.uploads.is_some(), cfg.tpc.is_some()));
             plan
         };
         let Some(tpc) = &cfg.tpc else {
@@ -240,6 +281,17 @@ impl Service {
 
     async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
         let cfg = &self.cfg;
+        if let (Method::Put | Method::Post, Some(up), Some(_)) =
+            (&req.method, &cfg.uploads, &req.upload.draft.upload_complete)
+        {
+            let ctx = resumable::Ctx {
+                root: &cfg.root,
+                digests: &cfg.digests,
+                uploads: &cfg.upload_state,
+                cfg: up,
+            };
+            return resumable::create(&ctx, &req.path, &req.upload, body).await;
+        }
         let head = match req.method {
             Method::Get => false,
             Method::Head => match (&req.upload.id, &cfg.uploads) {
@@ -267,21 +319,21 @@ impl Service {
                         "this server does not accept uploads (xfer serve --allow-upload)\n",
                         Some("PUT while uploads are off".into()),
                     );
-                    plan.allow = Some(ALLOWED);
+                    plan.allow = Some(allowed(false, cfg.tpc.is_some()));
                     return plan;
                 }
             },
             Method::Copy => return self.copy(req).await,
-            Method::Options => return dav::options(cfg.uploads.is_some()),
+            Method::Options => return dav::options(cfg.uploads.as_ref(), cfg.tpc.is_some()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
-            Method::Other(_) => {
+            Method::Post | Method::Patch | Method::Delete | Method::Other(_) => {
                 let mut plan = ResponsePlan::refusal(
                     status::METHOD_NOT_ALLOWED,
-                    "only GET, HEAD, OPTIONS and PROPFIND\n",
+                    "method not allowed here (see Allow)\n",
                     Some(format!("method {} not allowed", req.method.as_str())),
                 );
-                plan.allow = Some(ALLOWED);
+                plan.allow = Some(allowed(cfg.uploads.is_some(), cfg.tpc.is_some()));
                 return plan;
             }
         };
@@ -411,11 +463,25 @@ impl Service {
             path: req.path.clone(),
         };
         plan.body = Body::Stream(Box::new(BodyStream::new(
-            resource.stream(range.clone(), cfg.stream),
+            resource.stream(range.clone(), cfg.stream.clone()),
             &range,
             stream_plan,
         )));
         plan
+    }
+}
+
+/// One line per request: debug when served, info with the reason when refused.
+fn log(req: &Request, plan: &ResponsePlan, who: &Identity) {
+    let range = match &plan.content_range {
+        Some(ContentRange::Satisfied { range, .. }) => format!("{}-{}", range.start, range.end),
+        Some(ContentRange::Unsatisfied { size }) => format!("*/{size}"),
+        None => "-".to_string(),
+    };
+    if plan.status < 400 {
+        tracing::debug!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
+    } else {
+        tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
     }
 }
 
@@ -449,7 +515,7 @@ fn checksums_on_send(
 /// What a request does, for access control.
 fn operation(req: &Request) -> Operation {
     match &req.method {
-        Method::Put => Operation::Write,
+        Method::Put | Method::Post | Method::Patch | Method::Delete => Operation::Write,
         // A pull writes the path; a push reads it (and needs a known caller, checked later).
         Method::Copy if tpc::is_pull(req) => Operation::Write,
         Method::Copy => Operation::Read,

@@ -30,6 +30,8 @@ use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 use crate::plan::ResponsePlan;
 use crate::respond::status;
 
+pub mod resumable;
+
 /// Request header naming the upload a chunk, a status query or a completion belongs to.
 pub const UPLOAD_ID: &str = "xfer-upload";
 /// Request header (`?1`) asking the server to complete the upload.
@@ -77,6 +79,8 @@ pub struct UploadHead {
     pub id: Option<String>,
     /// `Xfer-Upload-Complete: ?1`.
     pub complete: bool,
+    /// The resumable-upload draft's fields ([`resumable`]).
+    pub draft: resumable::DraftHead,
 }
 
 /// A request body, pulled piece by piece.
@@ -102,6 +106,7 @@ impl UploadBody for NoBody {
 #[derive(Debug, Clone, Default)]
 pub struct Uploads {
     parts: Arc<Mutex<HashMap<String, Arc<Part>>>>,
+    resumable: Arc<resumable::Registry>,
 }
 
 #[derive(Debug)]
@@ -115,6 +120,17 @@ struct Part {
     /// Chunks write under the read side; completion takes the write side, so it waits for
     /// writes in flight and no write lands after the rename. `true` once completed.
     gate: tokio::sync::RwLock<bool>,
+    /// SHA-256 of the verified bytes from offset 0, advanced in the background while the
+    /// upload runs, so that completion hashes only what is left instead of the whole file.
+    prefix: Mutex<PrefixHash>,
+    /// A background task is advancing `prefix`.
+    hashing: std::sync::atomic::AtomicBool,
+}
+
+struct PrefixHash {
+    end: u64,
+    /// `None` once completion took it.
+    hasher: Option<Sha256Hasher>,
 }
 
 #[derive(Debug)]
@@ -142,7 +158,7 @@ impl Uploads {
             let _ = std::fs::remove_file(&p.staging);
             let _ = std::fs::remove_file(&p.sidecar);
         }
-        expired.len()
+        expired.len() + self.resumable.sweep(expiry)
     }
 
     /// Every `period`, remove uploads idle for longer than `expiry`. Runs until the runtime
@@ -196,6 +212,70 @@ impl Part {
                 completing: false,
             }),
             gate: tokio::sync::RwLock::new(false),
+            prefix: Mutex::new(PrefixHash {
+                end: 0,
+                hasher: Some(Sha256Hasher::new()),
+            }),
+            hashing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// End of the verified bytes that start at offset 0.
+    fn contiguous_end(&self) -> u64 {
+        self.lock().received.get(&0).copied().unwrap_or(0)
+    }
+
+    /// Hash verified bytes from where the prefix hash stands up to `until` (page-cache reads).
+    fn advance_prefix(&self, until: u64) -> io::Result<()> {
+        let mut p = self.prefix.lock().unwrap_or_else(|e| e.into_inner());
+        let PrefixHash { end, hasher } = &mut *p;
+        let Some(h) = hasher.as_mut() else {
+            return Ok(());
+        };
+        let mut buf = vec![0u8; WRITE_BLOCK];
+        while *end < until {
+            let want =
+                usize::try_from((until - *end).min(WRITE_BLOCK as u64)).unwrap_or(WRITE_BLOCK);
+            self.file.read_exact_at(&mut buf[..want], *end)?;
+            h.update(&buf[..want]);
+            *end += want as u64;
+        }
+        Ok(())
+    }
+
+    /// Start advancing the prefix hash in the background, unless a task already does; that
+    /// task runs until the prefix stops growing.
+    fn spawn_prefix_hash(self: &Arc<Self>) {
+        if self.hashing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let part = Arc::clone(self);
+        tokio::task::spawn_blocking(move || loop {
+            let until = part.contiguous_end();
+            if let Err(e) = part.advance_prefix(until) {
+                // Completion hashes what is missing itself and reports the error there.
+                tracing::debug!(target = %part.target.display(), "background hash stopped: {e}");
+            }
+            part.hashing.store(false, Ordering::Release);
+            // A chunk recorded while the flag was still set found it busy: look again.
+            if part.contiguous_end() <= until || part.hashing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+        });
+    }
+
+    /// The whole file's SHA-256: the prefix hash, finished over the rest.
+    fn whole_digest(&self) -> io::Result<Sha256Digest> {
+        self.advance_prefix(self.size)?;
+        let taken = {
+            let mut p = self.prefix.lock().unwrap_or_else(|e| e.into_inner());
+            let at_end = p.end == self.size;
+            p.hasher.take().filter(|_| at_end)
+        };
+        match taken {
+            Some(h) => Ok(h.finish()),
+            // Taken by an earlier completion that failed after hashing: read it all again.
+            None => hash_file(&self.file, self.size),
         }
     }
 
@@ -224,6 +304,14 @@ impl Part {
     fn is_whole(&self) -> bool {
         let s = self.lock();
         s.received.len() == 1 && s.received.get(&0) == Some(&self.size) || self.size == 0
+    }
+}
+
+impl std::fmt::Debug for PrefixHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrefixHash")
+            .field("end", &self.end)
+            .finish()
     }
 }
 
@@ -695,7 +783,7 @@ async fn chunk(
     .await?
     .0;
     if actual != expected {
-        return Err(Refusal::new(
+        let mut plan = Refusal::new(
             status::BAD_REQUEST,
             "Content-Digest does not match the bytes received; send the chunk again\n",
             format!(
@@ -703,7 +791,14 @@ async fn chunk(
                 end - 1,
                 target.path.display()
             ),
-        ));
+        )
+        .plan();
+        // The received ranges (and, for xfer/1, the size) mark this 400 as "the bytes were
+        // damaged", which a client answers by sending the chunk again, unlike a malformed
+        // request.
+        plan.headers.push((UPLOAD_RECEIVED, part.received_header()));
+        plan.headers.push((UPLOAD_SIZE, part.size.to_string()));
+        return Ok(plan);
     }
     // Journal the verified range; a crash after this line keeps it, before it loses only
     // this chunk.
@@ -722,6 +817,7 @@ async fn chunk(
         insert_range(&mut s.received, start, end);
         s.last_activity = Instant::now();
     }
+    part.spawn_prefix_hash();
     drop(gate);
     let mut plan = ResponsePlan::empty(status::NO_CONTENT);
     plan.headers.push((UPLOAD_RECEIVED, part.received_header()));
@@ -803,8 +899,9 @@ fn finish(
     root: &Path,
     request_path: &str,
 ) -> Result<Option<Resource>, Refusal> {
-    let actual =
-        hash_file(&part.file, part.size).map_err(|e| Refusal::io("reading", &part.staging, &e))?;
+    let actual = part
+        .whole_digest()
+        .map_err(|e| Refusal::io("reading", &part.staging, &e))?;
     if actual != declared {
         return Err(Refusal::new(
             status::BAD_REQUEST,

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{Id, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::lane::{self, LaneContext, LaneEvent, Work};
+use super::lane::{self, LaneContext, LaneEvent, LaneStart, Work};
 use super::GetError;
 use crate::checksum::Checksum;
 use crate::digest::Sha256Digest;
@@ -75,14 +75,44 @@ pub(super) struct Driver {
 
 struct LaneSlot {
     work: Option<mpsc::Sender<Work>>,
-    idle: bool,
+    /// Assignments sent and not yet ended: 0 (idle), 1, or 2 with one requested ahead.
+    outstanding: u8,
+    /// The body being read nears its end and the lane would send its next request now.
+    wants_ahead: bool,
+    /// Waiting out a backoff after its connection failed to open.
+    backoff: bool,
+}
+
+/// Which work a lane can take now.
+enum Wants {
+    /// Any: it is idle (and may duplicate a slow chunk at the end).
+    Work,
+    /// A pending chunk to request while its current body still streams.
+    Ahead,
+}
+
+impl LaneSlot {
+    fn wants(&self) -> Option<Wants> {
+        if self.work.is_none() || self.backoff {
+            return None;
+        }
+        match (self.outstanding, self.wants_ahead) {
+            (0, _) => Some(Wants::Work),
+            (1, true) => Some(Wants::Ahead),
+            _ => None,
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        matches!(self.wants(), Some(Wants::Work))
+    }
 }
 
 impl Driver {
-    /// Start `lanes` lane tasks; they wait for the driver's first assignments.
+    /// Start a lane task for each of `starts`; they wait for the driver's first assignments.
     pub fn start(
         sched: Scheduler,
-        lanes: usize,
+        starts: Vec<LaneStart>,
         ctx: LaneContext,
         source: String,
         server_checked: Vec<bool>,
@@ -91,20 +121,23 @@ impl Driver {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
         let mut task_lane = HashMap::new();
-        let mut slots = Vec::with_capacity(lanes);
-        for lane in 0..lanes {
-            // Capacity one: the driver only assigns to an idle lane.
-            let (work_tx, work_rx) = mpsc::channel(1);
+        let mut slots = Vec::with_capacity(starts.len());
+        for (lane, start) in starts.into_iter().enumerate() {
+            // Capacity two: the current assignment and the one requested ahead.
+            let (work_tx, work_rx) = mpsc::channel(2);
             let handle = tasks.spawn(lane::run(
                 Arc::clone(&ctx),
                 lane,
+                start,
                 work_rx,
                 events_tx.clone(),
             ));
             task_lane.insert(handle.id(), lane);
             slots.push(LaneSlot {
                 work: Some(work_tx),
-                idle: true,
+                outstanding: 0,
+                wants_ahead: false,
+                backoff: false,
             });
         }
         let driver = Self {
@@ -180,13 +213,17 @@ impl Driver {
     async fn dispatch(&mut self) {
         let now = Instant::now();
         for lane in 0..self.lanes.len() {
-            if !self.lanes[lane].idle || self.lanes[lane].work.is_none() {
+            let Some(wants) = self.lanes[lane].wants() else {
                 continue;
-            }
+            };
             if self.sched.failure().is_some() {
                 break;
             }
-            let Some(assignment) = self.sched.next_assignment(lane, now) else {
+            let assignment = match wants {
+                Wants::Work => self.sched.next_assignment(lane, now),
+                Wants::Ahead => self.sched.next_ahead(lane, now),
+            };
+            let Some(assignment) = assignment else {
                 continue;
             };
             let cancel = self.stop.child_token();
@@ -197,7 +234,9 @@ impl Driver {
                 .as_ref()
                 .is_some_and(|tx| tx.try_send(Work { assignment, cancel }).is_ok());
             if sent {
-                self.lanes[lane].idle = false;
+                let slot = &mut self.lanes[lane];
+                slot.outstanding += 1;
+                slot.wants_ahead = false;
             } else {
                 // The lane task is gone; its end is (or will be) reported by the join set.
                 self.tokens.remove(&attempt);
@@ -212,7 +251,7 @@ impl Driver {
     /// The next instant something is due without any report: a chunk leaving backoff, or an
     /// end-game look while a lane idles beside chunks in flight.
     fn next_timer(&self) -> Option<Instant> {
-        let idle = self.lanes.iter().any(|l| l.idle && l.work.is_some());
+        let idle = self.lanes.iter().any(LaneSlot::is_idle);
         let endgame = (idle && !self.tokens.is_empty()).then(|| Instant::now() + ENDGAME_RECHECK);
         match (self.sched.poll_timeout(), endgame) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -244,7 +283,7 @@ impl Driver {
                 if self.sched.handle_outcome(attempt, outcome, now) && buffered {
                     self.buffers.insert(attempt, buffer);
                 }
-                self.set_idle(lane);
+                self.ended_on(lane);
             }
             LaneEvent::OpenFailed {
                 lane,
@@ -260,18 +299,34 @@ impl Driver {
                 };
                 self.errors.insert(chunk, error);
                 self.sched.handle_outcome(attempt, outcome, now);
+                self.ended_on(lane);
+                if let Some(slot) = self.lanes.get_mut(lane) {
+                    slot.backoff = true;
+                }
                 if gave_up {
                     self.lanes[lane].work = None;
                     self.sched.handle_lane_dead(lane);
                 }
             }
-            LaneEvent::Ready { lane } => self.set_idle(lane),
+            LaneEvent::Ready { lane } => {
+                if let Some(slot) = self.lanes.get_mut(lane) {
+                    slot.backoff = false;
+                }
+            }
+            LaneEvent::Ahead { lane } => {
+                if let Some(slot) = self.lanes.get_mut(lane) {
+                    slot.wants_ahead = slot.outstanding == 1;
+                }
+            }
         }
     }
 
-    fn set_idle(&mut self, lane: LaneIndex) {
+    /// One of `lane`'s assignments ended; a lane that asked ahead asks again for its next
+    /// body.
+    fn ended_on(&mut self, lane: LaneIndex) {
         if let Some(slot) = self.lanes.get_mut(lane) {
-            slot.idle = true;
+            slot.outstanding = slot.outstanding.saturating_sub(1);
+            slot.wants_ahead = false;
         }
     }
 
@@ -289,7 +344,7 @@ impl Driver {
             tracing::error!(lane, error = %e, "lane task ended abnormally");
         }
         self.lanes[lane].work = None;
-        self.lanes[lane].idle = false;
+        self.lanes[lane].outstanding = 0;
         let orphaned: Vec<AttemptId> = self.sched.attempts_on_lane(lane);
         let now = Instant::now();
         for attempt in orphaned {

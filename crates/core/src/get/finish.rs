@@ -148,6 +148,7 @@ pub(super) fn report(f: Finished<'_>) -> Report {
                     l.bytes as f64 * 8.0 / l.busy.as_secs_f64()
                 },
                 retries: l.retries,
+                round_trips: l.round_trips,
             })
             .collect(),
         retries: snap.retries,

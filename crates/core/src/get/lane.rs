@@ -1,13 +1,16 @@
-//! One lane: a task that owns one transport connection and fetches the assignments the driver
-//! hands it, one at a time. It shares no state with the driver: work arrives on its own
+//! One lane: a task that owns its transport connections and fetches the assignments the driver
+//! hands it, reading one body at a time with the next request already sent. It shares no state with the driver: work arrives on its own
 //! channel, and everything it learns (bytes received, how an attempt ended, a connection that
 //! cannot be opened) goes back to the driver as a [`LaneEvent`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::digest::Sha256Hasher;
@@ -16,7 +19,9 @@ use crate::plan::ChunkIndex;
 use crate::progress::Progress;
 use crate::schedule::{Assignment, AttemptId, AttemptOutcome, LaneIndex};
 use crate::sink::WriteOp;
-use crate::transport::{Lane, RangeRequest, RemoteInfo, Transport};
+use crate::transport::{
+    FirstBody, Lane, RangeBody, RangeRequest, RemoteInfo, RoundTrips, Transport,
+};
 
 /// A batch of more pieces than this is copied into one buffer before it is written.
 const COALESCE_PIECES: usize = 16;
@@ -45,6 +50,9 @@ pub(super) enum LaneEvent {
         received: u64,
         at: Instant,
     },
+    /// The body being read ends within about a round trip or two: the lane can take its next
+    /// assignment now and have the request in flight before this body ends.
+    Ahead { lane: LaneIndex },
     /// An attempt ended. `error` is the transport's error behind a failure, kept for the final
     /// message; `buffer` holds an end-game duplicate's bytes.
     Finished {
@@ -75,6 +83,8 @@ pub(super) struct LaneContext {
     pub verify: bool,
     /// One request for the whole resource (the server ignores ranges).
     pub whole: bool,
+    /// Request the next chunk before the current body ends (see [`LaneEvent::Ahead`]).
+    pub ahead: bool,
     pub write_batch: usize,
     pub writer: mpsc::Sender<WriteOp>,
     pub progress: Progress,
@@ -83,63 +93,146 @@ pub(super) struct LaneContext {
     pub stop: CancellationToken,
 }
 
+/// How a lane begins: with nothing, with a connection opened while the first request learned
+/// the resource, or (lane 0) with the lane that made that request and the body it received.
+#[derive(Default)]
+pub(super) struct LaneStart {
+    pub opened: Option<Box<dyn Lane>>,
+    pub pending: Option<JoinHandle<Result<Box<dyn Lane>, TransferError>>>,
+    /// The first body, and a round trip as its request measured it.
+    pub first: Option<(FirstBody, Duration)>,
+}
+
+/// One attempt running on the lane: request, head, (wait for the body before it), body.
+type Running = Pin<Box<dyn Future<Output = Ended> + Send>>;
+
+/// How a running attempt ended, with the connection it used when that can carry more.
+struct Ended {
+    attempt: AttemptId,
+    chunk: ChunkIndex,
+    conn: Option<Box<dyn Lane>>,
+    result: Result<Fetched, TransferError>,
+    round_trips: Option<RoundTrips>,
+}
+
 /// Take work until the driver closes `work` or the transfer stops.
+///
+/// A lane carries at most two attempts: the one whose body it reads, and the next, whose
+/// request it sends when the driver grants it after [`LaneEvent::Ahead`]. The second goes out
+/// on a second connection (HTTP/1.1 cannot pipeline) or another stream, and its body is read
+/// only after the first ends, so memory stays what the socket or stream window holds.
 pub(super) async fn run(
     ctx: Arc<LaneContext>,
     lane: LaneIndex,
+    start: LaneStart,
     mut work: mpsc::Receiver<Work>,
     events: mpsc::UnboundedSender<LaneEvent>,
 ) {
-    let mut conn: Option<Box<dyn Lane>> = None;
+    let mut spare: Vec<Box<dyn Lane>> = start.opened.into_iter().collect();
+    let mut pending = start.pending;
+    let preconnected = pending.is_some();
+    let mut first = start.first;
+    let mut recorded = false;
     let mut open_failures = 0u32;
-    while let Some(Work { assignment, cancel }) = work.recv().await {
-        if conn.is_none() {
-            match ctx.transport.open_lane(lane).await {
-                Ok(opened) => {
-                    let label = opened.label();
-                    ctx.progress.lane(lane, |s| s.label = label);
-                    open_failures = 0;
-                    conn = Some(opened);
-                }
-                Err(error) => {
-                    open_failures += 1;
-                    tracing::warn!(lane, error = %error, "cannot open lane");
-                    let gave_up = open_failures >= ctx.open_attempts;
-                    let _ = events.send(LaneEvent::OpenFailed {
-                        lane,
-                        attempt: assignment.attempt,
-                        chunk: assignment.chunk,
-                        error,
-                        gave_up,
-                    });
-                    if gave_up {
-                        return;
+    let mut current: Option<Running> = None;
+    let mut ahead: Option<Running> = None;
+    let mut gate: Option<oneshot::Sender<()>> = None;
+    loop {
+        let ended = tokio::select! {
+            w = work.recv(), if current.is_none() || ahead.is_none() => {
+                let Some(w) = w else { return };
+                if let Some(p) = pending.take() {
+                    match p.await {
+                        Ok(Ok(conn)) => spare.push(conn),
+                        Ok(Err(e)) => tracing::debug!(lane, error = %e, "connecting ahead failed; connecting again"),
+                        Err(e) => tracing::debug!(lane, error = %e, "connecting ahead ended abnormally"),
                     }
+                }
+                let wait = if current.is_some() {
+                    let (tx, rx) = oneshot::channel();
+                    gate = Some(tx);
+                    Some(rx)
+                } else {
+                    None
+                };
+                let fut = Box::pin(attempt(
+                    Arc::clone(&ctx),
+                    lane,
+                    spare.pop(),
+                    w,
+                    wait,
+                    first.take(),
+                    events.clone(),
+                ));
+                if current.is_none() {
+                    current = Some(fut);
+                } else {
+                    ahead = Some(fut);
+                }
+                continue;
+            }
+            e = poll_running(&mut current) => {
+                current = ahead.take();
+                // The next body may be read now.
+                if let Some(g) = gate.take() {
+                    let _ = g.send(());
+                }
+                e
+            }
+            e = poll_running(&mut ahead) => {
+                // Failed or cancelled before its turn to read.
+                ahead = None;
+                gate.take();
+                e
+            }
+        };
+        if !recorded {
+            if let Some(mut rt) = ended.round_trips {
+                rt.preconnected = preconnected && rt.tcp + rt.handshake > 0;
+                ctx.progress.lane(lane, |s| s.round_trips = Some(rt));
+                recorded = true;
+            }
+        }
+        let busy = current.is_some();
+        let fetched = match ended.result {
+            Ok(f) => f,
+            Err(error) => {
+                open_failures += 1;
+                tracing::warn!(lane, error = %error, "cannot open lane");
+                let gave_up = open_failures >= ctx.open_attempts;
+                let _ = events.send(LaneEvent::OpenFailed {
+                    lane,
+                    attempt: ended.attempt,
+                    chunk: ended.chunk,
+                    error,
+                    gave_up,
+                });
+                if gave_up {
+                    return;
+                }
+                // With an attempt still running the lane is not idle; it asks ahead again
+                // only for its next body.
+                if !busy {
                     let wait = REOPEN_BACKOFF.saturating_mul(1 << open_failures.min(6));
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = ctx.stop.cancelled() => return,
                     }
-                    if events.send(LaneEvent::Ready { lane }).is_err() {
-                        return;
-                    }
-                    continue;
                 }
+                if events.send(LaneEvent::Ready { lane }).is_err() {
+                    return;
+                }
+                continue;
             }
-        }
-        let Some(open) = conn.as_mut() else {
-            continue;
         };
-        let started = Instant::now();
-        let fetched = fetch(&ctx, open.as_mut(), &assignment, &cancel, lane, &events).await;
-        ctx.progress.lane(lane, |s| s.busy += started.elapsed());
-        if !fetched.reusable {
-            conn = None;
+        open_failures = 0;
+        if let Some(conn) = ended.conn {
+            spare.push(conn);
         }
         let finished = LaneEvent::Finished {
             lane,
-            attempt: assignment.attempt,
-            chunk: assignment.chunk,
+            attempt: ended.attempt,
+            chunk: ended.chunk,
             outcome: fetched.outcome,
             error: fetched.error,
             buffer: fetched.buffer,
@@ -147,6 +240,60 @@ pub(super) async fn run(
         if events.send(finished).is_err() {
             return;
         }
+    }
+}
+
+async fn poll_running(r: &mut Option<Running>) -> Ended {
+    match r {
+        Some(f) => f.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One attempt on `conn` (or a connection opened for it); `wait` resolves when the body before
+/// it on this lane has ended.
+async fn attempt(
+    ctx: Arc<LaneContext>,
+    lane: LaneIndex,
+    conn: Option<Box<dyn Lane>>,
+    work: Work,
+    wait: Option<oneshot::Receiver<()>>,
+    first: Option<(FirstBody, Duration)>,
+    events: mpsc::UnboundedSender<LaneEvent>,
+) -> Ended {
+    let Work { assignment, cancel } = work;
+    let mut conn = match conn {
+        Some(c) => c,
+        None => match ctx.transport.open_lane(lane).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                return Ended {
+                    attempt: assignment.attempt,
+                    chunk: assignment.chunk,
+                    conn: None,
+                    result: Err(e),
+                    round_trips: None,
+                }
+            }
+        },
+    };
+    let label = conn.label();
+    ctx.progress.lane(lane, |s| s.label = label);
+    let step = Step {
+        ctx: &ctx,
+        a: &assignment,
+        cancel: &cancel,
+        lane,
+        events: &events,
+    };
+    let fetched = fetch(step, conn.as_mut(), wait, first).await;
+    let round_trips = conn.first_round_trips();
+    Ended {
+        attempt: assignment.attempt,
+        chunk: assignment.chunk,
+        conn: fetched.reusable.then_some(conn),
+        result: Ok(fetched),
+        round_trips,
     }
 }
 
@@ -193,6 +340,10 @@ struct Pace<'a> {
     received: u64,
     unreported: u64,
     last_report: Instant,
+    /// When the body began to be read, for the lane's busy time.
+    started: Instant,
+    /// When the latest piece arrived.
+    last_seen: Instant,
 }
 
 impl Pace<'_> {
@@ -200,6 +351,7 @@ impl Pace<'_> {
         self.received += n;
         self.unreported += n;
         let now = Instant::now();
+        self.last_seen = now;
         if self.unreported >= PROGRESS_STEP
             || now.duration_since(self.last_report) >= PROGRESS_INTERVAL
         {
@@ -230,18 +382,65 @@ impl Pace<'_> {
 impl Drop for Pace<'_> {
     fn drop(&mut self) {
         self.flush_display();
+        let busy = self.started.elapsed();
+        self.ctx.progress.lane(self.lane, |s| s.busy += busy);
     }
 }
 
-/// Fetch one assignment, hashing and handing bytes to the writer as they arrive.
-async fn fetch(
-    ctx: &LaneContext,
-    conn: &mut dyn Lane,
-    a: &Assignment,
-    cancel: &CancellationToken,
+/// What one attempt needs besides its connection.
+struct Step<'a> {
+    ctx: &'a LaneContext,
+    a: &'a Assignment,
+    cancel: &'a CancellationToken,
     lane: LaneIndex,
-    events: &mpsc::UnboundedSender<LaneEvent>,
+    events: &'a mpsc::UnboundedSender<LaneEvent>,
+}
+
+/// When to ask for the next assignment: once the rest of the body should take no longer than
+/// a few response-head latencies (a request's round trip, plus a connection's set-up when the
+/// next request needs one).
+struct AheadClock {
+    latency: Duration,
+    first_byte: Option<Instant>,
+}
+
+impl AheadClock {
+    /// Round trips of lead: the request's, and two more for a connection (TCP, TLS) the
+    /// lane may have to open for it.
+    const LEAD: u32 = 3;
+
+    fn due(&mut self, received: u64, len: u64, now: Instant) -> bool {
+        let since = *self.first_byte.get_or_insert(now);
+        if received >= len {
+            // All bytes are in: the next request goes before the end is checked and written.
+            return true;
+        }
+        let elapsed = now.duration_since(since).as_secs_f64();
+        if received == 0 || elapsed <= 0.0 {
+            return false;
+        }
+        let rate = received as f64 / elapsed;
+        let left = len.saturating_sub(received) as f64 / rate;
+        left <= (self.latency * Self::LEAD).as_secs_f64()
+    }
+}
+
+/// Fetch one assignment, hashing and handing bytes to the writer as they arrive. `wait`
+/// resolves when the lane's previous body has ended; `first` is a body that arrived with the
+/// resource's description, used when it is this assignment's.
+async fn fetch(
+    step: Step<'_>,
+    conn: &mut dyn Lane,
+    wait: Option<oneshot::Receiver<()>>,
+    first: Option<(FirstBody, Duration)>,
 ) -> Fetched {
+    let Step {
+        ctx,
+        a,
+        cancel,
+        lane,
+        events,
+    } = step;
     let req = RangeRequest {
         range: a.range.clone(),
         expected_size: ctx.remote.size,
@@ -251,13 +450,28 @@ async fn fetch(
     };
     let len = a.range.end - a.range.start;
     let peer = conn.label();
-    let mut body = tokio::select! {
-        r = conn.fetch(&req) => match r {
-            Ok(b) => b,
-            Err(e) => return Fetched::failed(e),
+    let asked = Instant::now();
+    let (mut body, latency): (Box<dyn RangeBody + '_>, _) = match first {
+        Some((f, rtt)) if f.range == a.range && f.whole == ctx.whole => (f.body, rtt),
+        _ => tokio::select! {
+            r = conn.fetch(&req) => match r {
+                Ok(b) => (b, asked.elapsed()),
+                Err(e) => return Fetched::failed(e),
+            },
+            _ = cancel.cancelled() => return Fetched::cancelled(),
         },
-        _ = cancel.cancelled() => return Fetched::cancelled(),
     };
+    if let Some(wait) = wait {
+        tokio::select! {
+            _ = wait => {}
+            _ = cancel.cancelled() => return Fetched::cancelled(),
+        }
+    }
+    let started = Instant::now();
+    let mut ahead = (ctx.ahead && !ctx.whole).then_some(AheadClock {
+        latency,
+        first_byte: None,
+    });
     let mut hasher = ctx.verify.then(Sha256Hasher::new);
     let mut pace = Pace {
         ctx,
@@ -266,7 +480,9 @@ async fn fetch(
         attempt: a.attempt,
         received: 0,
         unreported: 0,
-        last_report: Instant::now(),
+        last_report: started,
+        started,
+        last_seen: started,
     };
     let mut batch = Batch::new(a.range.start);
     let mut buffer: Vec<Bytes> = Vec::new();
@@ -288,6 +504,13 @@ async fn fetch(
                         peer,
                         message: format!("more than the {len} bytes asked for"),
                     });
+                }
+                if ahead
+                    .as_mut()
+                    .is_some_and(|c| c.due(pace.received, len, pace.last_seen))
+                {
+                    ahead = None;
+                    let _ = events.send(LaneEvent::Ahead { lane });
                 }
                 if let Some(h) = hasher.as_mut() {
                     h.update(&data);

@@ -1,7 +1,9 @@
 //! A download of one remote resource to one local file, verified and resumable.
 //!
 //! Life of a download:
-//! 1. `stat` the remote; refuse to clobber an existing destination unless told to.
+//! 1. Refuse to clobber an existing destination unless told to. Learn the remote with lane 0's
+//!    first range request (`Transport::open_first`: its answer carries size and validators)
+//!    while the other lanes connect.
 //! 2. Resume from `<dest>.xfer-journal` when it matches the remote (URL, size, validators);
 //!    otherwise start over with a fresh `<dest>.part` (`prepare`).
 //! 3. The driver owns the scheduler. Lanes fetch the assignments it hands them, hash each
@@ -47,12 +49,12 @@ use crate::plan::{ChunkIndex, PlanError, DEFAULT_CHUNK_SIZE};
 use crate::progress::{LaneSnapshot, Progress, Report};
 use crate::schedule::{ScheduleConfig, ScheduleFailure, Scheduler};
 use crate::sink::{self, PartFile, Writer};
-use crate::transport::{RemoteInfo, Transport};
+use crate::transport::{FirstRequest, RemoteInfo, Transport};
 use crate::whole_hash;
 
 pub use disk_space::MAX_DECLARED_SIZE;
 use driver::{Driver, Ending, Inputs};
-use lane::LaneContext;
+use lane::{LaneContext, LaneStart};
 
 /// How a download runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +90,13 @@ pub struct GetConfig {
     /// over the bytes received, and fail (part file kept) when they differ or the server has
     /// none. Default `None`.
     pub checksum: Option<ChecksumAlgorithm>,
+    /// Send each lane's next request before its current body ends, on another stream
+    /// (HTTP/2, QUIC) or a second connection (HTTP/1.1), so no lane idles a round trip
+    /// between chunks. `None` (default) takes the transport's choice
+    /// ([`Transport::request_ahead`]: on for HTTP/2 and QUIC when their connection window
+    /// holds two stream windows per lane, off for HTTP/1.1); never where the windows are too
+    /// small.
+    pub request_ahead: Option<bool>,
 }
 
 impl Default for GetConfig {
@@ -105,6 +114,7 @@ impl Default for GetConfig {
             write_queue: 64,
             lane_open_attempts: 5,
             checksum: None,
+            request_ahead: None,
         }
     }
 }
@@ -312,12 +322,9 @@ impl Download {
             }
             _ => {}
         }
-        let mut info = match self.known.take() {
-            Some(info) => info,
-            None => {
-                prepare::stat_with_retries(self.transport.as_ref(), &self.source, &cfg.schedule)
-                    .await?
-            }
+        let (mut info, mut starts) = match self.known.take() {
+            Some(info) => (info, Vec::new()),
+            None => open_first(Arc::clone(&self.transport), &self.source, &self.config).await?,
         };
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
         let server_checksum = match cfg.checksum {
@@ -328,8 +335,15 @@ impl Download {
         };
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
+            let starts = std::mem::take(&mut starts);
             match self
-                .attempt(&info, server_checksum.as_ref(), started, shutdown.as_mut())
+                .attempt(
+                    &info,
+                    server_checksum.as_ref(),
+                    starts,
+                    started,
+                    shutdown.as_mut(),
+                )
                 .await
             {
                 Err(GetError::Chunk {
@@ -346,11 +360,13 @@ impl Download {
         }
     }
 
-    /// One try at the transfer, as `info` describes the remote.
+    /// One try at the transfer, as `info` describes the remote; `starts` are lanes opened
+    /// while learning it.
     async fn attempt(
         &mut self,
         info: &RemoteInfo,
         server_checksum: Option<&Checksum>,
+        mut starts: Vec<LaneStart>,
         started: Instant,
         shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Report, GetError> {
@@ -456,14 +472,26 @@ impl Download {
             remote: info.clone(),
             verify: cfg.verify,
             whole: !info.accepts_ranges,
+            ahead: match (self.transport.request_ahead(), cfg.request_ahead) {
+                (Some(default), asked) => asked.unwrap_or(default),
+                (None, Some(true)) => {
+                    tracing::warn!("request ahead needs a connection window of at least two stream windows per lane; not sending requests ahead");
+                    false
+                }
+                (None, _) => false,
+            },
             write_batch: cfg.write_batch,
             writer: writer.tx.clone(),
             progress: self.progress.clone(),
             open_attempts: cfg.lane_open_attempts.max(1),
             stop: CancellationToken::new(),
         };
+        // Lanes opened beyond what the transfer uses (a server without ranges gets one) go
+        // back to the transport when dropped.
+        starts.truncate(lanes);
+        starts.resize_with(lanes, LaneStart::default);
         let (driver, events) =
-            Driver::start(sched, lanes, ctx, self.source.clone(), server_checked);
+            Driver::start(sched, starts, ctx, self.source.clone(), server_checked);
         let inputs = Inputs {
             events,
             writer_failed: writer.failed.take(),
@@ -531,4 +559,61 @@ async fn server_checksum(
             source,
         }),
     }
+}
+
+/// Learn the resource with lane 0's first request while the other lanes connect: each
+/// lane then starts with its connection, lane 0 with the body of the first chunk.
+async fn open_first(
+    transport: Arc<dyn Transport>,
+    source: &str,
+    cfg: &GetConfig,
+) -> Result<(RemoteInfo, Vec<LaneStart>), GetError> {
+    let lanes = cfg
+        .lanes
+        .unwrap_or_else(|| transport.default_lanes())
+        .max(1);
+    let pending: Vec<_> = (1..lanes)
+        .map(|index| {
+            let transport = Arc::clone(&transport);
+            tokio::spawn(async move {
+                let mut lane = transport.open_lane(index).await?;
+                lane.connect().await?;
+                Ok(lane)
+            })
+        })
+        .collect();
+    let first = FirstRequest {
+        len: cfg.chunk_size,
+        want_digest: cfg.verify,
+    };
+    let asked = Instant::now();
+    let opened = prepare::open_with_retries(transport.as_ref(), source, first, &cfg.schedule).await;
+    let opened = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            for p in &pending {
+                p.abort();
+            }
+            return Err(e);
+        }
+    };
+    // One round trip of the path, for the lane's first request ahead: the first request's
+    // time over the round trips it counted (connection set-up included).
+    let round_trips = opened
+        .lane
+        .first_round_trips()
+        .map_or(1, |r| u32::from(r.total().max(1)));
+    let first = opened
+        .first
+        .map(|body| (body, asked.elapsed() / round_trips));
+    let mut starts = vec![LaneStart {
+        opened: Some(opened.lane),
+        pending: None,
+        first,
+    }];
+    starts.extend(pending.into_iter().map(|p| LaneStart {
+        pending: Some(p),
+        ..LaneStart::default()
+    }));
+    Ok((opened.info, starts))
 }

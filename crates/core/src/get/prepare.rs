@@ -10,17 +10,19 @@ use crate::digest::Sha256Digest;
 use crate::journal::{self, JournalHeader, JournalWriter};
 use crate::plan::ChunkPlan;
 use crate::schedule::ScheduleConfig;
-use crate::transport::{RemoteInfo, Transport};
+use crate::transport::{FirstRequest, Opened, RemoteInfo, Transport};
 
-pub(super) async fn stat_with_retries(
+/// [`Transport::open_first`], retried like a chunk when the failure is transient.
+pub(super) async fn open_with_retries(
     transport: &dyn Transport,
     url: &str,
+    first: FirstRequest,
     policy: &ScheduleConfig,
-) -> Result<RemoteInfo, GetError> {
+) -> Result<Opened, GetError> {
     let mut attempt = 0u32;
     loop {
-        match transport.stat().await {
-            Ok(info) => return Ok(info),
+        match transport.open_first(0, first).await {
+            Ok(opened) => return Ok(opened),
             Err(e)
                 if e.is_retryable()
                     && !e.is_refused()
@@ -31,7 +33,7 @@ pub(super) async fn stat_with_retries(
                     .backoff_initial
                     .saturating_mul(1 << attempt.min(6))
                     .min(policy.backoff_max);
-                tracing::warn!(error = %e, ?wait, "stat failed; retrying");
+                tracing::warn!(error = %e, ?wait, "first request failed; retrying");
                 tokio::time::sleep(wait).await;
             }
             Err(source) => {

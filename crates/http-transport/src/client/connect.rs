@@ -6,13 +6,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
+use crate::client::req_body::ReqBody;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::ServerName;
+use rustls::HandshakeKind;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
+use xfer_core::transport::{RoundTrips, TlsStart};
 use xfer_core::TransferError;
 
 use crate::client::errors::{chain, from_hyper, from_tcp, from_tls_handshake};
@@ -23,8 +24,8 @@ use crate::tcp;
 
 /// The request half of a connection.
 pub(crate) enum Sender {
-    H1(http1::SendRequest<Full<Bytes>>),
-    H2(http2::SendRequest<Full<Bytes>>),
+    H1(http1::SendRequest<ReqBody>),
+    H2(http2::SendRequest<ReqBody>),
 }
 
 impl Sender {
@@ -52,6 +53,28 @@ pub(crate) struct Connection {
     /// The socket's statistics, to be filed under a connection index by the caller (which
     /// only knows the index once it knows the protocol ALPN picked).
     pub record: Arc<Mutex<SocketRecord>>,
+    pub setup: Setup,
+}
+
+/// What setting a connection up cost, in round trips, and when it was ready.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Setup {
+    pub handshakes: RoundTrips,
+    pub ready: std::time::Instant,
+}
+
+impl Setup {
+    /// The round trips of a request on this connection, for a lane created at `since`: the
+    /// connection's set-up counts when the lane had to wait for it.
+    pub fn request(&self, since: std::time::Instant, requests: u8) -> RoundTrips {
+        let mut rt = if self.ready >= since {
+            self.handshakes
+        } else {
+            RoundTrips::default()
+        };
+        rt.requests = requests;
+        rt
+    }
 }
 
 /// What a connection needs to know, borrowed from the transport.
@@ -120,6 +143,10 @@ pub(crate) async fn connect(
     let metered = MeteredTcp::new(stream, peer.clone(), applied);
     let record = metered.record();
 
+    let mut handshakes = RoundTrips {
+        tcp: 1,
+        ..RoundTrips::default()
+    };
     let sender = match origin.security {
         Security::Plain => {
             let h2 = p.version == HttpVersion::Http2;
@@ -136,6 +163,11 @@ pub(crate) async fn connect(
                 .await
                 .map_err(|_| timeout("tls handshake"))?
                 .map_err(|e| from_tls_handshake(&peer, e))?;
+            (handshakes.handshake, handshakes.tls) = match stream.get_ref().1.handshake_kind() {
+                Some(HandshakeKind::Resumed) => (1, TlsStart::Resumed),
+                Some(HandshakeKind::FullWithHelloRetryRequest) => (2, TlsStart::Full),
+                _ => (1, TlsStart::Full),
+            };
             let h2 = match stream.get_ref().1.alpn_protocol() {
                 Some(b"h2") => true,
                 _ if p.version == HttpVersion::Http2 => {
@@ -156,6 +188,10 @@ pub(crate) async fn connect(
         origin: origin.clone(),
         sender,
         record,
+        setup: Setup {
+            handshakes,
+            ready: std::time::Instant::now(),
+        },
     })
 }
 

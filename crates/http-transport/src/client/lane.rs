@@ -5,15 +5,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, Request, Response, Version};
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use xfer_core::digest::{SHA256_KEY, WANT_CONTENT_DIGEST};
-use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest};
+use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RoundTrips};
 use xfer_core::TransferError;
 
 use crate::client::body::HttpRangeBody;
-use crate::client::connect::{self, Connection, Sender};
+use crate::client::connect::{self, Connection, Sender, Setup};
 use crate::client::errors::from_hyper;
+use crate::client::req_body::{BodySource, ReqBody};
 use crate::client::response::{check_range_head, header_str, is_redirect, Ctx};
 use crate::client::target::Target;
 use crate::client::transport::{Inner, Mode, ShareTicket, SharedPick};
@@ -29,6 +30,10 @@ pub(crate) struct HttpLane {
     inner: Arc<Inner>,
     index: usize,
     own: Option<Connection>,
+    /// When the lane was made: a connection ready after this was waited for.
+    created: std::time::Instant,
+    /// How its first request reached its response head.
+    first: Option<RoundTrips>,
 }
 
 impl Drop for HttpLane {
@@ -56,7 +61,16 @@ impl HttpLane {
             inner,
             index,
             own: None,
+            created: std::time::Instant::now(),
+            first: None,
         }
+    }
+
+    /// Connect now unless the lane has a usable connection (or, for HTTP/2, its shared one
+    /// is up).
+    pub async fn connect_now(&mut self) -> Result<(), TransferError> {
+        let target = self.inner.target();
+        self.sender_for(&target, false).await.map(|_| ())
     }
 
     /// Hand over the lane's own connection (the transport parks it for reuse).
@@ -103,18 +117,23 @@ impl HttpLane {
         method: Method,
         mut target: Target,
         headers: &[(HeaderName, HeaderValue)],
-        body: Bytes,
+        body: impl Into<BodySource>,
         what_suffix: &str,
     ) -> Result<Answer, TransferError> {
+        let body = body.into();
         let max = self.inner.cfg.max_redirects;
         let mut hops = 0;
         loop {
             let what = format!("{method} {target}{what_suffix}");
-            let (response, peer, ticket) = self
+            let (response, peer, ticket, setup) = self
                 .send_once(&method, &target, headers, &body, &what)
                 .await?;
             let status = response.status();
             if !is_redirect(status) {
+                if self.first.is_none() {
+                    let requests = u8::try_from(hops + 1).unwrap_or(u8::MAX);
+                    self.first = Some(setup.request(self.created, requests));
+                }
                 return Ok(Answer {
                     response,
                     target,
@@ -165,14 +184,14 @@ impl HttpLane {
         method: &Method,
         target: &Target,
         headers: &[(HeaderName, HeaderValue)],
-        body: &Bytes,
+        body: &BodySource,
         what: &str,
-    ) -> Result<(Response<Incoming>, String, Option<ShareTicket>), TransferError> {
+    ) -> Result<(Response<Incoming>, String, Option<ShareTicket>, Setup), TransferError> {
         let peer = target.origin.peer();
         let inner = self.inner.clone();
         let mut fresh_only = false;
         loop {
-            let (mut sender, fresh) = self.sender_for(target, fresh_only).await?;
+            let (mut sender, fresh, setup) = self.sender_for(target, fresh_only).await?;
             let ticket = match &sender {
                 SenderRef::Shared(_, t) => Some(*t),
                 SenderRef::Own(_) => None,
@@ -191,7 +210,7 @@ impl HttpLane {
                 inner.retire_shared(t).await;
             }
             match result {
-                Ok(resp) => return Ok((resp, peer, ticket)),
+                Ok(resp) => return Ok((resp, peer, ticket, setup)),
                 Err(SendError::BeforeAnswer(e)) if !fresh && !fresh_only => {
                     tracing::debug!(%peer, error = %e, "reused connection failed; reconnecting");
                     self.drop_connection(target);
@@ -219,19 +238,20 @@ impl HttpLane {
         &mut self,
         target: &Target,
         fresh_only: bool,
-    ) -> Result<(SenderRef<'_>, bool), TransferError> {
+    ) -> Result<(SenderRef<'_>, bool, Setup), TransferError> {
         let conn_index = self.connection_index();
         let shared_origin =
             self.inner.mode() != Some(Mode::H1) && target.origin == self.inner.target().origin;
         if shared_origin {
             match self.inner.shared_sender(conn_index, self.index).await? {
-                SharedPick::H2(s, fresh, ticket) => {
-                    return Ok((SenderRef::Shared(s, ticket), fresh))
+                SharedPick::H2(s, fresh, ticket, setup) => {
+                    return Ok((SenderRef::Shared(s, ticket), fresh, setup))
                 }
                 SharedPick::H1(conn) => {
                     // Auto over TLS and the server picked HTTP/1.1: the lane keeps it.
+                    let setup = conn.setup;
                     self.own = Some(conn);
-                    return Ok((SenderRef::Own(self.own_sender()?), true));
+                    return Ok((SenderRef::Own(self.own_sender()?), true, setup));
                 }
             }
         }
@@ -247,7 +267,12 @@ impl HttpLane {
             self.inner.register(self.connection_index(), &conn);
             self.own = Some(conn);
         }
-        Ok((SenderRef::Own(self.own_sender()?), fresh))
+        let setup = self
+            .own
+            .as_ref()
+            .map(|c| c.setup)
+            .ok_or_else(|| TransferError::Config("lane has no connection".into()))?;
+        Ok((SenderRef::Own(self.own_sender()?), fresh, setup))
     }
 
     fn own_sender(&mut self) -> Result<&mut Sender, TransferError> {
@@ -266,24 +291,7 @@ impl HttpLane {
                 req.range.start, req.range.end, req.expected_size
             )));
         }
-        let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(4);
-        let suffix = if req.whole {
-            " (whole)".to_string()
-        } else {
-            let spec = format!("bytes={}-{}", req.range.start, req.range.end - 1);
-            headers.push((header::RANGE, header_value(&spec)?));
-            if let Some(v) = &req.validator {
-                headers.push((header::IF_RANGE, header_value(v)?));
-            }
-            format!(" {spec}")
-        };
-        if req.want_digest {
-            headers.push((
-                HeaderName::from_static(WANT_CONTENT_DIGEST),
-                HeaderValue::from_static(SHA256_KEY),
-            ));
-            headers.push((header::TE, HeaderValue::from_static("trailers")));
-        }
+        let (headers, suffix) = range_headers(req)?;
         let answer = self.request(Method::GET, target, &headers, &suffix).await?;
         let url = answer.target.to_string();
         let what = format!("GET {url}{suffix}");
@@ -343,6 +351,14 @@ impl Lane for HttpLane {
         self.connection_index()
     }
 
+    fn connect(&mut self) -> BoxFuture<'_, Result<(), TransferError>> {
+        Box::pin(self.connect_now())
+    }
+
+    fn first_round_trips(&self) -> Option<RoundTrips> {
+        self.first
+    }
+
     fn put_whole<'a>(
         &'a mut self,
         data: Bytes,
@@ -365,6 +381,17 @@ impl Lane for HttpLane {
         Box::pin(self.query_upload(id))
     }
 
+    fn speaks_upload_protocol(&mut self) -> BoxFuture<'_, Result<bool, TransferError>> {
+        Box::pin(self.announces_upload_protocol())
+    }
+
+    fn put_file(
+        &mut self,
+        body: xfer_core::transport::FileBody,
+    ) -> BoxFuture<'_, Result<Vec<xfer_core::checksum::Checksum>, TransferError>> {
+        Box::pin(self.put_whole_from_file(body))
+    }
+
     fn complete_upload<'a>(
         &'a mut self,
         id: &'a str,
@@ -377,7 +404,7 @@ impl Lane for HttpLane {
 /// The sender a request goes out on: a clone of the shared HTTP/2 handle, or the lane's own.
 enum SenderRef<'a> {
     Shared(
-        hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+        hyper::client::conn::http2::SendRequest<ReqBody>,
         ShareTicket,
     ),
     Own(&'a mut Sender),
@@ -451,7 +478,7 @@ struct Head<'a> {
     auth: Option<HeaderValue>,
     /// Configured extra fields for this origin.
     more: &'a [(HeaderName, HeaderValue)],
-    body: Bytes,
+    body: BodySource,
 }
 
 fn build(
@@ -459,7 +486,7 @@ fn build(
     target: &Target,
     head: &Head<'_>,
     h2: bool,
-) -> Result<Request<Full<Bytes>>, SendError> {
+) -> Result<Request<ReqBody>, SendError> {
     let mut b = Request::builder().method(method.clone());
     if h2 {
         let uri = target.absolute_uri().map_err(|e| {
@@ -487,11 +514,36 @@ fn build(
     for (k, v) in head.more.iter().chain(head.extra) {
         b = b.header(k, v);
     }
-    b.body(Full::new(head.body.clone())).map_err(|e| {
+    b.body(head.body.open()).map_err(|e| {
         SendError::Other(TransferError::Config(format!(
             "cannot build request for {target}: {e}"
         )))
     })
+}
+
+/// The header fields of a range request, and how it reads in messages (` bytes=0-99`).
+pub(crate) fn range_headers(
+    req: &RangeRequest,
+) -> Result<(Vec<(HeaderName, HeaderValue)>, String), TransferError> {
+    let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(5);
+    let suffix = if req.whole {
+        " (whole)".to_string()
+    } else {
+        let spec = format!("bytes={}-{}", req.range.start, req.range.end - 1);
+        headers.push((header::RANGE, header_value(&spec)?));
+        if let Some(v) = &req.validator {
+            headers.push((header::IF_RANGE, header_value(v)?));
+        }
+        format!(" {spec}")
+    };
+    if req.want_digest {
+        headers.push((
+            HeaderName::from_static(WANT_CONTENT_DIGEST),
+            HeaderValue::from_static(SHA256_KEY),
+        ));
+        headers.push((header::TE, HeaderValue::from_static("trailers")));
+    }
+    Ok((headers, suffix))
 }
 
 fn header_value(s: &str) -> Result<HeaderValue, TransferError> {

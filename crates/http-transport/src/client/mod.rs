@@ -4,8 +4,11 @@
 //! configuration says.
 //!
 //! ```text
-//!  HttpTransport ─stat()──► HEAD (+ Want-Repr-Digest) ─► size, ETag, Repr-Digest, ranges?
-//!       │                   └─ 405/501/no length ─► GET Range: bytes=0-0
+//!  HttpTransport ─open_first()─► GET Range: bytes=0-(chunk-1) (+ Want-Repr-Digest) ─► size,
+//!       │                       ETag, Repr-Digest from 206/200, and the first chunk's body
+//!       │                       └─ size unknown ─► stat()
+//!       ├─stat()──► HEAD (+ Want-Repr-Digest) ─► size, ETag, Repr-Digest, ranges?
+//!       │           └─ 405/501/no length ─► GET Range: bytes=0-0
 //!       ├─list(dir)───► GET <dir>/?manifest | PROPFIND Depth: 1 | GET <dir>/ ─► ListingBody
 //!       ├─sibling(url)─► another resource, the same connections (HTTP/2 slots, parked
 //!       │                HTTP/1.1 connections)
@@ -29,8 +32,10 @@ mod body;
 mod config;
 mod connect;
 mod errors;
+mod first;
 mod lane;
 mod listing;
+mod req_body;
 mod response;
 mod stats;
 mod target;

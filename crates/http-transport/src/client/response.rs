@@ -42,6 +42,23 @@ pub(crate) fn repr_digest(
     }
 }
 
+/// What a response head to a `GET` of `url` says about the resource, size left 0 for the
+/// caller (it depends on the status) and ranges assumed to work.
+pub(crate) fn described(
+    url: &str,
+    h: &HeaderMap,
+    peer: &str,
+) -> Result<xfer_core::transport::RemoteInfo, TransferError> {
+    Ok(xfer_core::transport::RemoteInfo {
+        url: url.to_string(),
+        size: 0,
+        etag: header_str(h, header::ETAG).map(str::to_string),
+        last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
+        accepts_ranges: true,
+        sha256: repr_digest(h, peer)?,
+    })
+}
+
 /// Context for the errors a response check produces.
 pub(crate) struct Ctx<'a> {
     pub peer: &'a str,
@@ -171,6 +188,25 @@ fn check_length(headers: &HeaderMap, want: u64, ctx: &Ctx<'_>) -> Result<(), Tra
         }
         _ => Ok(()),
     }
+}
+
+/// Every checksum a response declares of the resource, in RFC 3230 `Digest` and RFC 9530
+/// `Repr-Digest` fields; unknown algorithms are skipped.
+pub(crate) fn declared_checksums(h: &http::HeaderMap) -> Vec<xfer_core::checksum::Checksum> {
+    use xfer_core::checksum::{parse_digest_field, parse_rfc9530_field};
+    h.get_all(http::HeaderName::from_static("digest"))
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(parse_digest_field)
+        .chain(
+            h.get_all(http::HeaderName::from_static(
+                xfer_core::digest::REPR_DIGEST,
+            ))
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(parse_rfc9530_field),
+        )
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,22 +4,24 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
-use bytes::Bytes;
+use crate::client::req_body::ReqBody;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::Full;
 use hyper::client::conn::http2;
-use xfer_core::checksum::{parse_digest_field, parse_rfc9530_field, Checksum, ChecksumAlgorithm};
-use xfer_core::digest::{REPR_DIGEST, SHA256_KEY, WANT_REPR_DIGEST};
+use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
+use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{
-    BoxFuture, ConnectionStats, Lane, ListRequest, ListResponse, RemoteInfo, Transport,
+    BoxFuture, ConnectionStats, FirstRequest, Lane, ListRequest, ListResponse, Opened, RemoteInfo,
+    Transport,
 };
 use xfer_core::TransferError;
 
 use crate::client::config::HttpClientConfig;
-use crate::client::connect::{self, ConnectParams, Connection, Sender};
+use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
-use crate::client::response::{content_length, header_str, repr_digest};
+use crate::client::response::{
+    content_length, declared_checksums, described, header_str, repr_digest,
+};
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 
 use crate::client::stats::StatsRegistry;
@@ -37,8 +39,9 @@ pub(crate) enum Mode {
 /// A shared HTTP/2 connection to the transport's origin.
 struct SharedSlot {
     origin: Origin,
-    sender: http2::SendRequest<Full<Bytes>>,
+    sender: http2::SendRequest<ReqBody>,
     generation: u64,
+    setup: Setup,
 }
 
 /// Names one shared connection, so a lane that saw it stall can retire exactly that one and
@@ -52,7 +55,7 @@ pub(crate) struct ShareTicket {
 /// What [`Inner::shared_sender`] found: a shared HTTP/2 handle (whether it was just made, and
 /// which one it is), or, when ALPN chose HTTP/1.1, a connection for the asking lane alone.
 pub(crate) enum SharedPick {
-    H2(http2::SendRequest<Full<Bytes>>, bool, ShareTicket),
+    H2(http2::SendRequest<ReqBody>, bool, ShareTicket, Setup),
     H1(Connection),
 }
 
@@ -111,7 +114,7 @@ impl Inner {
             .clone()
     }
 
-    fn set_target(&self, t: Target) {
+    pub(crate) fn set_target(&self, t: Target) {
         *self.target.write().unwrap_or_else(|p| p.into_inner()) = t;
     }
 
@@ -170,7 +173,7 @@ impl Inner {
                     slot: slot_index,
                     generation: s.generation,
                 };
-                return Ok(SharedPick::H2(s.sender.clone(), false, ticket));
+                return Ok(SharedPick::H2(s.sender.clone(), false, ticket, s.setup));
             }
         }
         *slot = None;
@@ -185,12 +188,13 @@ impl Inner {
                     origin,
                     sender: sender.clone(),
                     generation,
+                    setup: conn.setup,
                 });
                 let ticket = ShareTicket {
                     slot: slot_index,
                     generation,
                 };
-                Ok(SharedPick::H2(sender, true, ticket))
+                Ok(SharedPick::H2(sender, true, ticket, conn.setup))
             }
             Sender::H1(_) => {
                 self.register(lane, &conn);
@@ -246,7 +250,7 @@ impl Inner {
 /// or HTTP/2 (M connections × K streams).
 #[derive(Clone)]
 pub struct HttpTransport {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     /// `Link: rel=duplicate` targets of the last `stat` answer.
     duplicates: Arc<Mutex<Vec<String>>>,
 }
@@ -361,12 +365,22 @@ impl HttpTransport {
         })
     }
 
+    /// Keep the `Link: rel=duplicate` targets of an answer that described the resource.
+    pub(crate) fn note_duplicates(&self, h: &http::HeaderMap) {
+        let links = h
+            .get_all(header::LINK)
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        *self.duplicates.lock().unwrap_or_else(|p| p.into_inner()) =
+            xfer_core::multi::link_duplicates(links);
+    }
+
     /// The URL requests go to now (after `stat` followed redirects).
     pub fn url(&self) -> String {
         self.inner.target().to_string()
     }
 
-    async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
+    pub(crate) async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
         let inner = &self.inner;
         let mut lane = HttpLane::new(inner.clone(), 0);
         let want_repr = [(
@@ -385,12 +399,7 @@ impl HttpTransport {
                     v.split(',')
                         .any(|unit| unit.trim().eq_ignore_ascii_case("bytes"))
                 });
-                let links = h
-                    .get_all(header::LINK)
-                    .iter()
-                    .filter_map(|v| v.to_str().ok());
-                *self.duplicates.lock().unwrap_or_else(|p| p.into_inner()) =
-                    xfer_core::multi::link_duplicates(links);
+                self.note_duplicates(h);
                 let mut info = RemoteInfo {
                     url: head.target.to_string(),
                     size,
@@ -473,18 +482,8 @@ impl HttpTransport {
             drain(head.response.into_body(), inner).await;
             return Err(err);
         }
-        let h = head.response.headers();
-        let found = h
-            .get_all(HeaderName::from_static("digest"))
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(parse_digest_field)
-            .chain(
-                h.get_all(HeaderName::from_static(REPR_DIGEST))
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .flat_map(parse_rfc9530_field),
-            )
+        let found = declared_checksums(head.response.headers())
+            .into_iter()
             .find(|c| c.algorithm == algorithm);
         drain(head.response.into_body(), inner).await;
         if let Some(conn) = lane.take_connection() {
@@ -522,14 +521,7 @@ impl HttpTransport {
             peer: peer.clone(),
             message: format!("{what}: {message}"),
         };
-        let mut info = RemoteInfo {
-            url: url.clone(),
-            size: 0,
-            etag: header_str(h, header::ETAG).map(str::to_string),
-            last_modified: header_str(h, header::LAST_MODIFIED).map(str::to_string),
-            accepts_ranges: true,
-            sha256: repr_digest(h, &peer)?,
-        };
+        let mut info = described(&url, h, &peer)?;
         match response.status() {
             StatusCode::PARTIAL_CONTENT => {
                 let cr = header_str(h, header::CONTENT_RANGE)
@@ -568,7 +560,7 @@ impl HttpTransport {
         Ok(info)
     }
 
-    async fn open(&self, index: usize) -> Result<Box<dyn Lane>, TransferError> {
+    pub(crate) async fn open(&self, index: usize) -> Result<Box<dyn Lane>, TransferError> {
         let inner = &self.inner;
         let mut lane = HttpLane::new(inner.clone(), index);
         if inner.mode().is_none() {
@@ -604,6 +596,14 @@ impl Transport for HttpTransport {
         Box::pin(self.checksum_inner(algorithm))
     }
 
+    fn open_first(
+        &self,
+        index: usize,
+        first: FirstRequest,
+    ) -> BoxFuture<'_, Result<Opened, TransferError>> {
+        Box::pin(self.open_with_first_range(index, first))
+    }
+
     fn connection_stats(&self) -> Vec<ConnectionStats> {
         self.inner.pool.stats.collect()
     }
@@ -614,6 +614,20 @@ impl Transport for HttpTransport {
             (Some(Mode::H2), Security::Tls) => "h2".into(),
             (Some(Mode::H2), Security::Plain) => "h2c".into(),
             (None, _) => "https (h2 or http/1.1, not yet negotiated)".into(),
+        }
+    }
+
+    fn request_ahead(&self) -> Option<bool> {
+        match self.inner.mode() {
+            Some(Mode::H2) => {
+                let h2 = &self.inner.cfg.http2;
+                let lanes = self.inner.cfg.layout(Mode::H2).streams_per_connection as u64;
+                // An adaptive window keeps the connection's no larger than a stream's.
+                let room =
+                    !h2.adaptive_window && h2.connection_window >= 2 * lanes * h2.stream_window;
+                room.then_some(true)
+            }
+            _ => Some(false),
         }
     }
 

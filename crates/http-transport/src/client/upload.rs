@@ -4,17 +4,21 @@
 
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use xfer_core::checksum::Checksum;
 use xfer_core::digest::{Sha256Digest, CONTENT_DIGEST, REPR_DIGEST};
-use xfer_core::transport::{ChunkUpload, UploadStatus};
+use xfer_core::transport::{ChunkUpload, FileBody, UploadStatus};
 use xfer_core::TransferError;
 
 use crate::client::lane::{read_small, Answer, HttpLane};
-use crate::client::response::header_str;
+use crate::client::req_body::BodySource;
+use crate::client::response::{declared_checksums, header_str};
 
 const UPLOAD_ID: &str = "xfer-upload";
 const UPLOAD_COMPLETE: &str = "xfer-upload-complete";
 const UPLOAD_RECEIVED: &str = "xfer-upload-received";
 const UPLOAD_SIZE: &str = "xfer-upload-size";
+/// In an `OPTIONS` answer: the server understands the parallel upload protocol.
+const UPLOAD_PROTOCOL: &str = "xfer-upload-protocol";
 
 /// Longest refusal text quoted in an error.
 const DETAIL_LIMIT: usize = 300;
@@ -30,6 +34,47 @@ impl HttpLane {
             .request_with_body(Method::PUT, self.target(), &headers, data, "")
             .await?;
         self.expect_success(answer, "PUT").await
+    }
+
+    /// One plain `PUT` whose body is the whole file, read from disk as it is sent; any
+    /// WebDAV server takes it. Returns what the server declared of what it stored.
+    pub(crate) async fn put_whole_from_file(
+        &mut self,
+        body: FileBody,
+    ) -> Result<Vec<Checksum>, TransferError> {
+        let headers = [
+            (header::CONTENT_LENGTH, HeaderValue::from(body.size)),
+            octet_stream(),
+        ];
+        let answer = self
+            .request_with_body(
+                Method::PUT,
+                self.target(),
+                &headers,
+                BodySource::File(body),
+                "",
+            )
+            .await?;
+        let declared = declared_checksums(answer.response.headers());
+        self.expect_success(answer, "PUT").await?;
+        Ok(declared)
+    }
+
+    /// `OPTIONS` on the target: does the server announce the parallel upload protocol? A
+    /// refusal (many servers answer 405 or 501) means no; only a failure to ask is an error.
+    pub(crate) async fn announces_upload_protocol(&mut self) -> Result<bool, TransferError> {
+        let answer = self
+            .request(Method::OPTIONS, self.target(), &[], " (upload protocol)")
+            .await?;
+        let speaks = answer.response.status().is_success()
+            && header_str(
+                answer.response.headers(),
+                HeaderName::from_static(UPLOAD_PROTOCOL),
+            )
+            .is_some_and(|v| v.trim() == "1");
+        // The answer's text, if any, is not needed; reading it frees the connection.
+        let _ = self.expect_success(answer, "OPTIONS").await;
+        Ok(speaks)
     }
 
     pub(crate) async fn put_one_chunk(&mut self, c: &ChunkUpload) -> Result<(), TransferError> {
@@ -55,6 +100,24 @@ impl HttpLane {
                 &suffix,
             )
             .await?;
+        // A 400 that lists the received ranges: the chunk arrived damaged (its digest did
+        // not match), so it is worth sending again, unlike other refusals.
+        if answer.response.status() == StatusCode::BAD_REQUEST
+            && answer
+                .response
+                .headers()
+                .contains_key(xfer_service::upload::UPLOAD_RECEIVED)
+        {
+            let peer = answer.peer.clone();
+            // Drained, so that the connection serves the next request.
+            let _ = read_small(answer.response.into_body(), self.inner(), &peer, "PUT").await;
+            return Err(TransferError::Unexpected {
+                peer,
+                message: format!(
+                    "PUT{suffix}: the chunk arrived different from its Content-Digest; sending it again"
+                ),
+            });
+        }
         self.expect_success(answer, &format!("PUT{suffix}")).await
     }
 

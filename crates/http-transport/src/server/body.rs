@@ -12,9 +12,13 @@ use http_body::{Body, Frame, SizeHint};
 use xfer_core::digest::CONTENT_DIGEST;
 use xfer_service::{BodyEvent, BodyStream, ListingStream};
 
+use super::stall::Sending;
+
 /// Body of every response the server sends.
 pub(crate) struct ServeBody {
     kind: Kind,
+    /// Streamed bodies report each frame to the stall watch of their stream or connection.
+    sending: Option<Sending>,
 }
 
 enum Kind {
@@ -26,24 +30,30 @@ enum Kind {
 
 impl ServeBody {
     pub(crate) fn empty() -> Self {
-        Self { kind: Kind::Empty }
+        Self {
+            kind: Kind::Empty,
+            sending: None,
+        }
     }
 
     pub(crate) fn message(text: impl Into<Bytes>) -> Self {
         Self {
             kind: Kind::Message(Some(text.into())),
+            sending: None,
         }
     }
 
     pub(crate) fn stream(stream: Box<BodyStream>) -> Self {
         Self {
             kind: Kind::Stream(stream),
+            sending: Sending::start(),
         }
     }
 
     pub(crate) fn listing(listing: ListingStream) -> Self {
         Self {
             kind: Kind::Listing(listing),
+            sending: Sending::start(),
         }
     }
 }
@@ -56,6 +66,27 @@ impl Body for ServeBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let polled = self.poll_kind(cx);
+        if let (Poll::Ready(Some(_)), Some(s)) = (&polled, &self.sending) {
+            s.progressed();
+        }
+        if let Poll::Ready(None | Some(Err(_))) = &polled {
+            self.sending = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.kind.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.kind.size_hint()
+    }
+}
+
+impl ServeBody {
+    fn poll_kind(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         match &mut self.kind {
             Kind::Empty => Poll::Ready(None),
             Kind::Message(m) => Poll::Ready(m.take().map(|b| Ok(Frame::data(b)))),
@@ -82,9 +113,11 @@ impl Body for ServeBody {
             },
         }
     }
+}
 
+impl Kind {
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
+        match self {
             Kind::Empty => true,
             Kind::Message(m) => m.is_none(),
             Kind::Stream(s) => s.is_done(),
@@ -93,7 +126,7 @@ impl Body for ServeBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
+        match self {
             Kind::Empty => SizeHint::with_exact(0),
             Kind::Message(m) => SizeHint::with_exact(m.as_ref().map_or(0, |b| b.len() as u64)),
             // An exact hint would make HTTP/1.1 send Content-Length instead of chunked

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use xfer_service::{AccessControl, Tpc, UploadConfig, Uploads};
 
+use xfer_common::memory::{MAX_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
-use xfer_common::{DigestCacheConfig, FaultInjection};
+use xfer_common::{DigestCacheConfig, FaultInjection, MemoryBudget};
 use xfer_core::checksum::ChecksumAlgorithm;
 
 use crate::config::{ConfigError, Http2Config, TcpConfig};
@@ -53,6 +54,19 @@ pub struct ServerConfig {
     /// Blocks read ahead of the one being sent. Default 1 (one read in flight while the
     /// previous block is written). Raise for slow or networked storage.
     pub read_ahead: usize,
+    /// Bytes of outgoing blocks (read-ahead, HTTP/2 and HTTP/1.1 send queues, and QUIC's
+    /// unacknowledged data when `xfer serve` shares it with the QUIC server) held at once by
+    /// the whole process. Default [`xfer_common::DEFAULT_MEMORY_BUDGET`] (512 MiB), at least
+    /// two blocks. A response whose next block does not fit waits for room. Clones of the
+    /// config share one budget; see `docs/security.md` for the process's resulting bound.
+    pub memory_budget: MemoryBudget,
+    /// A response that sends nothing for this long while it has data to send (the client
+    /// does not open its flow-control window, does not read, or the budget has no room) is
+    /// ended: its HTTP/2 stream is reset (`RST_STREAM`), its HTTP/1.1 connection closed, and
+    /// its blocks return to the budget. Default 60 s; 1 s to 1 h. Progress is counted in
+    /// blocks handed to the protocol, so a client slower than `read_block_size` per stall
+    /// timeout (about 4 KiB/s with the defaults) is cut off too.
+    pub stall_timeout: Duration,
     /// Compute whole-resource SHA-256 in the background and send it as `Repr-Digest` once
     /// known. Default on. Hashing reads the whole file once more, competing with transfers
     /// for disk and one core; see [`ServerConfig::digest_cache`] for limits.
@@ -105,6 +119,8 @@ impl ServerConfig {
             max_connections_per_address: 128,
             read_block_size: DEFAULT_BLOCK_SIZE,
             read_ahead: 1,
+            memory_budget: MemoryBudget::default(),
+            stall_timeout: Duration::from_secs(60),
             repr_digest: true,
             digest_cache: DigestCacheConfig::default(),
             shutdown_grace: Duration::from_secs(30),
@@ -164,6 +180,22 @@ impl ServerConfig {
         if self.read_ahead > 64 {
             return Err(ConfigError::new("read_ahead", self.read_ahead, "0 to 64"));
         }
+        let budget = self.memory_budget.limit();
+        let min_budget = MIN_MEMORY_BUDGET.max(2 * self.read_block_size as u64);
+        if !(min_budget..=MAX_MEMORY_BUDGET).contains(&budget) {
+            return Err(ConfigError::new(
+                "memory_budget",
+                format!("{budget} bytes (read blocks of {})", self.read_block_size),
+                "1 MiB and at least two read blocks, to 1 TiB",
+            ));
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.stall_timeout) {
+            return Err(ConfigError::new(
+                "stall_timeout",
+                secs(self.stall_timeout),
+                "1 s to 1 h",
+            ));
+        }
         if self.shutdown_grace > Duration::from_secs(3600) {
             return Err(ConfigError::new(
                 "shutdown_grace",
@@ -191,6 +223,7 @@ impl ServerConfig {
         StreamOptions {
             block_size: self.read_block_size,
             read_ahead: self.read_ahead,
+            budget: self.memory_budget.clone(),
         }
     }
 }

@@ -21,6 +21,7 @@ use xfer_core::digest::{
 };
 use xfer_service::access::MAX_TOKEN_LEN;
 use xfer_service::tpc::CopyHead;
+use xfer_service::upload::resumable::DraftHead;
 use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{Body, ContentRange, Credentials, Method, ResponsePlan, Secret};
 
@@ -54,10 +55,11 @@ pub(crate) async fn handle(
         .service
         .respond_with_body(&request, &mut body)
         .await;
-    if plan.status >= 400 && request.method == Method::Put {
+    if plan.status >= 400 && matches!(request.method, Method::Put | Method::Post | Method::Patch) {
         body.discard().await;
     }
-    Ok(encode(plan, version))
+    let head_only = request.method == Method::Head;
+    Ok(encode(plan, version, head_only))
 }
 
 /// A refused upload's body is read and dropped, up to this much, before the answer goes out:
@@ -161,6 +163,13 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
         repr_digest: text(REPR_DIGEST),
         id: text(upload::UPLOAD_ID),
         complete: text(upload::UPLOAD_COMPLETE).is_some_and(|v| v.trim() == "?1"),
+        draft: DraftHead {
+            upload_complete: text("upload-complete"),
+            upload_offset: text("upload-offset"),
+            upload_length: text("upload-length"),
+            interop_version: text("upload-draft-interop-version"),
+            content_type: text("content-type"),
+        },
     };
     r.want_digest = values(headers, HeaderName::from_static("want-digest"))
         .map(str::to_string)
@@ -208,7 +217,9 @@ fn values(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> {
         .filter_map(|v| v.to_str().ok())
 }
 
-fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
+/// `head_only`: the answer to a `HEAD`, whose body is never sent (HTTP/2 peers reset a
+/// stream that carries one, HTTP/1.1 would misframe it).
+fn encode(plan: ResponsePlan, version: Version, head_only: bool) -> Response<ServeBody> {
     let mut headers = HeaderMap::new();
     if plan.accept_ranges {
         headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
@@ -282,12 +293,14 @@ fn encode(plan: ResponsePlan, version: Version) -> Response<ServeBody> {
     // HTTP/1.1 cannot have both a length and trailers (trailers need chunked encoding);
     // HTTP/2 frames the body itself and can.
     // A listing's length is not known before it is produced: HTTP/1.1 sends it chunked.
-    if let Some(len) = plan.content_length {
+    // RFC 9110 §8.6: never in a 204.
+    if let Some(len) = plan.content_length.filter(|_| plan.status != 204) {
         if !plan.trailer || version == Version::HTTP_2 {
             headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
         }
     }
     let body = match plan.body {
+        _ if head_only => ServeBody::empty(),
         Body::Empty => ServeBody::empty(),
         Body::Message(text) => ServeBody::message(text),
         Body::Stream(stream) => ServeBody::stream(stream),

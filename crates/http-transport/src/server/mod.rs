@@ -28,6 +28,7 @@ mod body;
 mod config;
 mod handler;
 mod io;
+mod stall;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -39,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -58,6 +59,7 @@ use crate::tcp::TcpError;
 use body::ServeBody;
 use handler::ConnCtx;
 use io::ServerIo;
+use stall::{StallClock, StallExecutor, StreamWatch};
 
 /// The HTTP/2 connection preface a client with prior knowledge sends first (RFC 9113 §3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -425,7 +427,7 @@ where
     }
 }
 
-impl<I, S> Graceful for hyper::server::conn::http2::Connection<I, S, TokioExecutor>
+impl<I, S> Graceful for hyper::server::conn::http2::Connection<I, S, StallExecutor>
 where
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = ServeBody>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -489,7 +491,10 @@ async fn drive<I>(
     let io = TokioIo::new(io);
     if h2 {
         let h2c = &cfg.http2;
-        let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        let mut b = hyper::server::conn::http2::Builder::new(StallExecutor {
+            stall: cfg.stall_timeout,
+            peer,
+        });
         b.timer(TokioTimer::new())
             .initial_stream_window_size(h2c.stream_window_u32())
             .initial_connection_window_size(h2c.connection_window_u32())
@@ -508,6 +513,7 @@ async fn drive<I>(
             progress,
             idle,
             evict,
+            None,
         )
         .await;
     } else {
@@ -516,6 +522,9 @@ async fn drive<I>(
             .header_read_timeout(cfg.header_read_timeout)
             .max_headers(MAX_HEADERS)
             .max_header_size(MAX_HEADER_BYTES)
+            // Queue body blocks instead of copying them into one growing write buffer, so
+            // what waits for the socket is the blocks themselves, counted by the memory budget.
+            .writev(true)
             .keep_alive(true);
         run(
             b.serve_connection(io, service),
@@ -524,13 +533,16 @@ async fn drive<I>(
             progress,
             idle,
             evict,
+            Some(cfg.stall_timeout),
         )
         .await;
     }
 }
 
 /// Drive a connection to its end, asking it to wind down on shutdown and dropping it when
-/// it moved no bytes for `idle`.
+/// it moved no bytes for `idle`. With `stall` (HTTP/1.1, one response at a time), the
+/// connection is also dropped when its response sent nothing for that long; HTTP/2 watches
+/// each stream instead ([`StallExecutor`]).
 async fn run<C: Graceful>(
     conn: C,
     peer: SocketAddr,
@@ -538,6 +550,7 @@ async fn run<C: Graceful>(
     progress: Arc<AtomicU64>,
     idle: Duration,
     evict: Option<CancellationToken>,
+    stall: Option<Duration>,
 ) {
     let evicted = async {
         match &evict {
@@ -559,9 +572,16 @@ async fn run<C: Graceful>(
     ticker.tick().await;
     let mut last = progress.load(Ordering::Relaxed);
     let mut quiet = 0u32;
+    let watch = Arc::new(StreamWatch::default());
+    let mut clock = StallClock::new(Arc::clone(&watch));
+    let mut stall_ticker = tokio::time::interval(StallClock::period(
+        stall.unwrap_or(Duration::from_secs(3600)),
+    ));
+    stall_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            res = conn.as_mut() => {
+            // Bodies created while the connection is polled report to `watch`.
+            res = std::future::poll_fn(|cx| watch.scope(|| conn.as_mut().poll(cx))) => {
                 if let Err(e) = res {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
@@ -577,6 +597,12 @@ async fn run<C: Graceful>(
                 stopping = true;
                 tracing::debug!(%peer, "closing an idle connection to make room");
                 conn.as_mut().graceful();
+            }
+            _ = stall_ticker.tick(), if stall.is_some() => {
+                if clock.sample() {
+                    tracing::info!(%peer, after = ?stall, "HTTP/1.1 response sent nothing for the stall timeout; closing its connection");
+                    return;
+                }
             }
             _ = ticker.tick() => {
                 let now = progress.load(Ordering::Relaxed);

@@ -71,6 +71,10 @@ pub struct Script {
     pub stall_bodies_on_connection: Option<usize>,
     pub log: Mutex<Vec<Logged>>,
     pub connections: AtomicUsize,
+    /// TLS connections whose handshake resumed an earlier session.
+    pub resumed: AtomicUsize,
+    /// Wait this long before answering each request (a long path's round trip).
+    pub head_delay: Option<std::time::Duration>,
 }
 
 impl Script {
@@ -90,6 +94,8 @@ impl Script {
             stall_bodies_on_connection: None,
             log: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
+            resumed: AtomicUsize::new(0),
+            head_delay: None,
         }
     }
 
@@ -171,6 +177,11 @@ impl TestServer {
                                 return;
                             };
                             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                            if tls.get_ref().1.handshake_kind()
+                                == Some(rustls::HandshakeKind::Resumed)
+                            {
+                                s.resumed.fetch_add(1, Ordering::SeqCst);
+                            }
                             serve(TokioIo::new(tls), h2, s, conn_no).await;
                         }
                     }
@@ -193,7 +204,12 @@ where
 {
     let svc = service_fn(move |req| {
         let script = script.clone();
-        async move { Ok::<_, Infallible>(handle(&script, req, conn_no)) }
+        async move {
+            if let Some(delay) = script.head_delay {
+                tokio::time::sleep(delay).await;
+            }
+            Ok::<_, Infallible>(handle(&script, req, conn_no))
+        }
     });
     if h2 {
         let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())

@@ -27,6 +27,7 @@ mod spec;
 mod tools;
 mod tree;
 pub mod units;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 

@@ -53,6 +53,9 @@ pub struct RunRecord {
     pub link_drops_loss: u64,
     /// Mean smoothed RTT the transport measured, milliseconds.
     pub transport_rtt_ms: Option<f64>,
+    /// xfer: round trips to each lane's first byte, lane 0 first (`3 3p 3p ...`, `p` for a
+    /// connection made while lane 0's request learned the resource).
+    pub round_trips: Option<String>,
     /// The client command as run.
     pub command: String,
 }
@@ -380,6 +383,7 @@ pub(crate) mod tests {
             link_drops_queue: 5,
             link_drops_loss: 0,
             transport_rtt_ms: Some(100.5),
+            round_trips: None,
             command: "xfer get \"x,y\"".into(),
         }
     }

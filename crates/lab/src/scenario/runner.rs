@@ -386,6 +386,7 @@ fn run_case(
         link_drops_queue: s2c.packets_dropped_queue - s2c_before.packets_dropped_queue,
         link_drops_loss: s2c.packets_dropped_loss - s2c_before.packets_dropped_loss,
         transport_rtt_ms: outcome.rtt_ms,
+        round_trips: outcome.round_trips.clone(),
         command,
     })
 }
@@ -417,7 +418,11 @@ pub(super) fn spawn_logged(
 }
 
 /// Waits until `xfer serve` says it serves and its certificate exists.
-fn wait_for_server(log: &Path, cert: &Path, server: &mut Child) -> Result<(), ScenarioError> {
+pub(super) fn wait_for_server(
+    log: &Path,
+    cert: &Path,
+    server: &mut Child,
+) -> Result<(), ScenarioError> {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -539,7 +544,7 @@ pub fn shell_join(args: &[String]) -> String {
         .join(" ")
 }
 
-fn load_average() -> String {
+pub(super) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()

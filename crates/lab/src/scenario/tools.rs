@@ -141,7 +141,33 @@ pub struct Outcome {
     pub retransmits: Option<u64>,
     /// Mean smoothed RTT the transport measured, milliseconds.
     pub rtt_ms: Option<f64>,
+    /// xfer: round trips to each lane's first byte, lane 0 first (`3 3p 3p ...`, `p` for a
+    /// connection made while lane 0's request learned the resource).
+    pub round_trips: Option<String>,
     pub error: Option<String>,
+}
+
+/// The lanes' `round_trips` of an xfer report, as `3 3p 3p`; `None` from an xfer that does
+/// not count them.
+fn round_trips(report: &serde_json::Value) -> Option<String> {
+    let lanes = report["lanes"].as_array()?;
+    let counts: Vec<String> = lanes
+        .iter()
+        .filter_map(|l| {
+            let rt = &l["round_trips"];
+            let total = ["tcp", "handshake", "requests"]
+                .iter()
+                .map(|k| rt[*k].as_u64())
+                .sum::<Option<u64>>()?;
+            let mark = if rt["preconnected"].as_bool() == Some(true) {
+                "p"
+            } else {
+                ""
+            };
+            Some(format!("{total}{mark}"))
+        })
+        .collect();
+    (!counts.is_empty()).then(|| counts.join(" "))
 }
 
 /// Parses a finished process's output. `exit_ok` is whether it exited with 0; `wall` is its
@@ -183,6 +209,7 @@ pub fn parse_outcome(case: &Case, stdout: &str, stderr: &str, exit_ok: bool, wal
                 goodput_bps: v["goodput_bps"].as_f64(),
                 retransmits: (!retrans.is_empty()).then(|| retrans.iter().sum()),
                 rtt_ms: (!rtts.is_empty()).then(|| rtts.iter().sum::<f64>() / rtts.len() as f64),
+                round_trips: round_trips(&v),
                 error: None,
             }
         }
@@ -208,6 +235,7 @@ pub fn parse_outcome(case: &Case, stdout: &str, stderr: &str, exit_ok: bool, wal
                 retransmits: v["end"]["sum_sent"]["retransmits"].as_u64(),
                 rtt_ms: (!rtts.is_empty()).then(|| rtts.iter().sum::<f64>() / rtts.len() as f64),
                 error: (!exit_ok).then(|| format!("iperf3 failed: {last_stderr}")),
+                ..Outcome::default()
             }
         }
         Tool::Curl => {
@@ -316,8 +344,12 @@ mod tests {
     fn outputs() {
         let c = cases();
         let xfer = r#"{"received_bytes": 16777216, "seconds": 2.0, "goodput_bps": 67108864.0,
-            "connections": [{"retransmits": 3, "rtt_us": 21000}, {"retransmits": 1, "rtt_us": 23000}]}"#;
+            "connections": [{"retransmits": 3, "rtt_us": 21000}, {"retransmits": 1, "rtt_us": 23000}],
+            "lanes": [{"round_trips": {"tcp": 1, "handshake": 1, "requests": 1, "preconnected": false}},
+                      {"round_trips": {"tcp": 1, "handshake": 1, "requests": 1, "preconnected": true}},
+                      {"round_trips": null}]}"#;
         let o = parse_outcome(&c[0], xfer, "", true, 2.5);
+        assert_eq!(o.round_trips.as_deref(), Some("3 3p"));
         assert_eq!(o.bytes, Some(16 << 20));
         assert_eq!(o.retransmits, Some(4));
         assert_eq!(o.rtt_ms, Some(22.0));

@@ -1,0 +1,150 @@
+//! A service manager stops `xfer serve` with SIGTERM (systemd, Docker, Kubernetes) and a
+//! terminal with SIGINT: either way a download in flight must finish whole and the server must
+//! exit 0. The client holds its reads after the first bytes so the response cannot already be
+//! sitting complete in socket buffers when the signal arrives (the file is far larger than
+//! loopback's buffers), then reads the rest and compares it byte for byte.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use xfer_test_support::write_random_file;
+
+type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+const SIZE: u64 = 96 << 20;
+
+/// The server is killed when the test ends, however it ends.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `xfer serve --plain` on an ephemeral port; returns it, its address and a channel
+/// of its later stderr lines.
+fn start_serve(root: &Path) -> Result<(ChildGuard, String, mpsc::Receiver<String>), String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xfer"))
+        .arg("serve")
+        .arg(root)
+        .args(["--plain", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning xfer serve: {e}"))?;
+    let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+    let guard = ChildGuard(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Generous: a loaded machine can be slow to start the binary; a working one always does.
+    let deadline = Duration::from_secs(60);
+    loop {
+        let line = rx
+            .recv_timeout(deadline)
+            .map_err(|e| format!("xfer serve printed no address: {e}"))?;
+        if let Some(at) = line.split(" at http://").nth(1) {
+            let addr = at.trim().trim_end_matches('/').to_string();
+            return Ok((guard, addr, rx));
+        }
+    }
+}
+
+/// Sends `GET path` on a new connection and returns it with the response head read.
+fn get(addr: &str, path: &str) -> Result<(BufReader<TcpStream>, u64), String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s);
+    let mut status = String::new();
+    r.read_line(&mut status).map_err(|e| e.to_string())?;
+    assert!(
+        status.starts_with("HTTP/1.1 200"),
+        "status line: {status:?}"
+    );
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).map_err(|e| e.to_string())?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse::<u64>().ok();
+            }
+        }
+    }
+    Ok((r, length.ok_or("no Content-Length")?))
+}
+
+fn drains_on(signal: libc::c_int, name: &str) -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root)?;
+    write_random_file(&root.join("big.bin"), SIZE, 14)?;
+    let want = std::fs::read(root.join("big.bin"))?;
+
+    let (mut server, addr, lines) = start_serve(&root)?;
+    let (mut body, length) = get(&addr, "/big.bin")?;
+    assert_eq!(length, SIZE);
+    let mut got = vec![0u8; 1 << 20];
+    body.read_exact(&mut got)?;
+
+    let pid = libc::pid_t::try_from(server.0.id())?;
+    // SAFETY: plain kill(2) on the child this test spawned and still owns.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(rc, 0, "kill({name}) failed");
+    // The server says it is draining before the client reads on: the signal was handled while
+    // most of the body was still to be sent.
+    let announced = loop {
+        let line = lines.recv_timeout(Duration::from_secs(60))?;
+        if line.contains("shutting down") {
+            break line;
+        }
+    };
+    assert!(
+        announced.contains(name),
+        "{announced:?} does not name {name}"
+    );
+
+    body.read_to_end(&mut got)?;
+    assert_eq!(got.len() as u64, SIZE, "body cut short after {name}");
+    assert!(got == want, "body differs from the file after {name}");
+
+    let status = server.0.wait()?;
+    assert!(
+        status.success(),
+        "xfer serve exited with {status} after {name}"
+    );
+    Ok(())
+}
+
+#[test]
+fn sigterm_drains_in_flight_download_and_exits_0() -> TestResult {
+    drains_on(libc::SIGTERM, "SIGTERM")
+}
+
+#[test]
+fn sigint_drains_in_flight_download_and_exits_0() -> TestResult {
+    drains_on(libc::SIGINT, "SIGINT")
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""CPU per byte on loopback, memory to memory, TLS: `xfer bench` rows (HTTP/1.1, HTTP/2, QUIC;
+8 lanes; 100 MiB operations; with and without SHA-256) for one or more xfer binaries side by
+side, and chasqui's HTTP/1.1 driver (8 connections, 100 MB files) when CHASQUI names its binary.
+
+Usage: scripts/bench-cpu.py LABEL=XFER_BINARY [LABEL=XFER_BINARY ...]
+  CHASQUI=path  chasqui binary (built from github.com/airnandez/chasqui; not part of xfer)
+  DUR=10        seconds per row       ROUNDS=1   rounds over all rows
+  PLAN=h1n,h1v,h2n,h2v,qn,qv   rows per binary: protocol h1/h2/q, n = --no-verify, v = SHA-256
+
+Client CPU is user+sys of the waited-for `xfer bench` (getrusage of children) or of chasqui's
+client daemon (/proc/PID/stat); server CPU is utime+stime of the server process before and
+after the row. Both divided by the bytes the row moved. Load averages are printed per row."""
+import json, os, re, resource, shutil, subprocess, sys, tempfile, time
+
+CHASQUI = os.environ.get("CHASQUI")
+DUR = os.environ.get("DUR", "10")
+binaries = sys.argv[1:]          # label=path
+tick = os.sysconf("SC_CLK_TCK")
+GIB = float(1 << 30)
+
+def proc_cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / tick
+
+def child_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+work = tempfile.mkdtemp(prefix="cpu-cmp-", dir="/dev/shm")
+procs = []
+def spawn(args, log, cwd=work):
+    p = subprocess.Popen(args, cwd=cwd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+# TLS material for chasqui (server and its client daemon): CA + leaf for 127.0.0.1.
+sh = lambda c: subprocess.run(c, shell=True, cwd=work, check=True, capture_output=True)
+sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=cpu-ca")
+sh("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout key.pem -out leaf.csr -subj /CN=127.0.0.1")
+open(f"{work}/ext", "w").write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+sh("openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem -days 2 -extfile ext")
+if CHASQUI:
+    cs = spawn([CHASQUI, "server", "-addr", "127.0.0.1:25678", "-ca", "ca.pem", "-cert", "cert.pem", "-key", "key.pem"], f"{work}/cs.log")
+    cc = spawn([CHASQUI, "client", "-addr", "127.0.0.1:29443", "-ca", "ca.pem", "-cert", "cert.pem", "-key", "key.pem"], f"{work}/cc.log")
+
+servers = {}
+for spec in binaries:
+    label, path = spec.split("=", 1)
+    d = f"{work}/{label}"; os.makedirs(f"{d}/root")
+    p = spawn([path, "serve", f"{d}/root", "--self-signed", "--listen", "127.0.0.1:0"], f"{d}/serve.log", cwd=d)
+    for _ in range(300):
+        m = re.search(r"at (https://[0-9.:]+)", open(f"{d}/serve.log").read())
+        if m: break
+        time.sleep(0.1)
+    servers[label] = (p, path, m.group(1), f"{d}/xfer-cert/cert.pem")
+time.sleep(1)
+
+rows = []
+def load():
+    return open("/proc/loadavg").read().split()[:3]
+
+def chasqui_row():
+    s0, c0, l0 = proc_cpu(cs.pid), proc_cpu(cc.pid), load()
+    out = subprocess.run([CHASQUI, "driver", "-clients", "127.0.0.1:29443", "-servers", "127.0.0.1:25678",
+                          "-http1", "-concurrency", "8", "-size", "100", "-duration", f"{DUR}s"],
+                         cwd=work, capture_output=True, text=True)
+    s1, c1 = proc_cpu(cs.pid), proc_cpu(cc.pid)
+    txt = out.stdout + out.stderr
+    vol = float(re.search(r"data volume:\s+([0-9.]+) MB", txt).group(1)) * 1e6
+    rate = float(re.search(r"download rate:\s+([0-9.]+) MB/sec", txt).group(1)) * 1e6
+    rows.append(("chasqui h1 x8 tls", rate / (1 << 20), (c1 - c0) / (vol / GIB), (s1 - s0) / (vol / GIB), l0, txt.count("errors:           0") > 0))
+
+def xfer_row(label, proto, verify):
+    p, path, url, ca = servers[label]
+    u = url if proto != "quic" else "quic://" + url[len("https://"):]
+    args = [path, "bench", u, "--ca-cert", ca, "--concurrency", "8", "--mean-size", "100MiB", "--size-sd", "0",
+            "--duration", DUR, "--json"]
+    if proto != "quic": args += ["--protocol", proto]
+    if not verify: args.append("--no-verify")
+    s0, c0, l0 = proc_cpu(p.pid), child_cpu(), load()
+    out = subprocess.run(args, capture_output=True, text=True)
+    s1, c1 = proc_cpu(p.pid), child_cpu()
+    try:
+        j = json.loads(out.stdout)
+    except Exception:
+        print("bench failed:", out.stdout[-2000:], out.stderr[-2000:]); return
+    b = j["bytes_received"]
+    rows.append((f"{label} {proto} x8 {'sha256' if verify else 'noverify'}", j["goodput_bps"] / 8 / (1 << 20),
+                 (c1 - c0) / (b / GIB), (s1 - s0) / (b / GIB), l0, j.get("errors", 0) == 0))
+
+plan = os.environ.get("PLAN", "h1n,h1v,h2n,h2v,qn,qv").split(",")
+try:
+    for rnd in range(int(os.environ.get("ROUNDS", "1"))):
+        if CHASQUI:
+            chasqui_row()
+        for label in servers:
+            for item in plan:
+                proto = {"h1": "http1", "h2": "http2", "q": "quic"}[item[:-1]]
+                xfer_row(label, proto, item[-1] == "v")
+finally:
+    for p in procs:
+        p.terminate()
+        p.wait()
+    shutil.rmtree(work, ignore_errors=True)
+print(f"{'row':34} {'MiB/s':>8} {'cli s/GiB':>10} {'srv s/GiB':>10}  load(1,5,15) ok")
+for r in rows:
+    print(f"{r[0]:34} {r[1]:8.0f} {r[2]:10.3f} {r[3]:10.3f}  {' '.join(r[4])} {r[5]}")
