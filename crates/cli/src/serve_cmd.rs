@@ -277,6 +277,17 @@ fn checksum_list(s: &str) -> Result<ChecksumList, String> {
     Ok(ChecksumList(out))
 }
 
+fn mirror_arg(s: &str) -> Result<String, String> {
+    let scheme = s.split_once("://").map(|(a, _)| a.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) {
+        return Err("a mirror is an http:// or https:// base URL".into());
+    }
+    if s.contains(|c: char| c.is_whitespace() || c.is_control() || c == '>' || c == '<') {
+        return Err("a mirror URL has no spaces, control characters, < or >".into());
+    }
+    Ok(s.trim_end_matches('/').to_string())
+}
+
 #[cfg(test)]
 mod checksum_list_tests {
     use super::*;
@@ -293,15 +304,4 @@ mod checksum_list_tests {
         assert!(checksum_list("crc32c").is_err_and(|e| e.contains("crc32c")));
         assert!(checksum_list("").is_err());
     }
-}
-
-fn mirror_arg(s: &str) -> Result<String, String> {
-    let scheme = s.split_once("://").map(|(a, _)| a.to_ascii_lowercase());
-    if !matches!(scheme.as_deref(), Some("http" | "https")) {
-        return Err("a mirror is an http:// or https:// base URL".into());
-    }
-    if s.contains(|c: char| c.is_whitespace() || c.is_control() || c == '>' || c == '<') {
-        return Err("a mirror URL has no spaces, control characters, < or >".into());
-    }
-    Ok(s.trim_end_matches('/').to_string())
 }
