@@ -26,8 +26,9 @@ RELAY=$PWD/target/release/rate-relay
 
 WORK=$(mktemp -d /dev/shm/xfer-bench-multi.XXXXXX)
 PIDS=()
+# Servers and relays start inside command substitutions: their PIDs go to a file.
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}" $(cat "$WORK/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$WORK"
 }
@@ -38,7 +39,7 @@ start_xfer() {
     mkdir -p "$WORK/$name"
     (cd "$WORK/$name" && exec "$XFER" serve "$WORK/$name/root" --self-signed --no-quic \
         --listen 127.0.0.1:0 >"$log" 2>&1) &
-    PIDS+=("$!")
+    echo "$!" >>"$WORK/pids"
     for _ in $(seq 100); do
         if grep -q "serving .* at " "$log" 2>/dev/null; then break; fi
         sleep 0.1
@@ -52,11 +53,11 @@ cp "$WORK/a/root/f.bin" "$WORK/b/root/f.bin"
 ADDR_A=$(start_xfer a)
 ADDR_B=$(start_xfer b)
 relay() {
-    local fifo=$WORK/relay.$1
-    "$RELAY" "$2" "$MBIT" >"$fifo" &
-    PIDS+=("$!")
-    for _ in $(seq 50); do [[ -s "$fifo" ]] && break; sleep 0.1; done
-    head -1 "$fifo"
+    local out=$WORK/relay.$1
+    "$RELAY" "$2" "$MBIT" >"$out" &
+    echo "$!" >>"$WORK/pids"
+    for _ in $(seq 50); do [[ -s "$out" ]] && break; sleep 0.1; done
+    head -1 "$out"
 }
 RELAY_A=$(relay a "$ADDR_A")
 RELAY_B=$(relay b "$ADDR_B")
