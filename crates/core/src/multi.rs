@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::checksum::ChecksumAlgorithm;
+use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 use crate::progress::SourceReport;
@@ -646,6 +646,28 @@ impl Transport for MultiSource {
         let mut names: Vec<String> = transports.iter().map(|t| t.protocol()).collect();
         names.dedup();
         names.join("+")
+    }
+
+    /// The reference source's: the others agreed with it on the SHA-256, and a checksum of
+    /// another algorithm is compared with the bytes received, whoever sent them.
+    fn checksum(
+        &self,
+        algorithm: ChecksumAlgorithm,
+    ) -> BoxFuture<'_, Result<Option<Checksum>, TransferError>> {
+        let reference = {
+            let pool = self.lock();
+            pool.sources
+                .iter()
+                .find(|s| s.usable())
+                .or(pool.sources.first())
+                .map(|s| Arc::clone(&s.transport))
+        };
+        Box::pin(async move {
+            match reference {
+                Some(t) => t.checksum(algorithm).await,
+                None => Err(TransferError::Config("no source to ask".into())),
+            }
+        })
     }
 
     fn request_ahead(&self) -> Option<bool> {
