@@ -36,6 +36,26 @@
 //! ([`QuicTuning`]), and [`GetConfig`] (chunk size, lanes, retries). `docs/tuning.md` explains
 //! each knob with measured figures.
 //!
+//! One file from several sources (mirrors, or the data-transfer nodes of a cluster), lanes
+//! spread over them by what each delivers; every source must hold the same file (same size and
+//! whole-file digest) before it gets work, and those the first answers name in
+//! `Link: <...>; rel=duplicate` join in:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), xfer::Error> {
+//! let report = xfer::download_from(
+//!     &["https://dtn1.example.org/run-42/frames.h5", "https://dtn2.example.org/run-42/frames.h5"],
+//!     "frames.h5",
+//!     &xfer::ClientConfig::default(),
+//!     xfer::GetConfig::default(),
+//! )
+//! .await?;
+//! for source in &report.sources {
+//!     println!("{}: {} bytes, {} errors", source.url, source.bytes, source.errors);
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! Whole directory trees: [`tree::TreeDownload`] lists a directory URL (xfer's manifest,
 //! WebDAV `PROPFIND` or nginx's JSON index) and fetches every file with the same checks, over
 //! one transport's connections.
@@ -56,7 +76,10 @@ pub use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 pub use xfer_core::duration::parse_duration;
 pub use xfer_core::get::{Download, GetConfig, GetError};
 pub use xfer_core::layout::{LaneLayout, Lanes};
-pub use xfer_core::progress::{format_bps, Progress, ProgressSnapshot, RateMeter, Report};
+pub use xfer_core::multi::{MultiSource, Source, MAX_SOURCES};
+pub use xfer_core::progress::{
+    format_bps, Progress, ProgressSnapshot, RateMeter, Report, SourceReport,
+};
 pub use xfer_core::schedule::ScheduleConfig;
 pub use xfer_core::size::{parse_size, HumanBytes};
 pub use xfer_core::transport::{ConnectionStats, Transport};
@@ -164,6 +187,54 @@ pub async fn download(
 ) -> Result<Report, Error> {
     let transport = transport_for(url, client)?;
     Ok(Download::new(transport, url, dest.as_ref(), get)
+        .run()
+        .await?)
+}
+
+/// One transport over every URL in `urls` (at most [`MAX_SOURCES`]), each chosen by its
+/// scheme, that checks they hold the same file when the download stats it. With
+/// `discover_duplicates`, the `Link: <...>; rel=duplicate` targets the first answers name are
+/// added (never a step down from TLS to plain text).
+pub fn sources_transport(
+    urls: &[&str],
+    client: &ClientConfig,
+    expect_sha256: Option<Sha256Digest>,
+    discover_duplicates: bool,
+) -> Result<MultiSource, TransferError> {
+    if urls.is_empty() {
+        return Err(TransferError::Config("no source URL given".into()));
+    }
+    let sources = urls
+        .iter()
+        .map(|url| {
+            Ok(Source {
+                url: url.to_string(),
+                transport: transport_for(url, client)?,
+            })
+        })
+        .collect::<Result<Vec<_>, TransferError>>()?;
+    let multi = MultiSource::new(sources, expect_sha256);
+    Ok(if discover_duplicates {
+        let client = client.clone();
+        multi.discover_duplicates(Arc::new(move |url: &str| transport_for(url, &client)))
+    } else {
+        multi
+    })
+}
+
+/// Fetch one file from several sources to `dest` and verify it ([`sources_transport`], with
+/// `Link: rel=duplicate` discovery). Resumes from `<dest>.xfer-journal` whatever sources the
+/// interrupted run had, when the sources send the file's digest (`Repr-Digest`) or
+/// `get.expect_sha256` is set.
+pub async fn download_from(
+    urls: &[&str],
+    dest: impl AsRef<Path>,
+    client: &ClientConfig,
+    get: GetConfig,
+) -> Result<Report, Error> {
+    let multi = sources_transport(urls, client, get.expect_sha256, true)?;
+    let first = urls.first().copied().unwrap_or_default();
+    Ok(Download::new(Arc::new(multi), first, dest.as_ref(), get)
         .run()
         .await?)
 }

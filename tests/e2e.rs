@@ -56,6 +56,8 @@ mod upload;
 
 #[path = "e2e/memory.rs"]
 mod memory;
+#[path = "e2e/multi_source.rs"]
+mod multi_source;
 #[path = "e2e/resumable.rs"]
 mod resumable;
 #[path = "e2e/tpc.rs"]

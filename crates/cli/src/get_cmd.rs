@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -17,11 +18,21 @@ pub struct GetArgs {
     /// What to fetch: http://, https:// or quic:// URL. A URL ending in `/` is a directory:
     /// its whole tree is fetched.
     pub url: String,
-    /// Where to write it (a file, or for a tree a directory). Default: the last path segment
-    /// of the URL, in the current directory.
+    /// More sources of the same file (mirrors, other data-transfer nodes), then where to write
+    /// it (a file, or for a tree a directory). Default: the last path segment of the URL, in
+    /// the current directory. Every source must hold the same file (same size and whole-file
+    /// digest); one that does not is dropped with a warning.
+    #[arg(value_name = "URL... DEST")]
+    pub rest: Vec<String>,
+    /// Where to write it: the last of REST unless that is a URL.
+    #[arg(skip)]
     pub dest: Option<PathBuf>,
+    /// Ignore `Link: <...>; rel=duplicate` in the server's answer (RFC 6249): by default the
+    /// copies it names are fetched from too, once they show they hold the same file.
+    #[arg(long)]
+    pub no_duplicates: bool,
     /// Where to write it, as DEST.
-    #[arg(short, long, conflicts_with = "dest")]
+    #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Fetch the directory tree at URL even without a trailing `/`.
     #[arg(short, long)]
@@ -107,7 +118,20 @@ fn on_off(s: &str) -> Result<bool, String> {
     }
 }
 
-pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
+    let mut mirrors = std::mem::take(&mut args.rest);
+    if mirrors.last().is_some_and(|d| !d.contains("://")) {
+        args.dest = mirrors.pop().map(PathBuf::from);
+    }
+    if args.dest.is_some() && args.output.is_some() {
+        return Err(UsageError("give DEST or -o, not both".into()).into());
+    }
+    if let Some(bad) = mirrors.iter().find(|m| !m.contains("://")) {
+        return Err(UsageError(format!(
+            "{bad:?}: only the last argument may be a file name"
+        ))
+        .into());
+    }
     if args.recursive
         || args
             .url
@@ -123,6 +147,9 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
             ..GetConfig::default()
         };
         get.schedule.max_attempts = args.retries.max(1);
+        if !mirrors.is_empty() {
+            return Err(UsageError("a tree is fetched from one URL".into()).into());
+        }
         return crate::tree_cmd::run(args, get).await;
     }
     let client = args.client.to_config()?;
@@ -150,8 +177,16 @@ pub async fn run(args: GetArgs) -> anyhow::Result<ExitCode> {
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
-    let transport = xfer::transport_for(&args.url, &client).map_err(xfer::Error::from)?;
-    let download = Download::new(transport, &args.url, &dest, config);
+    let urls: Vec<&str> = std::iter::once(args.url.as_str())
+        .chain(mirrors.iter().map(String::as_str))
+        .collect();
+    if urls.len() > xfer::MAX_SOURCES {
+        return Err(UsageError(format!("at most {} sources", xfer::MAX_SOURCES)).into());
+    }
+    let transport =
+        xfer::sources_transport(&urls, &client, config.expect_sha256, !args.no_duplicates)
+            .map_err(xfer::Error::from)?;
+    let download = Download::new(Arc::new(transport), &args.url, &dest, config);
     let display = Display::start(download.progress(), args.quiet || args.json);
     let ctrl_c = crate::interrupt::ctrl_c();
     let progress = download.progress();

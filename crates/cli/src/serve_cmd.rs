@@ -99,6 +99,11 @@ pub struct ServeArgs {
     /// adler32, md5, sha256, or `none`.
     #[arg(long, value_name = "ALGS", default_value = "adler32", value_parser = checksum_list)]
     pub checksums_on_send: ChecksumList,
+    /// Base URL of a mirror holding the same tree (repeatable): every file's answer names its
+    /// copy there in `Link: <URL/path>; rel=duplicate` (RFC 6249), for clients to fetch from
+    /// both.
+    #[arg(long, value_name = "URL", value_parser = mirror_arg)]
+    pub mirror: Vec<String>,
     /// Access file (TOML): bearer tokens and client certificates with their scopes (read or
     /// write, under a path prefix). Reloaded when it changes and on SIGHUP. See docs/access.md.
     #[arg(long, alias = "tokens", value_name = "FILE")]
@@ -206,6 +211,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.http.max_connections_per_address = args.max_connections_per_address;
     cfg.http.repr_digest = !args.no_repr_digest;
     cfg.http.checksums_on_send = args.checksums_on_send.0.clone();
+    cfg.http.mirrors = args.mirror.clone();
     cfg.http.memory_budget = xfer::crates::common::MemoryBudget::new(args.memory_budget);
     cfg.http.stall_timeout = args.stall_timeout;
     cfg.quic = !args.no_quic;
@@ -269,6 +275,17 @@ fn checksum_list(s: &str) -> Result<ChecksumList, String> {
         }
     }
     Ok(ChecksumList(out))
+}
+
+fn mirror_arg(s: &str) -> Result<String, String> {
+    let scheme = s.split_once("://").map(|(a, _)| a.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) {
+        return Err("a mirror is an http:// or https:// base URL".into());
+    }
+    if s.contains(|c: char| c.is_whitespace() || c.is_control() || c == '>' || c == '<') {
+        return Err("a mirror URL has no spaces, control characters, < or >".into());
+    }
+    Ok(s.trim_end_matches('/').to_string())
 }
 
 #[cfg(test)]

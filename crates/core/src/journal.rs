@@ -35,11 +35,26 @@ pub struct JournalHeader {
     pub etag: Option<String>,
     pub last_modified: Option<String>,
     pub chunk_size: u64,
+    /// The whole file's SHA-256 (hex) as the server (or every source) declared it, when it
+    /// did: the same digest is the same file, whatever URL or server it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 impl JournalHeader {
     /// Why a journal written for `self` cannot be resumed against `now`, if it cannot.
     pub fn mismatch(&self, now: &JournalHeader) -> Option<String> {
+        if let (Some(was), Some(is)) = (&self.sha256, &now.sha256) {
+            // A declared digest says more than URLs and validators, which differ between
+            // sources of one file.
+            return if was != is {
+                Some(format!("its SHA-256 was {was} and is now {is}"))
+            } else if self.size != now.size {
+                Some(format!("size was {} and is now {}", self.size, now.size))
+            } else {
+                None
+            };
+        }
         if self.url != now.url {
             return Some(format!("it was written for {}", self.url));
         }
@@ -306,7 +321,31 @@ mod tests {
             etag: Some("\"abc\"".into()),
             last_modified: None,
             chunk_size: 16 << 20,
+            sha256: None,
         }
+    }
+
+    #[test]
+    fn a_declared_digest_names_the_file() {
+        let was = JournalHeader {
+            sha256: Some("ab".repeat(32)),
+            ..header()
+        };
+        let other_source = JournalHeader {
+            url: "https://mirror.test/f".into(),
+            etag: Some("\"def\"".into()),
+            ..was.clone()
+        };
+        assert_eq!(was.mismatch(&other_source), None);
+        let changed = JournalHeader {
+            sha256: Some("cd".repeat(32)),
+            ..was.clone()
+        };
+        assert!(was
+            .mismatch(&changed)
+            .is_some_and(|m| m.contains("SHA-256")));
+        // Without a digest on both sides, the URL and validators decide as before.
+        assert!(header().mismatch(&other_source).is_some());
     }
 
     fn rec(i: u32) -> ChunkRecord {

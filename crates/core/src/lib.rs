@@ -26,6 +26,7 @@ pub mod get;
 pub mod journal;
 pub mod layout;
 pub mod mem_transport;
+pub mod multi;
 pub mod plan;
 pub mod progress;
 pub mod put;

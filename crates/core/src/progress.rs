@@ -193,6 +193,27 @@ pub struct Report {
     /// The same, as counts and flags.
     pub verification: Verification,
     pub connections: Vec<ConnectionStats>,
+    /// Per source, when the file came from several (`xfer_core::multi`); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceReport>,
+}
+
+/// What one source of a multi-source download delivered.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceReport {
+    pub url: String,
+    /// Bytes received from it, including chunks that failed or lost an end-game race.
+    pub bytes: u64,
+    /// Bits per second per lane while its requests were in flight.
+    pub goodput_bps: f64,
+    /// Lanes on it at the end, and the most it had at once.
+    pub lanes: usize,
+    pub lanes_max: usize,
+    /// Requests it completed, and failures (connection, status, body).
+    pub requests: u64,
+    pub errors: u64,
+    /// Why it was dropped (disagreement, a permanent error), if it was.
+    pub dropped: Option<String>,
 }
 
 impl Report {
@@ -244,6 +265,19 @@ impl Report {
             s.push_str(&format!(", sha256 {d}"));
         }
         s.push_str(&format!("; {}", self.verification.describe()));
+        for src in &self.sources {
+            s.push_str(&format!(
+                "\n  {}: {}, {} per lane, up to {} lanes, {} errors",
+                src.url,
+                crate::size::HumanBytes(src.bytes),
+                format_bps(src.goodput_bps),
+                src.lanes_max,
+                src.errors
+            ));
+            if let Some(why) = &src.dropped {
+                s.push_str(&format!(", dropped: {why}"));
+            }
+        }
         s
     }
 }

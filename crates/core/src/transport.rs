@@ -453,6 +453,17 @@ pub trait Transport: Send + Sync {
         })
     }
 
+    /// Per source: what it delivered (several sources only), for the final report.
+    fn source_reports(&self) -> Vec<crate::progress::SourceReport> {
+        Vec::new()
+    }
+
+    /// Other places that hold this resource, as the server named them in its last answer to
+    /// `stat` (HTTP `Link: <...>; rel=duplicate`, RFC 6249), unchecked.
+    fn duplicates(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// A transport for `url`, another resource on the same server, that shares this one's
     /// connections: a tree of files then pays one handshake per connection, not per file.
     fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {

@@ -142,7 +142,9 @@ async fn permanent_error_fails_fast_keeping_progress_then_resume_fetches_only_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changed_remote_starts_over() {
     let d = data(6 * CHUNK as usize, 5);
-    let t = Arc::new(MemTransport::new(d.clone(), 1));
+    // No declared digest: the validators say whether it changed. (With one, equal digests
+    // are the same bytes and resume whatever the ETag: `journal` tests.)
+    let t = Arc::new(MemTransport::new(d.clone(), 1).without_digests());
     t.inject(3 * CHUNK, MemFault::Fail { retryable: false }, 1);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");

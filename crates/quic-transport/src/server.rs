@@ -245,6 +245,8 @@ impl QuicServer {
                     checksums_on_send: config.checksums_on_send,
                     // xfer/1 has no COPY: third-party copy is HTTP's (the WLCG's) protocol.
                     tpc: None,
+                    // xfer/1 has no field for them; HTTP answers name the mirrors.
+                    mirrors: Vec::new(),
                 }),
             }),
         })

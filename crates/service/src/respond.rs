@@ -113,6 +113,10 @@ pub struct ServiceConfig {
     pub checksums_on_send: Vec<ChecksumAlgorithm>,
     /// HTTP third-party copy (`COPY`). Default off: `None`.
     pub tpc: Option<Tpc>,
+    /// Base URLs of mirrors that hold the same tree: each file's answer names its copy there
+    /// (`Link: <base/path>; rel=duplicate`, RFC 6249), which clients may fetch from as well.
+    /// Default none.
+    pub mirrors: Vec<String>,
 }
 
 impl ServiceConfig {
@@ -130,6 +134,7 @@ impl ServiceConfig {
             checksums: ChecksumCache::default(),
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
             tpc: None,
+            mirrors: Vec::new(),
         }
     }
 }
@@ -371,6 +376,9 @@ impl Service {
             repr_digest: repr,
             ..ResponsePlan::empty(status::OK)
         };
+        if let Some(link) = duplicate_links(&cfg.mirrors, req) {
+            plan.headers.push(("link", link));
+        }
         if !req.want_digest.is_empty() {
             // RFC 3230, as gfal2 and FTS ask for adler32; an unknown algorithm is ignored.
             plan.digest = checksums::wanted_digest(
@@ -589,4 +597,27 @@ fn exact_range(r: &Range<u64>, size: u64) -> RangeOutcome {
     } else {
         RangeOutcome::Partial(r.start..r.end.min(size))
     }
+}
+
+/// `Link: <mirror/path?query>; rel=duplicate` for each configured mirror (RFC 6249).
+fn duplicate_links(mirrors: &[String], req: &Request) -> Option<String> {
+    if mirrors.is_empty() {
+        return None;
+    }
+    let query = req
+        .query
+        .as_deref()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let links: Vec<String> = mirrors
+        .iter()
+        .map(|m| {
+            format!(
+                "<{}{}{query}>; rel=duplicate",
+                m.trim_end_matches('/'),
+                req.path
+            )
+        })
+        .collect();
+    Some(links.join(", "))
 }

@@ -14,9 +14,11 @@
 
 pub mod data;
 pub mod fault_proxy;
+pub mod rate_relay;
 
 pub use data::{random_bytes, sha256_hex, write_random_file};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
+pub use rate_relay::RateRelay;
 
 /// The error type test helpers return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

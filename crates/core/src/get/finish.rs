@@ -158,5 +158,6 @@ pub(super) fn report(f: Finished<'_>) -> Report {
         verified_against: f.verification.sources(),
         verification: f.verification,
         connections: f.transport.connection_stats(),
+        sources: f.transport.source_reports(),
     }
 }

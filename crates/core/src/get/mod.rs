@@ -379,6 +379,7 @@ impl Download {
             etag: info.etag.clone(),
             last_modified: info.last_modified.clone(),
             chunk_size: cfg.chunk_size,
+            sha256: info.sha256.map(|d| d.to_hex()),
         };
         let lanes = if info.accepts_ranges {
             cfg.lanes

@@ -58,6 +58,7 @@ impl HttpTransport {
             message: format!("{what}: {message}"),
         };
         let mut info = described(&url, h, &peer)?;
+        self.note_duplicates(h);
         let status = answer.response.status();
         let req = match status {
             StatusCode::PARTIAL_CONTENT => {

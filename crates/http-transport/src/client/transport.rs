@@ -251,6 +251,8 @@ impl Inner {
 #[derive(Clone)]
 pub struct HttpTransport {
     pub(crate) inner: Arc<Inner>,
+    /// `Link: rel=duplicate` targets of the last `stat` answer.
+    duplicates: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for HttpTransport {
@@ -334,6 +336,7 @@ impl HttpTransport {
                     stats: StatsRegistry::default(),
                 }),
             }),
+            duplicates: Arc::default(),
         })
     }
 
@@ -358,7 +361,18 @@ impl HttpTransport {
                 target: RwLock::new(target),
                 pool: Arc::clone(&self.inner.pool),
             }),
+            duplicates: Arc::default(),
         })
+    }
+
+    /// Keep the `Link: rel=duplicate` targets of an answer that described the resource.
+    pub(crate) fn note_duplicates(&self, h: &http::HeaderMap) {
+        let links = h
+            .get_all(header::LINK)
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        *self.duplicates.lock().unwrap_or_else(|p| p.into_inner()) =
+            xfer_core::multi::link_duplicates(links);
     }
 
     /// The URL requests go to now (after `stat` followed redirects).
@@ -385,6 +399,7 @@ impl HttpTransport {
                     v.split(',')
                         .any(|unit| unit.trim().eq_ignore_ascii_case("bytes"))
                 });
+                self.note_duplicates(h);
                 let mut info = RemoteInfo {
                     url: head.target.to_string(),
                     size,
@@ -631,5 +646,12 @@ impl Transport for HttpTransport {
 
     fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
         Ok(Arc::new(HttpTransport::sibling(self, url)?))
+    }
+
+    fn duplicates(&self) -> Vec<String> {
+        self.duplicates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }

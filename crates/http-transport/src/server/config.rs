@@ -91,6 +91,10 @@ pub struct ServerConfig {
     /// HTTP third-party copy (`COPY` with `Source` or `Destination`): the runner that moves
     /// the bytes, and its limits. Default off; `xfer serve` supplies one over xfer's client.
     pub tpc: Option<Tpc>,
+    /// Base URLs of mirrors that hold the same tree: each file's answer names its copy there
+    /// (`Link: <base/path>; rel=duplicate`, RFC 6249), which clients may fetch from as well.
+    /// Default none.
+    pub mirrors: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -126,6 +130,7 @@ impl ServerConfig {
             upload_state: Uploads::default(),
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
             tpc: None,
+            mirrors: Vec::new(),
         }
     }
 

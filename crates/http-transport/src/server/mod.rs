@@ -177,6 +177,7 @@ impl HttpServer {
                     upload_state: cfg.upload_state.clone(),
                     checksums_on_send: cfg.checksums_on_send.clone(),
                     tpc: cfg.tpc.clone(),
+                    mirrors: cfg.mirrors.clone(),
                 }),
                 cfg,
                 tls,
