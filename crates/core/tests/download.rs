@@ -210,7 +210,9 @@ async fn foreign_journal_is_refused_and_existing_destination_kept() {
 
 /// The download failed on `--expect-sha256` and left no destination.
 fn assert_refused_by_expected_digest(result: Result<xfer_core::Report, GetError>, dest: &Path) {
-    let err = result.unwrap_err();
+    let Err(err) = result else {
+        panic!("the download succeeded despite a wrong --expect-sha256");
+    };
     assert!(
         matches!(
             err,
