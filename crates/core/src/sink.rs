@@ -1,4 +1,5 @@
-//! The writer: one thread that owns the part file and the journal.
+//! The writer: one thread that owns the part file and the journal (none for a transfer of one
+//! chunk: there is nothing to resume between its chunks).
 //!
 //! Lanes send batches of received bytes with their offset; the writer puts them in place with
 //! positional writes (`pwrite`), so lanes never wait on each other's file position and the
@@ -90,11 +91,11 @@ pub struct Writer {
 
 impl Writer {
     /// Start the writer thread. `queue` bounds the messages in flight (each about one batch);
-    /// `sealed` receives each chunk after it is journalled.
+    /// `sealed` receives each chunk after it is journalled (or, without a journal, sealed).
     pub fn start(
         part: Box<dyn PartFile>,
         part_path: PathBuf,
-        journal: JournalWriter,
+        journal: Option<JournalWriter>,
         queue: usize,
         sealed: std_mpsc::Sender<ChunkIndex>,
     ) -> Result<Self, SinkError> {
@@ -156,7 +157,7 @@ impl Writer {
 struct WriterThread {
     part: Box<dyn PartFile>,
     part_path: PathBuf,
-    journal: JournalWriter,
+    journal: Option<JournalWriter>,
     revoked: HashSet<AttemptId>,
     sealed: std_mpsc::Sender<ChunkIndex>,
     dirty: bool,
@@ -185,9 +186,10 @@ impl WriterThread {
                     if let Some(data) = buffered {
                         self.write(record.offset, &data)?;
                     }
-                    self.journal
-                        .record(&record)
-                        .map_err(|e| self.err("journalling chunk for", e))?;
+                    if let Some(j) = self.journal.as_mut() {
+                        j.record(&record)
+                            .map_err(|e| err(j.path(), "journalling chunk for", e))?;
+                    }
                     // The hasher may have stopped (verification off or finished); not an error.
                     let _ = self.sealed.send(record.chunk);
                     if self.last_sync.elapsed() >= SYNC_INTERVAL {
@@ -226,17 +228,19 @@ impl WriterThread {
             })?;
             self.dirty = false;
         }
-        self.journal.sync().map_err(|e| self.err("syncing", e))?;
+        if let Some(j) = self.journal.as_mut() {
+            j.sync().map_err(|e| err(j.path(), "syncing", e))?;
+        }
         self.last_sync = Instant::now();
         Ok(())
     }
+}
 
-    fn err(&self, what: &'static str, e: impl std::fmt::Display) -> SinkError {
-        SinkError {
-            what,
-            path: self.journal.path().to_path_buf(),
-            message: e.to_string(),
-        }
+fn err(path: &std::path::Path, what: &'static str, e: impl std::fmt::Display) -> SinkError {
+    SinkError {
+        what,
+        path: path.to_path_buf(),
+        message: e.to_string(),
     }
 }
 

@@ -208,17 +208,11 @@ async fn foreign_journal_is_refused_and_existing_destination_kept() {
     assert_eq!(std::fs::read(&dest).unwrap(), b"precious");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_expected_digest_never_produces_the_file() {
-    let d = data(3 * CHUNK as usize, 8);
-    let t = Arc::new(MemTransport::new(d, 2));
-    let dir = tempfile::tempdir().unwrap();
-    let dest = dir.path().join("f");
-    let cfg = GetConfig {
-        expect_sha256: Some(Sha256Digest::of(b"other")),
-        ..config()
+/// The download failed on `--expect-sha256` and left no destination.
+fn assert_refused_by_expected_digest(result: Result<xfer_core::Report, GetError>, dest: &Path) {
+    let Err(err) = result else {
+        panic!("the download succeeded despite a wrong --expect-sha256");
     };
-    let err = get(&t, &dest, cfg).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -230,6 +224,59 @@ async fn wrong_expected_digest_never_produces_the_file() {
         "{err}"
     );
     assert!(!dest.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_expected_digest_never_produces_the_file() {
+    let d = data(3 * CHUNK as usize, 8);
+    let t = Arc::new(MemTransport::new(d, 2));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let cfg = GetConfig {
+        expect_sha256: Some(Sha256Digest::of(b"other")),
+        ..config()
+    };
+    assert_refused_by_expected_digest(get(&t, &dest, cfg).await, &dest);
+}
+
+/// A file of one chunk is hashed once, by its lane, and keeps no journal (nothing to resume
+/// between chunks); that digest is still checked against every expectation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_one_chunk_is_checked_without_journal_or_second_pass() {
+    let d = data(CHUNK as usize - 5, 12);
+    let t = Arc::new(MemTransport::new(d.clone(), 2));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    // A journal of an earlier, different transfer is not left for the next run to find.
+    let other = journal::JournalHeader {
+        url: "mem://other".into(),
+        size: 10 * CHUNK,
+        etag: None,
+        last_modified: None,
+        chunk_size: CHUNK,
+        sha256: None,
+    };
+    journal::JournalWriter::create(&journal::journal_path(&dest), &other).unwrap();
+    let wrong = GetConfig {
+        expect_sha256: Some(Sha256Digest::of(b"other")),
+        ..config()
+    };
+    assert_refused_by_expected_digest(get(&t, &dest, wrong).await, &dest);
+    assert!(!journal::journal_path(&dest).exists());
+    assert_eq!(std::fs::read(journal::part_path(&dest)).unwrap(), d);
+
+    let right = GetConfig {
+        expect_sha256: Some(Sha256Digest::of(&d)),
+        ..config()
+    };
+    let r = get(&t, &dest, right).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.chunks, 1);
+    assert_eq!(r.sha256, Some(Sha256Digest::of(&d).to_hex()));
+    assert!(r.verification.expected_sha256);
+    assert!(r.verification.server_whole_digest);
+    assert!(!journal::journal_path(&dest).exists());
+    assert!(!journal::part_path(&dest).exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

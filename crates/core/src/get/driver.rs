@@ -50,6 +50,9 @@ pub(super) struct Inputs {
     pub writer_failed: Option<oneshot::Receiver<SinkError>>,
     /// The whole-file hasher's reports; `None` when not hashing.
     pub hashes: Option<mpsc::UnboundedReceiver<HashEvent>>,
+    /// The transfer is one chunk, hashed by its lane: that digest is the whole file's, and
+    /// there is no hasher.
+    pub whole_from_chunk: bool,
 }
 
 pub(super) struct Driver {
@@ -71,6 +74,8 @@ pub(super) struct Driver {
     /// Per chunk: verified against a digest the server sent (this run or, for resumed
     /// chunks, the journal's word). Counted into the progress's `server_digest_chunks`.
     server_checked: Vec<bool>,
+    /// The digest of the chunk verified last: the whole file's when it has one chunk.
+    last_verified: Option<Sha256Digest>,
 }
 
 struct LaneSlot {
@@ -153,6 +158,7 @@ impl Driver {
             buffers: HashMap::new(),
             errors: HashMap::new(),
             server_checked,
+            last_verified: None,
         };
         (driver, events_rx)
     }
@@ -167,6 +173,14 @@ impl Driver {
             self.dispatch().await;
             if let Some(failure) = self.sched.failure().cloned() {
                 break Ending::Failed(self.error_for(failure));
+            }
+            if inputs.whole_from_chunk && self.sched.is_finished() {
+                break match self.last_verified {
+                    Some(d) => Ending::Complete(Some((d, None))),
+                    None => Ending::Failed(GetError::Config(
+                        "the only chunk was verified without a digest".into(),
+                    )),
+                };
             }
             // A complete schedule is not the end while the hasher may still find a resumed
             // chunk damaged and put it back.
@@ -399,6 +413,7 @@ impl Driver {
                 losers,
             } => {
                 self.set_server_checked(chunk, server_checked);
+                self.last_verified = digest;
                 let range = self.sched.plan().range(chunk);
                 let buffered = if direct {
                     None

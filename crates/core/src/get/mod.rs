@@ -5,10 +5,13 @@
 //!    first range request (`Transport::open_first`: its answer carries size and validators)
 //!    while the other lanes connect.
 //! 2. Resume from `<dest>.xfer-journal` when it matches the remote (URL, size, validators);
-//!    otherwise start over with a fresh `<dest>.part` (`prepare`).
+//!    otherwise start over with a fresh `<dest>.part` (`prepare`), and a fresh journal unless
+//!    the file is one chunk (fetched whole or again, so there is nothing to resume).
 //! 3. The driver owns the scheduler. Lanes fetch the assignments it hands them, hash each
 //!    chunk as bytes arrive and send batches to the writer thread; the driver checks digests,
-//!    retries, duplicates at the tail, and hears of every failure as an event.
+//!    retries, duplicates at the tail, and hears of every failure as an event. The whole-file
+//!    hasher reads sealed chunks back in order; a file of one chunk needs no such pass, as
+//!    its lane's digest is the whole file's.
 //! 4. When every chunk is verified: sync, compare the whole-file hash with `--expect-sha256`,
 //!    the server's `Repr-Digest` and the checksum `--checksum` asked the server for, rename `<dest>.part` to `<dest>`, sync the directory,
 //!    remove the journal (`finish`).
@@ -420,10 +423,16 @@ impl Download {
             p.lanes = LaneSnapshot::fresh(lanes);
         });
 
-        // The whole-file hasher reads back each sealed chunk, in order.
+        // The whole-file hasher reads back each sealed chunk, in order. A file of one chunk,
+        // fetched now and hashed by its lane, needs no second pass: that chunk's digest is the
+        // whole file's (most files of a tree are one chunk).
         let (sealed_tx, sealed_rx) = std::sync::mpsc::channel();
         let verify_whole = cfg.verify || cfg.expect_sha256.is_some() || cfg.checksum.is_some();
-        let (hasher, hashes) = if verify_whole {
+        let whole_from_chunk = cfg.verify
+            && cfg.checksum.is_none()
+            && plan.chunk_count() == 1
+            && prepared.claimed.is_empty();
+        let (hasher, hashes) = if verify_whole && !whole_from_chunk {
             let (hash_tx, hash_rx) = mpsc::unbounded_channel();
             let read = std::fs::File::open(&part_path).map_err(|source| GetError::Io {
                 what: "opening for hashing",
@@ -453,17 +462,14 @@ impl Download {
         } else {
             (None, None)
         };
+        let journal = prepared.journal;
+        let journalled = journal.is_some();
         let part: Box<dyn PartFile> = match self.part_file.as_mut() {
             Some(wrap) => wrap(prepared.part),
             None => Box::new(prepared.part),
         };
-        let mut writer = Writer::start(
-            part,
-            part_path.clone(),
-            prepared.journal,
-            cfg.write_queue,
-            sealed_tx,
-        )?;
+        let mut writer =
+            Writer::start(part, part_path.clone(), journal, cfg.write_queue, sealed_tx)?;
 
         let done: Vec<ChunkIndex> = prepared.claimed.iter().map(|r| r.chunk).collect();
         let sched = Scheduler::new(plan, lanes, done, cfg.schedule.clone());
@@ -496,6 +502,7 @@ impl Download {
             events,
             writer_failed: writer.failed.take(),
             hashes,
+            whole_from_chunk,
         };
         let ending = driver.run(inputs, shutdown).await;
 
@@ -522,7 +529,11 @@ impl Download {
         verification.chunks = u64::from(plan.chunk_count());
         verification.chunks_with_server_digest = self.progress.snapshot().server_digest_chunks;
         finish::require_evidence(cfg, &verification, &self.dest, &part_path)?;
-        prepare::finalize(&part_path, &self.dest, &journal_path)?;
+        prepare::finalize(
+            &part_path,
+            &self.dest,
+            journalled.then_some(journal_path.as_path()),
+        )?;
         if let (true, Some(d)) = (cfg.write_sha256_file, whole_digest) {
             prepare::write_sha256_file(&self.dest, d)?;
         }

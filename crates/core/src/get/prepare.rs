@@ -50,7 +50,8 @@ pub(super) async fn open_with_retries(
 pub(super) struct Prepared {
     pub plan: ChunkPlan,
     pub part: File,
-    pub journal: JournalWriter,
+    /// `None` for a fresh transfer of one chunk, which has nothing to resume.
+    pub journal: Option<JournalWriter>,
     /// Chunks the journal claims are done, each to be re-checked by the whole-file hasher.
     pub claimed: Vec<journal::ChunkRecord>,
     pub resumed_bytes: u64,
@@ -124,7 +125,7 @@ pub(super) fn prepare(
                     return Ok(Prepared {
                         plan,
                         part,
-                        journal,
+                        journal: Some(journal),
                         claimed,
                         resumed_bytes,
                     });
@@ -152,7 +153,15 @@ pub(super) fn prepare(
         chunk_size: plan.chunk_size(),
         ..header.clone()
     };
-    let journal = JournalWriter::create(journal_path, &header)?;
+    // A chunk is fetched whole or again, so a transfer of one chunk gains nothing from a
+    // journal; skipping it saves a file, two syncs and an unlink per small file of a tree. A
+    // stale journal of another transfer must not be found by the next run.
+    let journal = if plan.chunk_count() > 1 {
+        Some(JournalWriter::create(journal_path, &header)?)
+    } else {
+        remove_if_present(journal_path).map_err(io("removing the stale journal", journal_path))?;
+        None
+    };
     Ok(Prepared {
         plan,
         part,
@@ -183,8 +192,13 @@ fn check_room(info: &RemoteInfo, part_path: &Path) -> Result<(), GetError> {
     }
 }
 
-/// Make the verified part file the destination, durably.
-pub(super) fn finalize(part: &Path, dest: &Path, journal_path: &Path) -> Result<(), GetError> {
+/// Make the verified part file the destination, durably, and remove the journal if one was
+/// kept.
+pub(super) fn finalize(
+    part: &Path,
+    dest: &Path,
+    journal_path: Option<&Path>,
+) -> Result<(), GetError> {
     std::fs::rename(part, dest).map_err(|source| GetError::Io {
         what: "renaming to its final name",
         path: part.to_path_buf(),
@@ -198,10 +212,19 @@ pub(super) fn finalize(part: &Path, dest: &Path, journal_path: &Path) -> Result<
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
-    if let Err(e) = std::fs::remove_file(journal_path) {
-        tracing::warn!(journal = %journal_path.display(), error = %e, "could not remove the journal");
+    if let Some(journal_path) = journal_path {
+        if let Err(e) = std::fs::remove_file(journal_path) {
+            tracing::warn!(journal = %journal_path.display(), error = %e, "could not remove the journal");
+        }
     }
     Ok(())
+}
+
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// `<dest>.sha256` in `sha256sum -c` format.
