@@ -8,10 +8,9 @@
 mod lab_support;
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
-use lab_support::{prerequisites, wait_for_listener, Server};
+use lab_support::{prerequisites, serve_plain};
 use xfer_lab::{cleanup, HostProfile, Lab, LabConfig, LinkConfig};
 
 const PORT: u16 = 9447;
@@ -28,17 +27,7 @@ fn doctor_in_lab(prefix: &str, profile: HostProfile) -> (Option<i32>, serde_json
     let lab = Lab::start(config).unwrap_or_else(|e| panic!("lab {prefix}: {e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let addr = SocketAddr::new(lab.server_addr(), PORT);
-    let child = lab
-        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
-        .arg("serve")
-        .arg(dir.path())
-        .args(["--plain", "--listen", &addr.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting xfer serve: {e}"));
-    let _server = Server(child);
-    wait_for_listener(&lab, addr);
+    let _server = serve_plain(&lab, dir.path(), addr);
 
     let url = format!("http://{addr}/");
     // The human report too, for `--nocapture` readers and docs/doctor.md.

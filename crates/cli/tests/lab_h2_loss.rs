@@ -10,10 +10,9 @@
 mod lab_support;
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
-use lab_support::{prerequisites, wait_for_listener, Server};
+use lab_support::{prerequisites, serve_plain};
 use xfer_lab::{cleanup, Lab, LabConfig, LinkConfig};
 
 const PORT: u16 = 9449;
@@ -71,17 +70,7 @@ fn http2_spreads_over_more_connections_once_loss_is_seen() {
     let lab = Lab::start(LabConfig::new(prefix, link)).unwrap_or_else(|e| panic!("lab: {e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let addr = SocketAddr::new(lab.server_addr(), PORT);
-    let child = lab
-        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
-        .arg("serve")
-        .arg(dir.path())
-        .args(["--plain", "--listen", &addr.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting xfer serve: {e}"));
-    let _server = Server(child);
-    wait_for_listener(&lab, addr);
+    let _server = serve_plain(&lab, dir.path(), addr);
     let out = dir.path().join("out.bin");
 
     let (n, ooo) = connections(&get(&lab, addr, &out, &[]));

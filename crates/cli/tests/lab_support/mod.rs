@@ -3,7 +3,8 @@
 //! until it listens.
 
 use std::net::{SocketAddr, TcpStream};
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use xfer_lab::Lab;
@@ -24,7 +25,7 @@ pub fn prerequisites(test: &str) -> bool {
 }
 
 /// Kills `xfer serve` even when an assertion fails first.
-pub struct Server(pub Child);
+pub struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -33,8 +34,25 @@ impl Drop for Server {
     }
 }
 
+/// Starts `xfer serve DIR --plain --listen ADDR` in the server namespace and waits until it
+/// listens; stopped when the guard drops.
+pub fn serve_plain(lab: &Lab, dir: &Path, addr: SocketAddr) -> Server {
+    let child = lab
+        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
+        .arg("serve")
+        .arg(dir)
+        .args(["--plain", "--listen", &addr.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting xfer serve: {e}"));
+    let server = Server(child);
+    wait_for_listener(lab, addr);
+    server
+}
+
 /// Waits until something accepts TCP connections at `addr`, seen from the client namespace.
-pub fn wait_for_listener(lab: &Lab, addr: SocketAddr) {
+fn wait_for_listener(lab: &Lab, addr: SocketAddr) {
     for _ in 0..100 {
         let connected = lab
             .spawn_in_client(move || {
