@@ -127,6 +127,10 @@ pub struct ClientArgs {
     /// HTTP/2 send buffer per stream. Default 4MiB.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub h2_send_buffer: Option<u64>,
+    /// HTTP/2 without -c: connections to spread the lanes over once the connection in use
+    /// has seen loss (1: never). Default 4.
+    #[arg(long, value_name = "N")]
+    pub h2_loss_connections: Option<usize>,
 
     /// Start from quinn's defaults (sized for 100 Mbit/s at 100 ms), for comparison.
     #[arg(long)]
@@ -241,6 +245,9 @@ impl ClientArgs {
         }
         if let Some(v) = self.h2_send_buffer {
             h.http2.max_send_buffer = v;
+        }
+        if let Some(v) = self.h2_loss_connections {
+            h.h2_loss_connections = v;
         }
         h.tcp.send_buffer = self.tcp_send_buffer.or(h.tcp.send_buffer);
         h.tcp.recv_buffer = self.tcp_recv_buffer.or(h.tcp.recv_buffer);

@@ -106,11 +106,13 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<ExitCode> {
         s = s.quick();
     }
     eprintln!(
-        "scenario {}: {} profile(s) x {} RTT(s) x {} loss rate(s) x {} case(s) x {} repetition(s) = {} runs",
+        "scenario {}: {} link point(s) ({} profile(s) x {} RTT(s) x {} loss rate(s), {} more) x {} case(s) x {} repetition(s) = {} runs",
         s.name,
+        s.points.len(),
         s.profiles.len(),
         s.rtts.len(),
         s.losses.len(),
+        s.points.len() - s.profiles.len() * s.rtts.len() * s.losses.len(),
         s.cases.len(),
         s.repetitions,
         s.run_count()

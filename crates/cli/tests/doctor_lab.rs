@@ -5,36 +5,15 @@
 //! Needs root, /dev/net/tun and iproute2. Without them the test prints why and passes, except
 //! under CI=true, where it fails.
 
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Stdio};
+mod lab_support;
+
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use lab_support::{prerequisites, serve_plain};
 use xfer_lab::{cleanup, HostProfile, Lab, LabConfig, LinkConfig};
 
 const PORT: u16 = 9447;
-
-fn prerequisites() -> bool {
-    match xfer_lab::check_prerequisites() {
-        Ok(()) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("doctor lab test cannot run under CI: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping doctor lab test: {e}");
-            false
-        }
-    }
-}
-
-/// Kills `xfer serve` even when an assertion fails first.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Runs `xfer doctor --json` in the client namespace of a lab with `profile` and returns the
 /// exit code and the parsed report.
@@ -48,17 +27,7 @@ fn doctor_in_lab(prefix: &str, profile: HostProfile) -> (Option<i32>, serde_json
     let lab = Lab::start(config).unwrap_or_else(|e| panic!("lab {prefix}: {e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let addr = SocketAddr::new(lab.server_addr(), PORT);
-    let child = lab
-        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
-        .arg("serve")
-        .arg(dir.path())
-        .args(["--plain", "--listen", &addr.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting xfer serve: {e}"));
-    let _server = Server(child);
-    wait_for_listener(&lab, addr);
+    let _server = serve_plain(&lab, dir.path(), addr);
 
     let url = format!("http://{addr}/");
     // The human report too, for `--nocapture` readers and docs/doctor.md.
@@ -96,24 +65,6 @@ fn doctor_in_lab(prefix: &str, profile: HostProfile) -> (Option<i32>, serde_json
     (out.status.code(), report)
 }
 
-fn wait_for_listener(lab: &Lab, addr: SocketAddr) {
-    for _ in 0..100 {
-        let connected = lab
-            .spawn_in_client(move || {
-                TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
-            })
-            .ok()
-            .and_then(|h| h.join().ok())
-            .and_then(Result::ok)
-            .unwrap_or(false);
-        if connected {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("xfer serve never listened on {addr}");
-}
-
 fn finding<'a>(report: &'a serde_json::Value, id: &str) -> Option<&'a serde_json::Value> {
     report["verdict"]["findings"]
         .as_array()
@@ -122,7 +73,7 @@ fn finding<'a>(report: &'a serde_json::Value, id: &str) -> Option<&'a serde_json
 
 #[test]
 fn doctor_reports_the_buffer_cap_of_stock_hosts_and_not_of_tuned_ones() {
-    if !prerequisites() {
+    if !prerequisites("doctor lab test") {
         return;
     }
     let (code, stock) = doctor_in_lab("xfertest-doc-s", HostProfile::stock());

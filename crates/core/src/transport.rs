@@ -496,6 +496,11 @@ pub struct ConnectionStats {
     /// Socket buffer sizes the kernel actually granted (bytes), when they were set.
     pub send_buffer: Option<u64>,
     pub recv_buffer: Option<u64>,
+    /// TCP: packets that reached this side out of order (a hole before them: loss on the way
+    /// here), summed over the connection's sockets. The loss signal of a download, where
+    /// `retransmits` (this side's own) stays near zero.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_order_packets: Option<u64>,
 }
 
 #[cfg(test)]

@@ -100,6 +100,10 @@ pub struct TcpInfoSnapshot {
     pub send_buffer: u64,
     /// Usable receive buffer, bytes (half the `SO_RCVBUF` read-back).
     pub recv_buffer: u64,
+    /// Packets that arrived out of order and waited for a hole to fill (kernel 5.4+): the
+    /// receiving side's view of loss on the path towards it, which a downloading client cannot
+    /// see in its own retransmit counter.
+    pub rcv_ooopack: Option<u64>,
 }
 
 /// Tune a fresh client socket before it connects. The receive buffer must be set here: the
@@ -364,6 +368,10 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
         ),
         send_buffer: sock.send_buffer_size().map_or(0, |v| v as u64 / 2),
         recv_buffer: sock.recv_buffer_size().map_or(0, |v| v as u64 / 2),
+        rcv_ooopack: opt64(
+            offset_of!(libc::tcp_info, tcpi_rcv_ooopack) + 4,
+            u64::from(raw.tcpi_rcv_ooopack),
+        ),
     })
 }
 

@@ -844,6 +844,7 @@ impl Transport for QuicTransport {
                     bytes_received: Some(s.udp_rx.bytes),
                     send_buffer: Some(live.buffers.send as u64),
                     recv_buffer: Some(live.buffers.recv as u64),
+                    out_of_order_packets: None,
                 })
             })
             .collect()

@@ -239,9 +239,12 @@ impl HttpLane {
         target: &Target,
         fresh_only: bool,
     ) -> Result<(SenderRef<'_>, bool, Setup), TransferError> {
-        let conn_index = self.connection_index();
         let shared_origin =
             self.inner.mode() != Some(Mode::H1) && target.origin == self.inner.target().origin;
+        if shared_origin {
+            self.inner.watch_loss();
+        }
+        let conn_index = self.connection_index();
         if shared_origin {
             match self.inner.shared_sender(conn_index, self.index).await? {
                 SharedPick::H2(s, fresh, ticket, setup) => {
@@ -336,7 +339,7 @@ impl Lane for HttpLane {
     fn label(&self) -> String {
         match self.inner.mode() {
             Some(Mode::H2) => {
-                let layout = self.inner.cfg.layout(Mode::H2);
+                let layout = self.inner.h2_layout();
                 format!(
                     "conn {} / stream slot {}",
                     layout.connection_of(self.index),

@@ -14,7 +14,9 @@
 //!       │                HTTP/1.1 connections)
 //!       └─open_lane(i)─► HttpLane ─fetch()─► GET Range / If-Range / Want-Content-Digest
 //!             HTTP/1.1: connection i (keep-alive, reconnect on failure)
-//!             HTTP/2:   stream slot on shared connection (i / K) mod M
+//!             HTTP/2:   stream slot on shared connection (i / K) mod M; with the default
+//!                       layout, spread over more connections once loss is seen
+//!                       (loss_spread.rs)
 //!                                  └─► HttpRangeBody: Bytes as hyper yields them,
 //!                                      exact length, Content-Digest trailer
 //! ```
@@ -35,6 +37,7 @@ mod errors;
 mod first;
 mod lane;
 mod listing;
+mod loss_spread;
 mod req_body;
 mod response;
 mod stats;

@@ -143,9 +143,13 @@ impl StatsRegistry {
             let mut retransmits = 0;
             let mut received = 0;
             let mut any_received = false;
+            let mut out_of_order = None;
             for rec in records {
                 if let Some(s) = lock(rec).snapshot() {
                     retransmits += s.retransmits;
+                    if let Some(n) = s.rcv_ooopack {
+                        out_of_order = Some(out_of_order.unwrap_or(0) + n);
+                    }
                     if let Some(b) = s.bytes_received {
                         received += b;
                         any_received = true;
@@ -162,6 +166,7 @@ impl StatsRegistry {
                 stats.bytes_received = any_received.then_some(received);
                 stats.send_buffer = Some(s.send_buffer);
                 stats.recv_buffer = Some(s.recv_buffer);
+                stats.out_of_order_packets = out_of_order;
             } else {
                 stats.congestion = newest.applied.congestion.clone();
                 stats.send_buffer = newest.applied.send_buffer;
@@ -170,6 +175,21 @@ impl StatsRegistry {
             out.push(stats);
         }
         out
+    }
+}
+
+impl StatsRegistry {
+    /// Out-of-order packets received so far on the sockets filed under `indices`, open or
+    /// closed (0 where the kernel does not count them).
+    pub fn out_of_order(&self, indices: std::ops::Range<usize>) -> u64 {
+        let all = lock(&self.by_index);
+        all.iter()
+            .skip(indices.start)
+            .take(indices.len())
+            .flatten()
+            .filter_map(|rec| lock(rec).snapshot())
+            .filter_map(|s| s.rcv_ooopack)
+            .sum()
     }
 }
 

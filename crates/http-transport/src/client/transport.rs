@@ -9,6 +9,7 @@ use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use hyper::client::conn::http2;
 use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
+use xfer_core::layout::Lanes;
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, FirstRequest, Lane, ListRequest, ListResponse, Opened, RemoteInfo,
     Transport,
@@ -19,6 +20,7 @@ use crate::client::config::HttpClientConfig;
 use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
+use crate::client::loss_spread::LossSpread;
 use crate::client::response::{
     content_length, declared_checksums, described, header_str, repr_digest,
 };
@@ -70,6 +72,8 @@ pub(crate) struct Pool {
     /// lanes that ended. The next lane opened adopts one instead of connecting.
     idle: Mutex<Vec<Connection>>,
     stats: StatsRegistry,
+    /// HTTP/2: how many connections the lanes use, growing once loss is seen.
+    spread: LossSpread,
 }
 
 /// Idle HTTP/1.1 connections kept for reuse; more are closed.
@@ -151,8 +155,32 @@ impl Inner {
     /// HTTP/2.
     pub fn connection_index(&self, lane: usize) -> usize {
         match self.mode() {
-            Some(Mode::H2) => self.cfg.layout(Mode::H2).connection_of(lane),
+            Some(Mode::H2) => self.h2_layout().connection_of(lane),
             _ => lane,
+        }
+    }
+
+    /// HTTP/2 lanes over the connections in use now (see [`LossSpread`]).
+    pub fn h2_layout(&self) -> Lanes {
+        self.pool.spread.layout(self.cfg.layout(Mode::H2))
+    }
+
+    /// Reads the loss signal of the HTTP/2 connections in use (packets that arrived out of
+    /// order) and spreads the lanes over more connections once it says so. Called when a lane
+    /// asks for a connection, before it picks one.
+    pub fn watch_loss(&self) {
+        let spread = &self.pool.spread;
+        if self.mode() != Some(Mode::H2) || !spread.armed() {
+            return;
+        }
+        let count = self.pool.stats.out_of_order(0..spread.active());
+        if spread.observe(count, std::time::Instant::now()) {
+            tracing::info!(
+                connections = spread.active(),
+                out_of_order_packets = count,
+                episodes = spread.episodes(),
+                "HTTP/2: loss seen on the shared connection; spreading the lanes over more connections"
+            );
         }
     }
 
@@ -317,7 +345,8 @@ impl HttpTransport {
             }
             Some((target.origin.clone(), Arc::new(fields)))
         };
-        let slots = (0..cfg.layout(Mode::H2).connections)
+        let spread = LossSpread::new(cfg.layout(Mode::H2).connections, cfg.h2_loss_target());
+        let slots = (0..spread.max_connections())
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
         Ok(Self {
@@ -334,6 +363,7 @@ impl HttpTransport {
                     generations: AtomicU64::new(0),
                     idle: Mutex::new(Vec::new()),
                     stats: StatsRegistry::default(),
+                    spread,
                 }),
             }),
             duplicates: Arc::default(),
@@ -566,7 +596,7 @@ impl HttpTransport {
         if inner.mode().is_none() {
             // Auto over TLS before any connection: connect now so the lane knows whether it
             // shares an HTTP/2 connection or owns an HTTP/1.1 one.
-            let slot = inner.cfg.layout(Mode::H2).connection_of(index);
+            let slot = inner.h2_layout().connection_of(index);
             match inner.shared_sender(slot, index).await? {
                 SharedPick::H2(..) => {}
                 SharedPick::H1(conn) => lane.adopt(conn),

@@ -34,7 +34,10 @@ use std::path::{Path, PathBuf};
 pub use plot::draw_all;
 pub use report::{median, run_bps, Machine, PingCheck, PointRecord, Results, RunRecord};
 pub use runner::{ping_times_ms, run_scenario, RunOptions};
-pub use spec::{Case, LinkFile, Protocol, Scenario, ScenarioFile, Tool, TransferFile};
+pub use spec::{
+    Case, ExtraPointFile, LinkFile, LinkPoint, Protocol, Ratio, Scenario, ScenarioFile, Server,
+    Tool, TransferFile,
+};
 pub use tree::{TreeEntry, TreeFile, TreeShape};
 
 use crate::LabError;

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::spec::Ratio;
 use super::units::{format_loss, format_rate, format_size, trim_float};
 
 /// One transfer at one link point.
@@ -51,6 +52,9 @@ pub struct RunRecord {
     /// what the sender had to retransmit, whatever the tool.
     pub link_drops_queue: u64,
     pub link_drops_loss: u64,
+    /// Wire packets that passed the queue server-to-client (the ones random loss is drawn
+    /// on), so `link_drops_loss / link_packets` is the loss the link really applied.
+    pub link_packets: u64,
     /// Mean smoothed RTT the transport measured, milliseconds.
     pub transport_rtt_ms: Option<f64>,
     /// xfer: round trips to each lane's first byte, lane 0 first (`3 3p 3p ...`, `p` for a
@@ -105,6 +109,8 @@ pub struct Results {
     pub quick: bool,
     pub started_utc: String,
     pub finished_utc: String,
+    /// The scenario's ratios, computed per link point in `table.md`.
+    pub ratios: Vec<Ratio>,
     pub machine: Machine,
     pub points: Vec<PointRecord>,
     pub runs: Vec<RunRecord>,
@@ -189,8 +195,45 @@ impl Results {
         Some((m / 1e6, mark))
     }
 
-    /// Markdown: a side-by-side table (cases x link points, median goodput), then one
-    /// detailed table per link point.
+    /// A ratio's value at a point: the median goodputs of its two cases divided, None where
+    /// either has no figure. Timed-out runs count with their wire rate, as in the table.
+    pub fn ratio(&self, r: &Ratio, point: &str) -> Option<f64> {
+        let (num, _) = self.cell(&r.numerator, point)?;
+        let (den, _) = self.cell(&r.denominator, point)?;
+        (den > 0.0).then(|| num / den)
+    }
+
+    /// The ratios table: one row per ratio, one column per link point, `✔`/`✘` against
+    /// the target; empty without ratios.
+    fn ratios_markdown(&self, points: &[String]) -> String {
+        let mut s = String::new();
+        if self.ratios.is_empty() {
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "\nRatios of median goodput in the same run; ✔ meets the target, ✘ misses it, ✗ no figure.\n"
+        );
+        let _ = writeln!(s, "| ratio | target | {} |", points.join(" | "));
+        let _ = writeln!(s, "|---|---:|{}", "---:|".repeat(points.len()));
+        for r in &self.ratios {
+            let cells: Vec<String> = points
+                .iter()
+                .map(|p| match (self.ratio(r, p), r.target) {
+                    (Some(v), Some(t)) if v >= t => format!("{v:.2} ✔"),
+                    (Some(v), Some(_)) => format!("{v:.2} ✘"),
+                    (Some(v), None) => format!("{v:.2}"),
+                    (None, _) => "✗".into(),
+                })
+                .collect();
+            let target = r.target.map(|t| format!("≥ {t}")).unwrap_or_default();
+            let _ = writeln!(s, "| {} | {target} | {} |", r.name, cells.join(" | "));
+        }
+        s
+    }
+
+    /// Markdown: a side-by-side table (cases x link points, median goodput), the ratios,
+    /// then one detailed table per link point.
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         let points = self.point_keys();
@@ -213,6 +256,7 @@ impl Results {
                 .collect();
             let _ = writeln!(s, "| {c} | {} |", cells.join(" | "));
         }
+        s.push_str(&self.ratios_markdown(&points));
         for p in &self.points {
             let key = point_key(&p.profile, p.rtt_ms, p.loss);
             let _ = writeln!(
@@ -233,6 +277,7 @@ impl Results {
                     setting(&p.settings, "net.ipv4.tcp_rmem"),
                 );
             }
+            s.push_str(&self.link_check(p, &key));
             let _ = writeln!(
                 s,
                 "| case | goodput Mbit/s | of rate | s | client CPU s | server CPU s | relay CPU | retrans | link drops q/loss |"
@@ -279,10 +324,39 @@ impl Results {
         s
     }
 
+    /// What the link did at a point, over all its runs: the random loss it applied against
+    /// the setting, and the highest wire rate of any run against the rate (the emulator's
+    /// accuracy, measured in the same run as the figures).
+    fn link_check(&self, p: &PointRecord, key: &str) -> String {
+        let runs: Vec<&RunRecord> = self.runs.iter().filter(|r| r.point_key() == key).collect();
+        let packets: u64 = runs.iter().map(|r| r.link_packets).sum();
+        let lost: u64 = runs.iter().map(|r| r.link_drops_loss).sum();
+        let top = runs.iter().map(|r| r.wire_bps).fold(0.0, f64::max);
+        let mut s = String::new();
+        if packets > 0 {
+            // One standard deviation of the count expected at the set probability.
+            let sigma = (packets as f64 * p.loss * (1.0 - p.loss)).sqrt();
+            let _ = write!(
+                s,
+                "link: random loss {lost} of {packets} wire packets = {:.4}% (set {}, expected {:.0} ± {sigma:.0}); ",
+                lost as f64 / packets as f64 * 100.0,
+                format_loss(p.loss),
+                packets as f64 * p.loss,
+            );
+        }
+        let _ = writeln!(
+            s,
+            "highest wire rate of a run {:.0} Mbit/s = {:.1}% of the rate\n",
+            top / 1e6,
+            top / p.rate_bps.max(1) as f64 * 100.0
+        );
+        s
+    }
+
     /// CSV, one line per run, with a header.
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,retransmits,link_drops_queue,link_drops_loss,transport_rtt_ms,command\n",
+            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,retransmits,link_drops_queue,link_drops_loss,link_packets,transport_rtt_ms,command\n",
         );
         let opt = |v: Option<String>| v.unwrap_or_default();
         for r in &self.runs {
@@ -316,6 +390,7 @@ impl Results {
                 opt(r.retransmits.map(|v| v.to_string())),
                 r.link_drops_queue.to_string(),
                 r.link_drops_loss.to_string(),
+                r.link_packets.to_string(),
                 opt(r.transport_rtt_ms.map(|v| format!("{v:.2}"))),
                 r.command.clone(),
             ];
@@ -382,6 +457,7 @@ pub(crate) mod tests {
             retransmits: Some(0),
             link_drops_queue: 5,
             link_drops_loss: 0,
+            link_packets: 1000,
             transport_rtt_ms: Some(100.5),
             round_trips: None,
             command: "xfer get \"x,y\"".into(),
@@ -412,6 +488,7 @@ pub(crate) mod tests {
             quick: false,
             started_utc: String::new(),
             finished_utc: String::new(),
+            ratios: vec![],
             machine: Machine {
                 kernel: String::new(),
                 cpus: 2,
@@ -434,10 +511,45 @@ pub(crate) mod tests {
         let md = res.markdown();
         assert!(md.contains("| xfer http1 c=8 | 930 | ✗ |"), "{md}");
         assert!(md.contains("| xfer http1 c=1 | 300 T | ✗ |"), "{md}");
+        assert!(!md.contains("Ratios"), "{md}");
+        assert!(
+            md.contains("link: random loss 0 of 2000 wire packets = 0.0000% (set 0%, expected 0 ± 0); highest wire rate of a run 930 Mbit/s = 93.0% of the rate"),
+            "{md}"
+        );
         let csv = res.csv();
         assert_eq!(csv.lines().count(), 4);
         assert!(csv.contains("\"xfer get \"\"x,y\"\"\""), "{csv}");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(vec![1.0, 2.0]), Some(1.5));
+    }
+
+    #[test]
+    fn ratios_per_point_against_their_targets() {
+        let mut res = results(vec![
+            record("xfer http1 c=8", 100.0, Some(9.0e8), false),
+            record("iperf3 c=8", 100.0, Some(9.5e8), false),
+            record("xfer http1 c=8", 50.0, Some(9.6e8), false),
+            record("iperf3 c=8", 50.0, Some(9.0e8), false),
+            record("xfer http1 c=1", 50.0, None, false),
+        ]);
+        let ratio = |name: &str, num: &str, target| Ratio {
+            name: name.into(),
+            numerator: num.into(),
+            denominator: "iperf3 c=8".into(),
+            target,
+        };
+        res.ratios = vec![
+            ratio("h1 / iperf3", "xfer http1 c=8", Some(1.0)),
+            ratio("one / iperf3", "xfer http1 c=1", None),
+        ];
+        let md = res.markdown();
+        assert!(
+            md.contains("| h1 / iperf3 | ≥ 1 | 0.95 ✘ | 1.07 ✔ |"),
+            "{md}"
+        );
+        assert!(md.contains("| one / iperf3 |  | ✗ | ✗ |"), "{md}");
+        let p = res.point_keys();
+        let v = res.ratio(&res.ratios[0], &p[1]).unwrap_or_default();
+        assert!((v - 9.6 / 9.0).abs() < 1e-9, "{v}");
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::process::{die_with_parent, proc_cpu_time, stop, wait_with_deadline};
 use super::report::{Machine, PingCheck, PointRecord, Results, RunRecord};
-use super::spec::{Case, Scenario, Tool};
-use super::tools::{command_line, parse_outcome, ToolContext};
+use super::spec::{Case, Scenario, Server, Tool};
+use super::tools::{command_line, parse_outcome, source_file_name, ToolContext};
 use super::tree::{self, TreeContext};
 use super::ScenarioError;
 use crate::{Lab, LabConfig, LinkConfig, SERVER_ADDR};
@@ -27,6 +27,9 @@ pub struct RunOptions {
     pub work_dir: PathBuf,
     /// Where downloads go (memory-backed: `/dev/shm`); deleted after each run.
     pub out_file: PathBuf,
+    /// The served directory of a scenario with `source = "file"` (memory-backed: `/dev/shm`);
+    /// removed afterwards.
+    pub source_dir: PathBuf,
     /// TCP/UDP port of `xfer serve`.
     pub port: u16,
     /// Print one line per run on stderr.
@@ -46,6 +49,7 @@ impl RunOptions {
             prefix: "xferlab".into(),
             work_dir: std::env::temp_dir().join(format!("xfer-lab-{pid}")),
             out_file: PathBuf::from(format!("/dev/shm/xfer-lab-out-{pid}")),
+            source_dir: PathBuf::from(format!("/dev/shm/xfer-lab-src-{pid}")),
             port: 8443,
             progress: true,
             command: String::new(),
@@ -69,7 +73,7 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
             return Err(ScenarioError::ToolMissing { program });
         }
     }
-    if s.tree.is_some() && s.cases.iter().any(tree::needs_nginx) && !runs("nginx", "-v") {
+    if needs_nginx(s) && !runs("nginx", "-v") {
         return Err(ScenarioError::ToolMissing { program: "nginx" });
     }
     std::fs::create_dir_all(&opts.work_dir).map_err(|source| ScenarioError::Io {
@@ -81,36 +85,41 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
         Some(shape) => Some(prepare_tree(shape, opts)?),
         None => None,
     };
+    if s.file_source {
+        if let Err(e) = prepare_source_files(s, opts) {
+            let _ = std::fs::remove_dir_all(&opts.source_dir);
+            return Err(e);
+        }
+    }
     let started_utc = utc_now();
     let load_before = load_average();
     let mut points = Vec::new();
     let mut runs = Vec::new();
     let total = s.run_count();
     let result = (|| {
-        for profile in &s.profiles {
-            for &rtt in &s.rtts {
-                for &loss in &s.losses {
-                    let link = LinkConfig {
-                        rate_bps: s.rate_bps,
-                        rtt,
-                        loss,
-                        queue_bytes: s.queue_bytes,
-                        ..LinkConfig::default()
-                    };
-                    let config = LabConfig {
-                        profile: profile.clone(),
-                        ..LabConfig::new(opts.prefix.clone(), link)
-                    };
-                    let (point, mut point_runs) =
-                        run_point(s, &config, opts, tree.as_ref(), runs.len(), total)?;
-                    points.push(point);
-                    runs.append(&mut point_runs);
-                }
-            }
+        for p in &s.points {
+            let link = LinkConfig {
+                rate_bps: s.rate_bps,
+                rtt: p.rtt,
+                loss: p.loss,
+                queue_bytes: s.queue_bytes,
+                ..LinkConfig::default()
+            };
+            let config = LabConfig {
+                profile: p.profile.clone(),
+                ..LabConfig::new(opts.prefix.clone(), link)
+            };
+            let (point, mut point_runs) =
+                run_point(s, &config, opts, tree.as_ref(), runs.len(), total)?;
+            points.push(point);
+            runs.append(&mut point_runs);
         }
         Ok::<(), ScenarioError>(())
     })();
     let _ = std::fs::remove_dir_all(&opts.work_dir);
+    if s.file_source {
+        let _ = std::fs::remove_dir_all(&opts.source_dir);
+    }
     if let Some(t) = &tree {
         t.clear_dest();
     }
@@ -122,6 +131,7 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
         quick: opts.quick,
         started_utc,
         finished_utc: utc_now(),
+        ratios: s.ratios.clone(),
         machine: Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|s| s.trim().to_string())
@@ -172,7 +182,11 @@ fn run_point(
             None => eprintln!("== {key}: (no ping)"),
         }
     }
-    let serve_dir = opts.work_dir.join("www");
+    let serve_dir = if s.file_source {
+        opts.source_dir.clone()
+    } else {
+        opts.work_dir.join("www")
+    };
     let cert_dir = opts.work_dir.join("cert");
     for d in [&serve_dir, &cert_dir] {
         std::fs::create_dir_all(d).map_err(|source| ScenarioError::Io {
@@ -212,15 +226,21 @@ fn run_point(
         // iperf3 prints nothing useful to wait on; it listens well within this.
         std::thread::sleep(Duration::from_millis(500));
     }
-    let nginx = match tree {
-        Some(t) if s.cases.iter().any(tree::needs_nginx) => Some(super::nginx::start(
+    let nginx_port = opts.port.wrapping_add(1);
+    let nginx = if needs_nginx(s) {
+        let root = match tree {
+            Some(_) => serve_dir.join("tree"),
+            None => serve_dir.clone(),
+        };
+        Some(super::nginx::start(
             lab.command_in_server("nginx"),
             &super::nginx::dir_under(&opts.work_dir),
-            &serve_dir.join("tree"),
+            &root,
             &cert_dir,
-            &format!("{SERVER_ADDR}:{}", t.nginx_port),
-        )?),
-        _ => None,
+            &format!("{SERVER_ADDR}:{nginx_port}"),
+        )?)
+    } else {
+        None
     };
     let ctx = ToolContext {
         xfer_bin: opts.xfer_bin.clone(),
@@ -229,6 +249,8 @@ fn run_point(
         ca_cert: cert_dir.join("cert.pem"),
         out_file: opts.out_file.clone(),
         duration: s.duration,
+        file_source: s.file_source,
+        nginx_port,
     };
     let mut records = Vec::new();
     for rep in 1..=s.repetitions {
@@ -236,6 +258,7 @@ fn run_point(
             let server_pid = match case.tool {
                 Tool::Iperf3 => servers.iperf3.as_ref().map(|c| c.id()),
                 Tool::Aria2c | Tool::Rclone if tree.is_some() => nginx.as_ref().map(|n| n.pid()),
+                _ if case.server == Server::Nginx => nginx.as_ref().map(|n| n.pid()),
                 _ => Some(servers.xfer.id()),
             };
             let r = run_case(&lab, case, &ctx, tree, opts, server_pid, rep)?;
@@ -385,6 +408,8 @@ fn run_case(
         retransmits: outcome.retransmits,
         link_drops_queue: s2c.packets_dropped_queue - s2c_before.packets_dropped_queue,
         link_drops_loss: s2c.packets_dropped_loss - s2c_before.packets_dropped_loss,
+        link_packets: (s2c.packets_in - s2c.packets_dropped_queue)
+            - (s2c_before.packets_in - s2c_before.packets_dropped_queue),
         transport_rtt_ms: outcome.rtt_ms,
         round_trips: outcome.round_trips.clone(),
         command,
@@ -483,6 +508,36 @@ fn remove_outputs(out_file: &Path) {
             }
         }
     }
+}
+
+/// Whether the scenario needs nginx in the server namespace: the peers of a tree, or a
+/// single-file case served by it.
+fn needs_nginx(s: &Scenario) -> bool {
+    match s.tree {
+        Some(_) => s.cases.iter().any(tree::needs_nginx),
+        None => s.cases.iter().any(|c| c.server == Server::Nginx),
+    }
+}
+
+/// Writes one file of pseudo-random bytes per distinct case size into the source directory.
+fn prepare_source_files(s: &Scenario, opts: &RunOptions) -> Result<(), ScenarioError> {
+    std::fs::create_dir_all(&opts.source_dir)
+        .map_err(|source| ScenarioError::io("creating", &opts.source_dir, source))?;
+    let started = Instant::now();
+    let mut sizes: Vec<u64> = s.cases.iter().map(|c| c.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for size in sizes {
+        super::upload::write_source(&opts.source_dir.join(source_file_name(size)), size)?;
+    }
+    if opts.progress {
+        eprintln!(
+            "== source files in {} written in {:.1} s",
+            opts.source_dir.display(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// Generates the scenario's tree under the served directory and aria2c's input for it.

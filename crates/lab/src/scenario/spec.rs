@@ -9,12 +9,15 @@
 //! duration = "10s"              # per iperf3 run
 //! timeout = "60s"               # per run; a run still going is killed and marked
 //! server_args = []              # extra `xfer serve` flags, e.g. ["--congestion", "cubic"]
+//! source = "synthetic"          # or "file": a file of `size` bytes in /dev/shm, served by
+//!                               # xfer serve (and nginx for transfers with server = "nginx")
 //!
 //! [link]
 //! rate = "1G"
 //! rtt = ["110ms"]
 //! loss = [0.0]                  # probabilities, 0.0001 = 0.01%
 //! # queue = "12.5MB"            # default: one bandwidth-delay product
+//! # extra = [{ profile = "stock", rtt = "100ms", loss = 0.0001 }]   # points outside the grid
 //!
 //! # [tree]                      # optional: every transfer fetches one generated tree
 //! # files = 2000                # (tree.rs has the fields); tools then xfer, aria2c, rclone
@@ -26,7 +29,17 @@
 //! streams = [8]
 //! args = ["--h2-frame-size", "1MiB"]
 //! matrix = { "--h2-stream-window" = ["64KiB", "16MiB"] }   # cross product of flag values
+//! # server = "nginx"            # aria2c and curl only, with source = "file"
+//!
+//! [[ratio]]                     # printed per link point in table.md: median goodput of
+//! name = "HTTP/2 / HTTP/1.1"    # one case over another's, against an optional target
+//! numerator = "xfer http2 c=1 K=8"
+//! denominator = "xfer http1 c=8"
+//! target = 0.97
 //! ```
+//!
+//! An xfer transfer without `protocol` is xfer's default command (no `--protocol`, `-c` or
+//! `--streams` unless given), named `xfer default`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,7 +79,14 @@ pub struct ScenarioFile {
     /// Extra arguments for `xfer serve` (e.g. `["--congestion", "cubic"]`). Default none.
     #[serde(default)]
     pub server_args: Vec<String>,
+    /// What single-file transfers fetch: `synthetic` (default; `xfer serve` generates the
+    /// bytes) or `file` (a file of pseudo-random bytes in `/dev/shm`, written once).
+    #[serde(default)]
+    pub source: Option<String>,
     pub link: LinkFile,
+    /// Ratios of two cases' goodput to print per link point.
+    #[serde(default, rename = "ratio")]
+    pub ratios: Vec<Ratio>,
     /// A directory tree every transfer fetches instead of one file (see `tree.rs`).
     #[serde(default)]
     pub tree: Option<TreeFile>,
@@ -96,6 +116,40 @@ pub struct LinkFile {
     /// Drop-tail queue size; default one bandwidth-delay product.
     #[serde(default)]
     pub queue: Option<String>,
+    /// Link points run after the grid of profiles x RTTs x losses.
+    #[serde(default)]
+    pub extra: Vec<ExtraPointFile>,
+}
+
+/// One entry of `link.extra`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtraPointFile {
+    /// `stock` or `tuned`.
+    pub profile: String,
+    pub rtt: String,
+    #[serde(default)]
+    pub loss: f64,
+}
+
+/// A `[[ratio]]`: median goodput of `numerator` over that of `denominator` (case names), at
+/// every link point, judged against `target` when one is given.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ratio {
+    pub name: String,
+    pub numerator: String,
+    pub denominator: String,
+    #[serde(default)]
+    pub target: Option<f64>,
+}
+
+/// One emulated link and host setting: a profile, an RTT and a loss probability.
+#[derive(Debug, Clone)]
+pub struct LinkPoint {
+    pub profile: HostProfile,
+    pub rtt: Duration,
+    pub loss: f64,
 }
 
 fn no_loss() -> Vec<f64> {
@@ -131,6 +185,17 @@ pub struct TransferFile {
     /// Run limit for this transfer only.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// aria2c and curl: `xfer` (default) or `nginx` (needs `source = "file"`).
+    #[serde(default)]
+    pub server: Option<String>,
+}
+
+/// Which server a single-file case fetches from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Server {
+    Xfer,
+    Nginx,
 }
 
 /// The program a transfer runs in the client namespace.
@@ -201,7 +266,12 @@ pub struct Scenario {
     pub rate_bps: u64,
     pub rtts: Vec<Duration>,
     pub losses: Vec<f64>,
+    /// Every link point in run order: the grid, then `link.extra`.
+    pub points: Vec<LinkPoint>,
     pub queue_bytes: Option<u64>,
+    /// Single-file transfers fetch a file in `/dev/shm` rather than synthetic bytes.
+    pub file_source: bool,
+    pub ratios: Vec<Ratio>,
     pub duration: Duration,
     pub server_args: Vec<String>,
     /// Set when every transfer fetches a directory tree.
@@ -231,6 +301,8 @@ pub struct Case {
     pub explicit_streams: bool,
     /// Extra arguments, the transfer's `args` then the matrix flags.
     pub args: Vec<String>,
+    /// The server of a single-file case.
+    pub server: Server,
     /// Matrix flags and the values of this case, for tables.
     pub matrix: Vec<(String, String)>,
     pub size: u64,
@@ -275,11 +347,7 @@ impl Scenario {
         }
         let mut profiles = Vec::new();
         for p in &f.profiles {
-            profiles.push(match p.as_str() {
-                "stock" => HostProfile::stock(),
-                "tuned" => HostProfile::tuned(),
-                other => return Err(invalid("profiles", other, "stock, tuned")),
-            });
+            profiles.push(profile_field("profiles", p)?);
         }
         if profiles.is_empty() {
             return Err(invalid("profiles", "[]", "at least one of stock, tuned"));
@@ -337,13 +405,66 @@ impl Scenario {
             .validate()
             .map_err(|e| ScenarioError::InvalidLink(e.to_string()))?;
         }
+        let mut points = Vec::new();
+        for profile in &profiles {
+            for &rtt in &rtts {
+                for &loss in &f.link.loss {
+                    points.push(LinkPoint {
+                        profile: profile.clone(),
+                        rtt,
+                        loss,
+                    });
+                }
+            }
+        }
+        for (i, e) in f.link.extra.iter().enumerate() {
+            let field = format!("link.extra[{i}]");
+            let rtt = parse_duration(&e.rtt)
+                .ok_or_else(|| invalid_owned(format!("{field}.rtt"), &e.rtt, "a duration"))?;
+            LinkConfig {
+                rate_bps,
+                rtt,
+                loss: e.loss,
+                queue_bytes,
+                ..LinkConfig::default()
+            }
+            .validate()
+            .map_err(|e| ScenarioError::InvalidLink(e.to_string()))?;
+            let profile = profile_field(&format!("{field}.profile"), &e.profile)?;
+            let duplicate = points
+                .iter()
+                .any(|p| p.profile.name == profile.name && p.rtt == rtt && p.loss == e.loss);
+            if duplicate {
+                return Err(invalid_owned(
+                    field,
+                    &e.rtt,
+                    "a point not already in the grid",
+                ));
+            }
+            points.push(LinkPoint {
+                profile,
+                rtt,
+                loss: e.loss,
+            });
+        }
         if f.transfers.is_empty() {
             return Err(invalid("transfer", "[]", "at least one [[transfer]]"));
         }
         let tree = f.tree.as_ref().map(TreeFile::validate).transpose()?;
+        let file_source = match f.source.as_deref() {
+            None | Some("synthetic") => false,
+            Some("file") if tree.is_none() => true,
+            Some(other) => {
+                return Err(invalid(
+                    "source",
+                    other,
+                    "synthetic, or file (not with [tree])",
+                ))
+            }
+        };
         let mut cases = Vec::new();
         for (i, t) in f.transfers.iter().enumerate() {
-            expand(i, t, size, timeout, tree.is_some(), &mut cases)?;
+            expand(i, t, size, timeout, tree.is_some(), file_source, &mut cases)?;
         }
         for (i, c) in cases.iter().enumerate() {
             if cases[..i].iter().any(|d| d.name == c.name) {
@@ -351,6 +472,24 @@ impl Scenario {
                     "transfer",
                     &c.name,
                     "distinct cases (give one of the duplicates a label)",
+                ));
+            }
+        }
+        for (i, r) in f.ratios.iter().enumerate() {
+            for (part, case) in [("numerator", &r.numerator), ("denominator", &r.denominator)] {
+                if !cases.iter().any(|c| &c.name == case) {
+                    return Err(invalid_owned(
+                        format!("ratio[{i}].{part}"),
+                        case,
+                        "the name of a case (see --dry-run)",
+                    ));
+                }
+            }
+            if r.target.is_some_and(|t| !(t.is_finite() && t > 0.0)) {
+                return Err(invalid_owned(
+                    format!("ratio[{i}].target"),
+                    r.target.unwrap_or_default(),
+                    "a positive number",
                 ));
             }
         }
@@ -362,7 +501,10 @@ impl Scenario {
             rate_bps,
             rtts,
             losses: f.link.loss,
+            points,
             queue_bytes,
+            file_source,
+            ratios: f.ratios,
             duration,
             server_args: f.server_args,
             tree,
@@ -384,11 +526,15 @@ impl Scenario {
 
     /// Number of runs the scenario makes.
     pub fn run_count(&self) -> usize {
-        self.profiles.len()
-            * self.rtts.len()
-            * self.losses.len()
-            * self.cases.len()
-            * self.repetitions as usize
+        self.points.len() * self.cases.len() * self.repetitions as usize
+    }
+}
+
+fn profile_field(field: &str, name: &str) -> Result<HostProfile, ScenarioError> {
+    match name {
+        "stock" => Ok(HostProfile::stock()),
+        "tuned" => Ok(HostProfile::tuned()),
+        other => Err(invalid(field, other, "stock, tuned")),
     }
 }
 
@@ -398,6 +544,7 @@ fn expand(
     default_size: u64,
     default_timeout: Duration,
     tree: bool,
+    file_source: bool,
     out: &mut Vec<Case>,
 ) -> Result<(), ScenarioError> {
     let field = |name: &str| format!("transfer[{index}].{name}");
@@ -475,6 +622,17 @@ fn expand(
             ));
         }
     }
+    let server = match (t.server.as_deref(), t.tool) {
+        (None | Some("xfer"), _) => Server::Xfer,
+        (Some("nginx"), Tool::Aria2c | Tool::Curl) if file_source => Server::Nginx,
+        (Some(other), _) => {
+            return Err(invalid_owned(
+                field("server"),
+                other,
+                "xfer, or nginx for aria2c and curl with source = \"file\"",
+            ))
+        }
+    };
     let size = size_field(&field("size"), t.size.as_deref(), default_size)?;
     let timeout = match &t.timeout {
         None => default_timeout,
@@ -487,11 +645,12 @@ fn expand(
         (Tool::Aria2c, _) => (16, 1),
         _ => (1, 1),
     };
-    // In a tree scenario, xfer without a protocol is its default command, named as such.
-    let default_command = tree && t.tool == Tool::Xfer && t.protocol.is_none();
+    // xfer without a protocol is its default command, named as such.
+    let default_command = t.tool == Tool::Xfer && t.protocol.is_none();
     let label = t.label.clone().unwrap_or_else(|| match protocol {
         _ if default_command => "xfer default".to_string(),
         Some(p) => format!("xfer {}", p.name()),
+        None if server == Server::Nginx => format!("{} nginx", t.tool.name()),
         None => t.tool.name().to_string(),
     });
     let conns: Vec<Option<u32>> = if t.connections.is_empty() {
@@ -549,6 +708,7 @@ fn expand(
                     explicit_connections: c.is_some(),
                     explicit_streams: s.is_some(),
                     args,
+                    server,
                     matrix: combo.clone(),
                     size,
                     timeout,
@@ -667,5 +827,76 @@ mod tests {
             Scenario::from_toml(&bad),
             Err(ScenarioError::Parse { .. })
         ));
+    }
+
+    #[test]
+    fn extra_points_ratios_file_source_and_the_default_command() {
+        let text = r#"
+            name = "m"
+            profiles = ["stock", "tuned"]
+            source = "file"
+            [link]
+            rate = "1G"
+            rtt = ["50ms", "100ms"]
+            extra = [{ profile = "stock", rtt = "100ms", loss = 0.0001 }]
+            [[transfer]]
+            tool = "xfer"
+            [[transfer]]
+            tool = "aria2c"
+            server = "nginx"
+            [[transfer]]
+            tool = "iperf3"
+            connections = [8]
+            [[ratio]]
+            name = "default / iperf3"
+            numerator = "xfer default"
+            denominator = "iperf3 c=8"
+            target = 1.0
+        "#;
+        let s = Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}"));
+        let points: Vec<(String, u128, f64)> = s
+            .points
+            .iter()
+            .map(|p| (p.profile.name.clone(), p.rtt.as_millis(), p.loss))
+            .collect();
+        assert_eq!(
+            points,
+            [
+                ("stock".to_string(), 50, 0.0),
+                ("stock".to_string(), 100, 0.0),
+                ("tuned".to_string(), 50, 0.0),
+                ("tuned".to_string(), 100, 0.0),
+                ("stock".to_string(), 100, 0.0001),
+            ]
+        );
+        assert_eq!(s.run_count(), 5 * 3);
+        assert!(s.file_source);
+        let names: Vec<&str> = s.cases.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["xfer default", "aria2c nginx c=16", "iperf3 c=8"]);
+        assert!(!s.cases[0].explicit_protocol && !s.cases[0].explicit_connections);
+        assert_eq!(s.cases[1].server, Server::Nginx);
+        assert_eq!(s.ratios[0].target, Some(1.0));
+
+        let err = |t: String| {
+            Scenario::from_toml(&t)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = err(text.replace("denominator = \"iperf3 c=8\"", "denominator = \"iperf3\""));
+        assert!(
+            e.contains("ratio[0].denominator") && e.contains("iperf3"),
+            "{e}"
+        );
+        let e = err(text.replace("loss = 0.0001 }", "loss = 0.0 }"));
+        assert!(e.contains("link.extra[0]"), "{e}");
+        let e = err(text.replace("profile = \"stock\", rtt", "profile = \"fast\", rtt"));
+        assert!(e.contains("link.extra[0].profile"), "{e}");
+        let e = err(text.replace("source = \"file\"\n", ""));
+        assert!(e.contains("transfer[1].server"), "{e}");
+        let e = err(text.replace("source = \"file\"", "source = \"disk\""));
+        assert!(e.contains("source") && e.contains("disk"), "{e}");
+        let e = err(text.replace("target = 1.0", "target = -1.0"));
+        assert!(e.contains("ratio[0].target"), "{e}");
     }
 }

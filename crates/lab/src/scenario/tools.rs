@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::spec::{Case, Protocol, Tool};
+use super::spec::{Case, Protocol, Server, Tool};
 
 /// Where a run's tools live and what they talk to.
 #[derive(Debug, Clone)]
@@ -19,16 +19,47 @@ pub struct ToolContext {
     pub out_file: PathBuf,
     /// iperf3 run length.
     pub duration: Duration,
+    /// Fetch [`source_file_name`] files instead of synthetic bytes.
+    pub file_source: bool,
+    /// nginx's TLS port in the server namespace, where it runs.
+    pub nginx_port: u16,
+}
+
+/// The name of the served file of `size` bytes when the scenario's source is a file.
+pub fn source_file_name(size: u64) -> String {
+    format!("data-{size}.bin")
 }
 
 impl ToolContext {
-    /// The URL of the synthetic file of `size` bytes, `https://` or `quic://`.
+    /// The URL of `size` bytes from `xfer serve` (`https://` or `quic://`): the synthetic
+    /// resource, or the served file.
     pub fn url(&self, size: u64, quic: bool) -> String {
         let scheme = if quic { "quic" } else { "https" };
+        if self.file_source {
+            return format!(
+                "{scheme}://{}:{}/{}",
+                self.server,
+                self.port,
+                source_file_name(size)
+            );
+        }
         format!(
             "{scheme}://{}:{}/.xfer/synthetic?size={size}&seed=1",
             self.server, self.port
         )
+    }
+
+    /// The URL a curl or aria2c case fetches.
+    fn peer_url(&self, case: &Case) -> String {
+        match case.server {
+            Server::Nginx => format!(
+                "https://{}:{}/html/{}",
+                self.server,
+                self.nginx_port,
+                source_file_name(case.size)
+            ),
+            Server::Xfer => self.url(case.size, false),
+        }
     }
 }
 
@@ -58,7 +89,7 @@ pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
                 s("--ca-cert"),
                 ca,
             ]);
-            xfer_case_args(case, true, &mut a);
+            xfer_case_args(case, &mut a);
             (ctx.xfer_bin.clone(), a)
         }
         Tool::Iperf3 => {
@@ -82,7 +113,7 @@ pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
                 s("%{speed_download} %{size_download} %{time_total}"),
             ]);
             a.extend(case.args.iter().cloned());
-            a.push(ctx.url(case.size, false));
+            a.push(ctx.peer_url(case));
             (PathBuf::from("curl"), a)
         }
         Tool::Aria2c => {
@@ -99,7 +130,7 @@ pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
             a.push(format!("--out={name}"));
             a.extend(ARIA2C_QUIET.map(String::from));
             a.extend(case.args.iter().cloned());
-            a.push(ctx.url(case.size, false));
+            a.push(ctx.peer_url(case));
             (PathBuf::from("aria2c"), a)
         }
         // The spec admits rclone only in tree scenarios, whose command lines are tree.rs's.
@@ -107,16 +138,16 @@ pub fn command_line(case: &Case, ctx: &ToolContext) -> (PathBuf, Vec<String>) {
     }
 }
 
-/// The tail of an `xfer get` command line: `--protocol` (always for one file, where the
-/// scenario's default is HTTP/1.1; only when named for a tree, so a transfer without one runs
-/// xfer's default command), `-c`, `--streams` where the case sets them, then its arguments.
-pub fn xfer_case_args(case: &Case, always_protocol: bool, a: &mut Vec<String>) {
+/// The tail of an `xfer get` command line: `--protocol` when the scenario names one (so a
+/// transfer without one runs xfer's default command), `-c`, `--streams` where the case sets
+/// them, then its arguments.
+pub fn xfer_case_args(case: &Case, a: &mut Vec<String>) {
     let protocol = match case.protocol {
         Some(Protocol::Http2) => Some("http2"),
         Some(Protocol::Http1) | None => Some("http1"),
         Some(Protocol::Quic) => None,
     };
-    if let Some(p) = protocol.filter(|_| always_protocol || case.explicit_protocol) {
+    if let Some(p) = protocol.filter(|_| case.explicit_protocol) {
         a.extend(["--protocol".to_string(), p.to_string()]);
     }
     if case.explicit_connections {
@@ -320,7 +351,50 @@ mod tests {
             ca_cert: "/tmp/c/cert.pem".into(),
             out_file: "/dev/shm/o".into(),
             duration: Duration::from_secs(5),
+            file_source: false,
+            nginx_port: 8444,
         }
+    }
+
+    #[test]
+    fn file_source_urls_and_the_default_command() {
+        let s = Scenario::from_toml(
+            r#"
+            name = "t"
+            size = "16MiB"
+            source = "file"
+            [link]
+            rate = "100M"
+            rtt = ["20ms"]
+            [[transfer]]
+            tool = "xfer"
+            [[transfer]]
+            tool = "aria2c"
+            server = "nginx"
+            [[transfer]]
+            tool = "curl"
+            "#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let ctx = ToolContext {
+            file_source: true,
+            ..ctx()
+        };
+        let (_, a) = command_line(&s.cases[0], &ctx);
+        assert_eq!(a[1], "https://10.77.0.1:8443/data-16777216.bin");
+        for flag in ["--protocol", "-c", "--streams"] {
+            assert!(!a.contains(&flag.to_string()), "{a:?}");
+        }
+        let (_, a) = command_line(&s.cases[1], &ctx);
+        assert_eq!(
+            a.last().map(String::as_str),
+            Some("https://10.77.0.1:8444/html/data-16777216.bin")
+        );
+        let (_, a) = command_line(&s.cases[2], &ctx);
+        assert_eq!(
+            a.last().map(String::as_str),
+            Some("https://10.77.0.1:8443/data-16777216.bin")
+        );
     }
 
     #[test]

@@ -215,7 +215,7 @@ pub fn command_line(case: &Case, ctx: &ToolContext, tree: &TreeContext) -> (Path
             let url = format!("{scheme}://{}:{}/tree/", ctx.server, ctx.port);
             let mut a = vec![s("get"), url, format!("{dest}/")];
             a.extend([s("--json"), s("--quiet"), s("--ca-cert"), ca]);
-            xfer_case_args(case, false, &mut a);
+            xfer_case_args(case, &mut a);
             (ctx.xfer_bin.clone(), a)
         }
         Tool::Aria2c => {
@@ -341,6 +341,8 @@ mod tests {
             ca_cert: "/c/cert.pem".into(),
             out_file: "/dev/shm/o".into(),
             duration: Duration::from_secs(5),
+            file_source: false,
+            nginx_port: 8444,
         };
         let shape = TreeFile {
             files: Some(5),

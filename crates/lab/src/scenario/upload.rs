@@ -91,7 +91,7 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Scena
 }
 
 /// A file of `size` pseudo-random bytes (incompressible, different in every MiB).
-fn write_source(path: &Path, size: u64) -> Result<(), ScenarioError> {
+pub(super) fn write_source(path: &Path, size: u64) -> Result<(), ScenarioError> {
     let mut f = std::io::BufWriter::with_capacity(
         4 << 20,
         std::fs::File::create(path).map_err(io_err("creating", path))?,

@@ -1,0 +1,71 @@
+//! What the tests that run `xfer serve` inside an emulated link share: the prerequisite check
+//! (skip with the reason, never under CI=true), a guard that stops the server, and waiting
+//! until it listens.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use xfer_lab::Lab;
+
+/// Whether a lab can be built here. Without one the test prints why and passes, except under
+/// CI=true, where it fails with the reason.
+pub fn prerequisites(test: &str) -> bool {
+    match xfer_lab::check_prerequisites() {
+        Ok(()) => true,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("{test} cannot run under CI: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping {test}: {e}");
+            false
+        }
+    }
+}
+
+/// Kills `xfer serve` even when an assertion fails first.
+pub struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `xfer serve DIR --plain --listen ADDR` in the server namespace and waits until it
+/// listens; stopped when the guard drops.
+pub fn serve_plain(lab: &Lab, dir: &Path, addr: SocketAddr) -> Server {
+    let child = lab
+        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
+        .arg("serve")
+        .arg(dir)
+        .args(["--plain", "--listen", &addr.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting xfer serve: {e}"));
+    let server = Server(child);
+    wait_for_listener(lab, addr);
+    server
+}
+
+/// Waits until something accepts TCP connections at `addr`, seen from the client namespace.
+fn wait_for_listener(lab: &Lab, addr: SocketAddr) {
+    for _ in 0..100 {
+        let connected = lab
+            .spawn_in_client(move || {
+                TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+            })
+            .ok()
+            .and_then(|h| h.join().ok())
+            .and_then(Result::ok)
+            .unwrap_or(false);
+        if connected {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("xfer serve never listened on {addr}");
+}
