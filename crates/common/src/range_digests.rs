@@ -96,7 +96,8 @@ impl RangeDigests {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().digests.len()
     }
 }
