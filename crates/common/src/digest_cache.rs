@@ -1,5 +1,6 @@
 //! Whole-resource SHA-256 values, computed in the background so servers can send `Repr-Digest`
-//! once known without ever delaying a response for it.
+//! once known without ever delaying a response for it; and the digests of ranges already sent
+//! with a `Content-Digest` trailer ([`crate::range_digests`]).
 //!
 //! Keyed by [`ContentKey`] (canonical path, inode, size, mtime for files; size and seed for
 //! synthetic data), so a file that is replaced or rewritten gets a new entry. A computation
@@ -9,12 +10,14 @@
 //! or are dropped (the next `ensure` for that resource asks again).
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use xfer_core::digest::Sha256Hasher;
 use xfer_core::Sha256Digest;
 
+use crate::range_digests::RangeDigests;
 use crate::resource::{ContentKey, Resource};
 
 /// Knobs of a [`DigestCache`].
@@ -36,6 +39,13 @@ pub struct DigestCacheConfig {
     pub max_synthetic_size: u64,
     /// Bytes read per step, default 1 MiB.
     pub block_size: usize,
+    /// Digests of ranges sent with a `Content-Digest` trailer, remembered so the same range of
+    /// the same content is not hashed again; the oldest are forgotten first. Default 16384
+    /// (about 2.5 MB); 0 turns this off.
+    pub max_range_entries: usize,
+    /// Ranges shorter than this (bytes) are not remembered. Default 1 MiB: shorter ones cost
+    /// little to hash and must not push chunk digests out.
+    pub min_range_len: u64,
 }
 
 impl Default for DigestCacheConfig {
@@ -47,6 +57,8 @@ impl Default for DigestCacheConfig {
             max_file_size: u64::MAX,
             max_synthetic_size: 1 << 30,
             block_size: 1 << 20,
+            max_range_entries: 16384,
+            min_range_len: 1 << 20,
         }
     }
 }
@@ -98,6 +110,7 @@ struct Shared {
     config: DigestCacheConfig,
     state: Mutex<State>,
     cancelled: AtomicBool,
+    ranges: RangeDigests,
 }
 
 impl Shared {
@@ -149,6 +162,7 @@ impl DigestCache {
 
     fn build(config: DigestCacheConfig) -> Self {
         let shared = Arc::new(Shared {
+            ranges: RangeDigests::new(config.max_range_entries, config.min_range_len),
             config,
             state: Mutex::new(State {
                 entries: HashMap::new(),
@@ -214,6 +228,17 @@ impl DigestCache {
             st.entries.insert(key, Entry::Pending);
             st.queue.push_back(resource.clone());
         }
+    }
+
+    /// The SHA-256 of `range` of the resource, when a body sent earlier computed it.
+    pub fn get_range(&self, resource: &Resource, range: &Range<u64>) -> Option<Sha256Digest> {
+        self.shared.ranges.get(resource, range)
+    }
+
+    /// Remember the SHA-256 of `range`, computed over the bytes just sent, unless the file
+    /// changed since it was opened.
+    pub fn insert_range(&self, resource: &Resource, range: &Range<u64>, digest: Sha256Digest) {
+        self.shared.ranges.insert(resource, range, digest);
     }
 
     /// Whether nothing is running or queued (for tests and orderly shutdown).

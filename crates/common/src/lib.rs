@@ -9,7 +9,8 @@
 //!   memory-to-memory runs.
 //! - [`resource`]: an opened file or synthetic spec with validators, positional reads and a
 //!   read-ahead block stream.
-//! - [`digest_cache`]: whole-resource SHA-256 computed in the background (`Repr-Digest`).
+//! - [`digest_cache`]: whole-resource SHA-256 computed in the background (`Repr-Digest`), and
+//!   the digests of ranges already sent ([`range_digests`]).
 //! - [`dir_walk`]: a served directory's entries, streamed, with the validators a GET gives.
 //! - [`tls`]: rustls server/client configurations (ring provider) and self-signed certificates.
 //! - [`listing`]: directory listings (WebDAV PROPFIND, nginx JSON, xfer's manifest) read as
@@ -30,6 +31,7 @@ pub mod fault;
 pub mod listing;
 pub mod memory;
 pub mod paths;
+pub mod range_digests;
 pub mod ranges;
 pub mod resource;
 pub mod secret;

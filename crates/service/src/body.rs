@@ -32,7 +32,13 @@ pub enum BodyEvent {
 
 /// What a streamed body needs besides the blocks.
 pub(crate) struct StreamPlan {
+    /// Send the SHA-256 of the range as a trailer.
     pub hash: bool,
+    /// That SHA-256, already known (remembered from an earlier send of the same range of the
+    /// same content, or the whole resource's): the bytes are not hashed again.
+    pub known_digest: Option<Sha256Digest>,
+    /// Where to remember the SHA-256 once computed, for the next request of this range.
+    pub remember_range: Option<(DigestCache, Resource, Range<u64>)>,
     /// Resource offset of a byte to flip after hashing (test-only fault hook).
     pub corrupt_at: Option<u64>,
     /// When the body is the whole resource and is hashed, remember the digest here.
@@ -113,7 +119,7 @@ impl fmt::Debug for BodyStream {
 impl BodyStream {
     pub(crate) fn new(blocks: BlockStream, range: &Range<u64>, mut plan: StreamPlan) -> Self {
         let hashers = Hashers {
-            trailer: plan.hash.then(Sha256Hasher::new),
+            trailer: (plan.hash && plan.known_digest.is_none()).then(Sha256Hasher::new),
             others: plan
                 .checksums
                 .as_mut()
@@ -183,34 +189,51 @@ impl BodyStream {
             ),
             None => {
                 self.done = true;
-                let Hashing::Idle(hashers) = std::mem::replace(&mut self.hashing, Hashing::Off)
-                else {
-                    return Poll::Ready(None);
+                let trailer = match std::mem::replace(&mut self.hashing, Hashing::Off) {
+                    Hashing::Idle(hashers) => self.finish_hashers(hashers),
+                    _ => None,
                 };
-                if let Some(on_send) = self.plan.checksums.take() {
-                    // Only if the file is still the one the bytes came from.
-                    if on_send.resource.check_still_same().is_ok() {
-                        for c in hashers.others {
-                            let c = c.finish();
-                            if let Some(d) = c.as_sha256() {
-                                on_send.digests.insert(&on_send.resource, d);
-                            }
-                            on_send.cache.record(&on_send.resource, c);
-                        }
-                    }
-                }
-                let Some(hasher) = hashers.trailer else {
+                if !self.plan.hash {
                     return Poll::Ready(None);
-                };
-                let digest = hasher.finish();
-                if let Some((cache, resource)) = self.plan.remember_in.take() {
-                    if resource.check_still_same().is_ok() {
-                        cache.insert(&resource, digest);
-                    }
                 }
-                Poll::Ready(Some(Ok(BodyEvent::Trailer(digest))))
+                match self.plan.known_digest.or(trailer) {
+                    Some(digest) => Poll::Ready(Some(Ok(BodyEvent::Trailer(digest)))),
+                    // A trailer was promised and hashing was on from the start: unreachable,
+                    // but an aborted body is the honest answer if it ever happened.
+                    None => self.fail(
+                        offset,
+                        io::Error::other("the body's digest was lost before its trailer"),
+                    ),
+                }
             }
         }
+    }
+
+    /// Record what the hashers computed where it is remembered; the trailer's digest, if one
+    /// was computed.
+    fn finish_hashers(&mut self, hashers: Hashers) -> Option<Sha256Digest> {
+        if let Some(on_send) = self.plan.checksums.take() {
+            // Only if the file is still the one the bytes came from.
+            if on_send.resource.check_still_same().is_ok() {
+                for c in hashers.others {
+                    let c = c.finish();
+                    if let Some(d) = c.as_sha256() {
+                        on_send.digests.insert(&on_send.resource, d);
+                    }
+                    on_send.cache.record(&on_send.resource, c);
+                }
+            }
+        }
+        let digest = hashers.trailer?.finish();
+        if let Some((cache, resource)) = self.plan.remember_in.take() {
+            if resource.check_still_same().is_ok() {
+                cache.insert(&resource, digest);
+            }
+        }
+        if let Some((cache, resource, range)) = self.plan.remember_range.take() {
+            cache.insert_range(&resource, &range, digest);
+        }
+        Some(digest)
     }
 
     /// Await the next event.

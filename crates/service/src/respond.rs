@@ -451,8 +451,21 @@ impl Service {
         if let Some(at) = corrupt_at {
             tracing::warn!(peer = %req.peer, path = %req.path, offset = at, "dangerous_fault: corrupting one byte of this response");
         }
+        // A digest already known for exactly these bytes is sent as it is: hashing them again
+        // would cost the server a SHA-256 pass per byte for the same answer.
+        let known_digest = if hash {
+            whole
+                .then_some(repr)
+                .flatten()
+                .or_else(|| cfg.digests.get_range(&resource, &range))
+        } else {
+            None
+        };
         let stream_plan = StreamPlan {
             hash,
+            known_digest,
+            remember_range: (hash && known_digest.is_none())
+                .then(|| (cfg.digests.clone(), resource.clone(), range.clone())),
             corrupt_at,
             remember_in: (hash && whole && cfg.repr_digest && repr.is_none())
                 .then(|| (cfg.digests.clone(), resource.clone())),

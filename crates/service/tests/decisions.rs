@@ -241,6 +241,56 @@ async fn a_hashed_whole_body_fills_the_cache_for_the_next_request() {
     );
 }
 
+/// A range sent with a digest trailer is remembered: the next request for the same range of
+/// the same content gets the remembered digest without a second pass over the bytes, and a
+/// rewritten file (same size, mtime put back) is hashed afresh.
+#[tokio::test]
+async fn a_range_digest_is_remembered_until_the_file_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.bin");
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&path, &data).expect("write");
+    let root = dir.path().canonicalize().expect("canonical root");
+    let mut cfg = ServiceConfig::new(root.clone());
+    cfg.repr_digest = false;
+    let svc = Service::new(cfg);
+    let resource = || xfer_common::Resource::open(&root, "/big.bin", None).expect("open");
+    let mut req = get("/big.bin").with_want_content_digest(["sha-256"]);
+    req.trailers_ok = true;
+    let chunk = 0..(2u64 << 20);
+    req.range_headers = vec![format!("bytes=0-{}", chunk.end - 1)];
+    let digests = svc.config().digests.clone();
+
+    let (body, trailer) = drain(svc.respond(&req).await).await;
+    assert_eq!(body, &data[..2 << 20]);
+    assert_eq!(trailer, Some(sha(&data[..2 << 20])));
+    let remembered = digests.get_range(&resource(), &chunk).expect("remembered");
+    assert_eq!(Some(remembered.to_header_value()), trailer);
+
+    // What the next answer sends is the remembered value, not a new hash of the bytes.
+    let planted = Sha256Hasher::new().finish();
+    digests.insert_range(&resource(), &(0..(1u64 << 20)), planted);
+    let mut other = req.clone();
+    other.range_headers = vec![format!("bytes=0-{}", (1u64 << 20) - 1)];
+    let (_, trailer) = drain(svc.respond(&other).await).await;
+    assert_eq!(trailer, Some(planted.to_header_value()));
+
+    // Same size, mtime put back: the change time still tells the contents apart (after a
+    // pause longer than a coarse timestamp tick).
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let before = std::fs::metadata(&path).expect("stat");
+    let changed: Vec<u8> = data.iter().map(|b| b ^ 0xff).collect();
+    std::fs::write(&path, &changed).expect("rewrite");
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(before.modified()?))
+        .expect("put the mtime back");
+    let (body, trailer) = drain(svc.respond(&req).await).await;
+    assert_eq!(body, &changed[..2 << 20]);
+    assert_eq!(trailer, Some(sha(&changed[..2 << 20])));
+}
+
 #[tokio::test]
 async fn refusals_map_to_statuses() {
     let (_d, svc) = setup();
