@@ -16,7 +16,7 @@
 //! | connection receive window | unlimited | 64 MiB | K = 4 streams at a full window, bounded memory |
 //! | send window | 10 MB | 64 MiB | the sender must retain ≥ 1 BDP of unacked data, per connection |
 //! | UDP socket buffers | kernel default (~208 KiB) | 32 MiB | bursts of a 1 Gbit/s flow outlast a small buffer |
-//! | largest datagram (MTU discovery bound) | 1452 | 8972, lowered to the client's route | every byte of an Ethernet frame; fewer packets per GiB where the path takes more |
+//! | largest datagram (MTU discovery bound) | 1452 | 8972 (6550 with GSO), lowered to the client's route | every byte of an Ethernet frame; fewer packets per GiB where the path takes more |
 //!
 //! This module does not open sockets (see `socket`) and holds no per-role settings such as
 //! connection counts (see the client and server configs).
@@ -110,7 +110,8 @@ pub struct QuicTuning {
     /// larger packets mean less CPU per byte. Off keeps `initial_mtu` for the connection.
     pub mtu_discovery: bool,
     /// Largest UDP payload this endpoint probes for (MTU discovery) and accepts, bytes.
-    /// Default 8972: a 9000-byte jumbo frame under IPv4. The client lowers it for each
+    /// Default 8972: a 9000-byte jumbo frame under IPv4; with [`QuicTuning::gso`] on, at most
+    /// 6550, so that quinn's batch of 10 datagrams fits one GSO send. The client lowers it for each
     /// connection to what the route to the server takes (the kernel's route MTU less IP and UDP
     /// headers: 1472 on an IPv4 path of 1500-byte Ethernet, 65507 on loopback) and announces
     /// that to the server as its `max_udp_payload_size`, so the server, the sender of a
@@ -170,6 +171,11 @@ impl Default for QuicTuning {
 const MAX_UDP_PAYLOAD: u16 = 65527;
 /// UDP payload of a 9000-byte jumbo frame under IPv4 (9000 - 20 - 8).
 const JUMBO_UDP_PAYLOAD: u16 = 8972;
+/// Largest datagram quinn can send with GSO: it batches up to 10 datagrams in one send, and
+/// the kernel refuses (`EMSGSIZE`) a batch above one UDP payload of 65507 bytes. quinn-udp
+/// drops such a batch silently, as it would a too-large MTU probe, so 8972-byte datagrams on
+/// loopback lost every batch, and the black-hole detector fell back to 1200 bytes.
+const GSO_MAX_DATAGRAM: u16 = 65507 / 10;
 
 impl QuicTuning {
     /// quinn's own defaults (windows and buffers as quinn 0.11 ships them), for comparison in
@@ -256,7 +262,11 @@ impl QuicTuning {
     /// The largest UDP payload to use on a route that takes `route_payload` bytes (`None`:
     /// unknown): the upper bound, lowered to the route's, never below `initial_mtu`.
     pub(crate) fn max_udp_payload(&self, route_payload: Option<u16>) -> u16 {
-        let bound = self.mtu_discovery_upper_bound.max(self.initial_mtu);
+        let mut bound = self.mtu_discovery_upper_bound;
+        if self.gso {
+            bound = bound.min(GSO_MAX_DATAGRAM);
+        }
+        let bound = bound.max(self.initial_mtu);
         match route_payload {
             Some(route) => bound.min(route).max(self.initial_mtu),
             None => bound,
@@ -371,9 +381,16 @@ mod tests {
         let t = QuicTuning::default();
         // An IPv4 path of 1500-byte Ethernet: all of it, not quinn's 1452.
         assert_eq!(t.max_udp_payload(Some(1472)), 1472);
-        // Loopback (65536): capped at the jumbo-frame bound.
-        assert_eq!(t.max_udp_payload(Some(65507)), 8972);
-        assert_eq!(t.max_udp_payload(None), 8972);
+        // Loopback (65536): capped so that a GSO batch of 10 fits one UDP payload; without
+        // GSO, at the jumbo-frame bound.
+        assert_eq!(t.max_udp_payload(Some(65507)), 6550);
+        assert_eq!(t.max_udp_payload(None), 6550);
+        assert!(10 * u32::from(t.max_udp_payload(None)) <= 65507);
+        let no_gso = QuicTuning {
+            gso: false,
+            ..QuicTuning::default()
+        };
+        assert_eq!(no_gso.max_udp_payload(Some(65507)), 8972);
         // A route below QUIC's minimum still gets the minimum: the path must carry it.
         assert_eq!(t.max_udp_payload(Some(576)), 1200);
         let small = QuicTuning {
