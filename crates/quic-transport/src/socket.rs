@@ -79,39 +79,9 @@ pub fn route_max_udp_payload(peer: SocketAddr) -> Option<u16> {
     };
     let socket = UdpSocket::bind(local).ok()?;
     socket.connect(peer).ok()?;
-    let mtu = route_mtu(&socket, peer.is_ipv6())?;
+    let mtu = xfer_common::path_mtu::route_mtu(&socket, peer.is_ipv6())?;
     let payload = mtu.saturating_sub(u32::from(ip_udp_overhead(&peer)));
     Some(u16::try_from(payload).unwrap_or(u16::MAX))
-}
-
-#[cfg(target_os = "linux")]
-fn route_mtu(socket: &UdpSocket, v6: bool) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-
-    let (level, name) = if v6 {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
-    } else {
-        (libc::IPPROTO_IP, libc::IP_MTU)
-    };
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: the fd is open for the lifetime of `socket`; `value` and `len` are valid for
-    // writes of the sizes passed.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            std::ptr::addr_of_mut!(value).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then(|| u32::try_from(value).ok()).flatten()
-}
-
-#[cfg(not(target_os = "linux"))]
-fn route_mtu(_socket: &UdpSocket, _v6: bool) -> Option<u32> {
-    None
 }
 
 static CLAMP_WARNED: AtomicBool = AtomicBool::new(false);
