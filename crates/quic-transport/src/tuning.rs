@@ -122,10 +122,11 @@ pub struct QuicTuning {
     pub mtu_discovery_upper_bound: u16,
     /// How long after quinn's black-hole detector fired (it takes bursts of lost full-size
     /// packets for a path that shrank, falls back to 1200-byte datagrams) MTU discovery waits
-    /// before probing again. Default 5 s; quinn's 60 s. Congestion drops bursts of full-size
-    /// packets too: on loopback a client's receive buffer overflowing set a server back to
-    /// 1200 bytes for a minute, against 8972 before. A real black hole costs only a few lost
-    /// probes per wait. Allowed 100 ms to 1 h.
+    /// before probing again. Default 5 s; quinn's 60 s. Anything that loses bursts of
+    /// full-size packets trips it, not only a shrunken path: seen with GSO batches the kernel
+    /// refused (see the datagram bound), and a drop-tail queue overflowing drops such bursts
+    /// too; with 60 s a transfer then runs at 1200 bytes for a minute. A real black hole costs
+    /// only a few lost probes per wait. Allowed 100 ms to 1 h.
     pub mtu_black_hole_cooldown: Duration,
     /// Generic segmentation offload: hand the kernel one large buffer of many equal datagrams
     /// per send call. Default on: a large CPU saving on bulk sends; quinn turns it off by
