@@ -17,6 +17,7 @@
 //!   untrusted input, and the names in them checked before they touch a local path.
 //! - [`memory`]: one budget for the outgoing blocks of every stream of a server process.
 //! - [`fault`]: a test-only hook that corrupts one byte after the digest was computed.
+//! - [`path_mtu`]: the kernel's MTU for a connected socket's route.
 //!
 //! It opens no sockets and speaks no protocol.
 //!
@@ -30,6 +31,7 @@ pub mod dir_walk;
 pub mod fault;
 pub mod listing;
 pub mod memory;
+pub mod path_mtu;
 pub mod paths;
 pub mod range_digests;
 pub mod ranges;

@@ -26,7 +26,7 @@ use xfer_core::transport::{
 };
 use xfer_core::{Sha256Digest, TransferError};
 
-use crate::socket::{bind_udp, SocketBuffers};
+use crate::socket::{bind_udp, route_max_udp_payload, wrap_for_quinn, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
 use crate::url::QuicUrl;
 use crate::wire::{
@@ -104,6 +104,20 @@ impl QuicClientConfig {
     }
 }
 
+/// The client's transport settings with MTU discovery bounded by `max_udp_payload`.
+fn transport_config(
+    config: &QuicClientConfig,
+    max_udp_payload: u16,
+) -> Result<quinn::TransportConfig, ConfigError> {
+    config.tuning.transport_config(
+        config.idle_timeout,
+        // Servers open no streams to clients.
+        0,
+        Some(config.idle_timeout / 3),
+        max_udp_payload,
+    )
+}
+
 /// A client for one `quic://` resource.
 pub struct QuicTransport {
     inner: Arc<Inner>,
@@ -118,7 +132,9 @@ struct Inner {
     /// `host:port` for error messages.
     peer: String,
     config: QuicClientConfig,
-    quinn_config: quinn::ClientConfig,
+    /// TLS for every connection; the transport settings are made per connection, as the
+    /// largest datagram depends on the route.
+    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
     /// Shared with every [`QuicTransport::sibling`]: one tree, one set of connections.
     slots: Arc<Vec<Slot>>,
 }
@@ -172,17 +188,13 @@ impl QuicTransport {
         rustls_config.enable_early_data = true;
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(rustls_config)
             .map_err(|e| TransferError::Config(format!("tls set-up for {peer}: {e}")))?;
-        let transport = config
+        // Refuse what quinn would refuse now, not at the first connection.
+        let largest = config.tuning.max_udp_payload(None);
+        config
             .tuning
-            .transport_config(
-                config.idle_timeout,
-                // Servers open no streams to clients.
-                0,
-                Some(config.idle_timeout / 3),
-            )
+            .endpoint_config(largest)
+            .and_then(|_| transport_config(&config, largest))
             .map_err(|e| TransferError::Config(e.to_string()))?;
-        let mut quinn_config = quinn::ClientConfig::new(Arc::new(crypto));
-        quinn_config.transport_config(Arc::new(transport));
         let slots = (0..config.layout().connections)
             .map(|_| Slot::default())
             .collect();
@@ -192,7 +204,7 @@ impl QuicTransport {
                 target,
                 peer,
                 config,
-                quinn_config,
+                crypto: Arc::new(crypto),
                 slots: Arc::new(slots),
             }),
         })
@@ -215,7 +227,7 @@ impl QuicTransport {
                 target,
                 peer: inner.peer.clone(),
                 config: inner.config.clone(),
-                quinn_config: inner.quinn_config.clone(),
+                crypto: Arc::clone(&inner.crypto),
                 slots: Arc::clone(&inner.slots),
             }),
         })
@@ -395,10 +407,26 @@ impl Inner {
         let (socket, buffers) = bind_udp(local, &self.config.tuning).map_err(connect_err)?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| connect_err(io::Error::other("no async runtime for quinn")))?;
-        let endpoint = Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+        let (socket, offload) = wrap_for_quinn(socket, runtime.as_ref()).map_err(connect_err)?;
+        // The server sends the download: announcing what the route takes lets its MTU
+        // discovery go straight to the largest datagram that fits the first hop.
+        let route = route_max_udp_payload(addr);
+        let payload = self.config.tuning.max_udp_payload(route);
+        let config_err = |e: ConfigError| TransferError::Config(e.to_string());
+        let endpoint_config = self
+            .config
+            .tuning
+            .endpoint_config(payload)
+            .map_err(config_err)?;
+        let mut quinn_config = quinn::ClientConfig::new(self.crypto.clone());
+        quinn_config.transport_config(Arc::new(
+            transport_config(&self.config, payload).map_err(config_err)?,
+        ));
+        tracing::debug!(peer = %self.peer, ?route, payload, ?offload, "quic endpoint");
+        let endpoint = Endpoint::new_with_abstract_socket(endpoint_config, None, socket, runtime)
             .map_err(connect_err)?;
         let connecting = endpoint
-            .connect_with(self.quinn_config.clone(), addr, &self.target.host)
+            .connect_with(quinn_config, addr, &self.target.host)
             .map_err(|e| TransferError::Config(format!("cannot connect to {}: {e}", self.peer)))?;
         let (done_tx, done_rx) = tokio::sync::watch::channel(None);
         // With a ticket from an earlier connection to this server, requests go at once as
@@ -588,6 +616,25 @@ impl Inner {
             status: head.status,
             what,
         }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let Some(live) = self.live.get_mut().ok().and_then(|l| l.take()) else {
+            return;
+        };
+        let s = live.connection.stats();
+        // The receiving side of a download: datagram size, and datagrams per receive call
+        // (above 1 with GRO or batched receives).
+        tracing::debug!(
+            peer = %live.connection.remote_address(),
+            mtu = s.path.current_mtu,
+            rtt = ?s.path.rtt,
+            datagrams_received = s.udp_rx.datagrams,
+            datagrams_per_receive = s.udp_rx.datagrams as f64 / s.udp_rx.ios.max(1) as f64,
+            "quic connection done"
+        );
     }
 }
 

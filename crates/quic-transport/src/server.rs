@@ -32,7 +32,7 @@ use xfer_service::{
     UploadConfig, Uploads,
 };
 
-use crate::socket::{bind_udp, SocketBuffers};
+use crate::socket::{bind_udp, wrap_for_quinn, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
 use crate::wire::{
     encode_trailer, fit_message, status, ErrorCode, Method, Request, ResponseHead, ALPN,
@@ -200,10 +200,13 @@ impl QuicServer {
         tls.max_early_data_size = if config.early_data { u32::MAX } else { 0 };
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
             .map_err(|e| ServerError::Tls(e.to_string()))?;
+        // Clients announce what their route takes; MTU discovery stops at the smaller.
+        let largest = config.tuning.max_udp_payload(None);
         let transport = config.tuning.transport_config(
             SERVER_IDLE_TIMEOUT,
             config.max_streams_per_connection,
             None,
+            largest,
         )?;
         let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server_config.transport_config(Arc::new(transport));
@@ -214,15 +217,16 @@ impl QuicServer {
         let (socket, buffers) = bind_udp(config.listen, &config.tuning).map_err(bind_err)?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| bind_err(io::Error::other("no async runtime for quinn")))?;
-        let endpoint = Endpoint::new(
-            quinn::EndpointConfig::default(),
+        let (socket, offload) = wrap_for_quinn(socket, runtime.as_ref()).map_err(bind_err)?;
+        let endpoint = Endpoint::new_with_abstract_socket(
+            config.tuning.endpoint_config(largest)?,
             Some(server_config),
             socket,
             runtime,
         )
         .map_err(bind_err)?;
         let local_addr = endpoint.local_addr().map_err(bind_err)?;
-        tracing::info!(addr = %local_addr, root = %config.root.display(), "quic server bound");
+        tracing::info!(addr = %local_addr, root = %config.root.display(), gso_segments = offload.gso_segments, gro_segments = offload.gro_segments, "quic server bound");
         Ok(Self {
             endpoint,
             local_addr,
@@ -354,7 +358,21 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
                 );
             }
             Err(e) => {
-                tracing::debug!(%peer, reason = %e, "quic connection ended");
+                let s = connection.stats();
+                // What a slow download's sender did: datagram size reached, losses, and how
+                // many datagrams each send call carried (above 1 only with GSO).
+                tracing::debug!(
+                    %peer,
+                    reason = %e,
+                    mtu = s.path.current_mtu,
+                    black_holes = s.path.black_holes_detected,
+                    sent_packets = s.path.sent_packets,
+                    lost_packets = s.path.lost_packets,
+                    congestion_events = s.path.congestion_events,
+                    datagrams_per_send = s.udp_tx.datagrams as f64 / s.udp_tx.ios.max(1) as f64,
+                    datagrams_per_receive = s.udp_rx.datagrams as f64 / s.udp_rx.ios.max(1) as f64,
+                    "quic connection ended"
+                );
                 return;
             }
         }

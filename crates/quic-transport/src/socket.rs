@@ -5,10 +5,15 @@
 //! asks for [`QuicTuning::udp_send_buffer`]/[`QuicTuning::udp_recv_buffer`] (forcing past
 //! `net.core.[wr]mem_max` when privileged), reads back what the kernel granted and warns once
 //! per process when it clamped. It does not build the quinn endpoint.
+//!
+//! It also answers two questions the endpoint's configuration depends on: how many datagrams
+//! one system call may carry ([`Offload`]: GSO and GRO, as quinn-udp set them up on the
+//! socket), and how large a datagram the route to a peer takes ([`route_max_udp_payload`]).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use xfer_common::sockbuf::{self, Direction};
@@ -21,6 +26,62 @@ use crate::tuning::QuicTuning;
 pub struct SocketBuffers {
     pub send: usize,
     pub recv: usize,
+}
+
+/// Datagrams per system call the socket allows, as quinn-udp found them when it set the socket
+/// up: 1 means no offload (one datagram per send, or per receive slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offload {
+    /// Segments one GSO send may carry (`UDP_SEGMENT`); quinn sends at most 10 at once.
+    pub gso_segments: usize,
+    /// Segments one GRO receive may return (`UDP_GRO`).
+    pub gro_segments: usize,
+}
+
+/// Hand `socket` to quinn's runtime and report what offload the kernel granted it. Log once
+/// per socket at debug level, so a capture of a slow run shows whether GSO/GRO were on.
+pub fn wrap_for_quinn(
+    socket: UdpSocket,
+    runtime: &dyn quinn::Runtime,
+) -> io::Result<(Arc<dyn quinn::AsyncUdpSocket>, Offload)> {
+    let socket = runtime.wrap_udp_socket(socket)?;
+    let offload = Offload {
+        gso_segments: socket.max_transmit_segments(),
+        gro_segments: socket.max_receive_segments(),
+    };
+    tracing::debug!(
+        local = ?socket.local_addr().ok(),
+        gso_segments = offload.gso_segments,
+        gro_segments = offload.gro_segments,
+        "udp offload"
+    );
+    Ok((socket, offload))
+}
+
+/// IPv4 (20) or IPv6 (40) header plus the UDP header (8).
+fn ip_udp_overhead(peer: &SocketAddr) -> u16 {
+    if peer.is_ipv4() {
+        28
+    } else {
+        48
+    }
+}
+
+/// Largest UDP payload the route to `peer` takes without fragmentation, bytes: the MTU the
+/// kernel holds for that route (the first hop's, or a smaller one it learnt), less IP and UDP
+/// headers. `None` where the kernel does not say. Connecting a UDP socket sends nothing; it only
+/// looks the route up.
+pub fn route_max_udp_payload(peer: SocketAddr) -> Option<u16> {
+    let local: SocketAddr = if peer.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(local).ok()?;
+    socket.connect(peer).ok()?;
+    let mtu = xfer_common::path_mtu::route_mtu(&socket, peer.is_ipv6())?;
+    let payload = mtu.saturating_sub(u32::from(ip_udp_overhead(&peer)));
+    Some(u16::try_from(payload).unwrap_or(u16::MAX))
 }
 
 static CLAMP_WARNED: AtomicBool = AtomicBool::new(false);
@@ -85,5 +146,30 @@ mod tests {
             bind_udp("127.0.0.1:0".parse().expect("literal address"), &tuning).expect("bind");
         assert!(sock.local_addr().expect("bound").port() != 0);
         assert!(granted.send > 0 && granted.recv > 0);
+    }
+
+    #[test]
+    fn loopback_route_takes_large_datagrams() {
+        // Linux's loopback MTU is 65536: far above an Ethernet payload. Elsewhere the kernel
+        // may not say.
+        let payload = route_max_udp_payload("127.0.0.1:9".parse().expect("literal address"));
+        if cfg!(target_os = "linux") {
+            assert!(
+                payload.is_some_and(|p| p > 1472),
+                "loopback payload {payload:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn quinn_reports_offload() {
+        let (sock, _) = bind_udp(
+            "127.0.0.1:0".parse().expect("literal address"),
+            &QuicTuning::default(),
+        )
+        .expect("bind");
+        let runtime = quinn::default_runtime().expect("inside a tokio runtime");
+        let (_, offload) = wrap_for_quinn(sock, runtime.as_ref()).expect("wrap");
+        assert!(offload.gso_segments >= 1 && offload.gro_segments >= 1);
     }
 }

@@ -16,6 +16,7 @@
 //! | connection receive window | unlimited | 64 MiB | K = 4 streams at a full window, bounded memory |
 //! | send window | 10 MB | 64 MiB | the sender must retain ≥ 1 BDP of unacked data, per connection |
 //! | UDP socket buffers | kernel default (~208 KiB) | 32 MiB | bursts of a 1 Gbit/s flow outlast a small buffer |
+//! | largest datagram (MTU discovery bound) | 1452 | 8972 (6550 with GSO), lowered to the client's route | every byte of an Ethernet frame; fewer packets per GiB where the path takes more |
 //!
 //! This module does not open sockets (see `socket`) and holds no per-role settings such as
 //! connection counts (see the client and server configs).
@@ -108,10 +109,25 @@ pub struct QuicTuning {
     /// Probe for a larger path MTU (DPLPMTUD, RFC 8899) after the handshake. Default on: fewer,
     /// larger packets mean less CPU per byte. Off keeps `initial_mtu` for the connection.
     pub mtu_discovery: bool,
-    /// Largest UDP payload MTU discovery will try, bytes. Default 1452 (fits a 1500-byte
-    /// Ethernet MTU under IPv6 and PPPoE). Raise on jumbo-frame paths or loopback. Allowed
-    /// 1200 to 65527.
+    /// Largest UDP payload this endpoint probes for (MTU discovery) and accepts, bytes.
+    /// Default 8972: a 9000-byte jumbo frame under IPv4; with [`QuicTuning::gso`] on, at most
+    /// 6550, so that quinn's batch of 10 datagrams fits one GSO send. The client lowers it for each
+    /// connection to what the route to the server takes (the kernel's route MTU less IP and UDP
+    /// headers: 1472 on an IPv4 path of 1500-byte Ethernet, 65507 on loopback) and announces
+    /// that to the server as its `max_udp_payload_size`, so the server, the sender of a
+    /// download, never probes beyond the client's first hop. quinn's own default, 1452, left
+    /// 20 bytes of every IPv4 datagram unused and kept loopback at Ethernet size. A larger
+    /// value costs only probes that a smaller hop further on drops, and receive buffer
+    /// address space (quinn sizes it from this). Allowed 1200 to 65527.
     pub mtu_discovery_upper_bound: u16,
+    /// How long after quinn's black-hole detector fired (it takes bursts of lost full-size
+    /// packets for a path that shrank, falls back to 1200-byte datagrams) MTU discovery waits
+    /// before probing again. Default 5 s; quinn's 60 s. Anything that loses bursts of
+    /// full-size packets trips it, not only a shrunken path: seen with GSO batches the kernel
+    /// refused (see the datagram bound), and a drop-tail queue overflowing drops such bursts
+    /// too; with 60 s a transfer then runs at 1200 bytes for a minute. A real black hole costs
+    /// only a few lost probes per wait. Allowed 100 ms to 1 h.
+    pub mtu_black_hole_cooldown: Duration,
     /// Generic segmentation offload: hand the kernel one large buffer of many equal datagrams
     /// per send call. Default on: a large CPU saving on bulk sends; quinn turns it off by
     /// itself when the kernel or NIC refuses it. Turn off for packet captures that must see
@@ -142,7 +158,8 @@ impl Default for QuicTuning {
             initial_rtt: Duration::from_millis(333),
             initial_mtu: 1200,
             mtu_discovery: true,
-            mtu_discovery_upper_bound: 1452,
+            mtu_discovery_upper_bound: JUMBO_UDP_PAYLOAD,
+            mtu_black_hole_cooldown: Duration::from_secs(5),
             gso: true,
             udp_send_buffer: Some(32 << 20),
             udp_recv_buffer: Some(32 << 20),
@@ -153,6 +170,13 @@ impl Default for QuicTuning {
 
 /// Largest UDP payload over IPv4 (65535 - 8-byte UDP header - 20-byte IP header).
 const MAX_UDP_PAYLOAD: u16 = 65527;
+/// UDP payload of a 9000-byte jumbo frame under IPv4 (9000 - 20 - 8).
+const JUMBO_UDP_PAYLOAD: u16 = 8972;
+/// Largest datagram quinn can send with GSO: it batches up to 10 datagrams in one send, and
+/// the kernel refuses (`EMSGSIZE`) a batch above one UDP payload of 65507 bytes. quinn-udp
+/// drops such a batch silently, as it would a too-large MTU probe, so 8972-byte datagrams on
+/// loopback lost every batch, and the black-hole detector fell back to 1200 bytes.
+const GSO_MAX_DATAGRAM: u16 = 65507 / 10;
 
 impl QuicTuning {
     /// quinn's own defaults (windows and buffers as quinn 0.11 ships them), for comparison in
@@ -167,6 +191,7 @@ impl QuicTuning {
             initial_mtu: 1200,
             mtu_discovery: true,
             mtu_discovery_upper_bound: 1452,
+            mtu_black_hole_cooldown: Duration::from_secs(60),
             gso: true,
             udp_send_buffer: None,
             udp_recv_buffer: None,
@@ -205,6 +230,15 @@ impl QuicTuning {
                 "1 ms to 10 s",
             ));
         }
+        if !(Duration::from_millis(100)..=Duration::from_secs(3600))
+            .contains(&self.mtu_black_hole_cooldown)
+        {
+            return Err(ConfigError::new(
+                "mtu_black_hole_cooldown",
+                format!("{:?}", self.mtu_black_hole_cooldown),
+                "100 ms to 1 h",
+            ));
+        }
         for (field, v) in [
             ("initial_mtu", self.initial_mtu),
             ("mtu_discovery_upper_bound", self.mtu_discovery_upper_bound),
@@ -226,13 +260,46 @@ impl QuicTuning {
         Ok(())
     }
 
+    /// The largest UDP payload to use on a route that takes `route_payload` bytes (`None`:
+    /// unknown): the upper bound, lowered to the route's, never below `initial_mtu`.
+    pub(crate) fn max_udp_payload(&self, route_payload: Option<u16>) -> u16 {
+        let mut bound = self.mtu_discovery_upper_bound;
+        if self.gso {
+            bound = bound.min(GSO_MAX_DATAGRAM);
+        }
+        let bound = bound.max(self.initial_mtu);
+        match route_payload {
+            Some(route) => bound.min(route).max(self.initial_mtu),
+            None => bound,
+        }
+    }
+
+    /// quinn's endpoint settings: `max_udp_payload` (see [`QuicTuning::max_udp_payload`]) is
+    /// the largest datagram the endpoint accepts, announced to the peer.
+    pub(crate) fn endpoint_config(
+        &self,
+        max_udp_payload: u16,
+    ) -> Result<quinn::EndpointConfig, ConfigError> {
+        let mut config = quinn::EndpointConfig::default();
+        config.max_udp_payload_size(max_udp_payload).map_err(|_| {
+            ConfigError::new(
+                "mtu_discovery_upper_bound",
+                max_udp_payload,
+                "1200 to 65527",
+            )
+        })?;
+        Ok(config)
+    }
+
     /// quinn's transport parameters for these knobs. `idle_timeout` and the stream limit are
-    /// role-specific and passed in. Call [`QuicTuning::validate`] first.
+    /// role-specific and passed in; MTU discovery probes up to `max_udp_payload`. Call
+    /// [`QuicTuning::validate`] first.
     pub(crate) fn transport_config(
         &self,
         idle_timeout: Duration,
         max_bidi_streams: u32,
         keep_alive: Option<Duration>,
+        max_udp_payload: u16,
     ) -> Result<TransportConfig, ConfigError> {
         self.validate()?;
         let varint = |field: &'static str, v: u64| {
@@ -259,7 +326,8 @@ impl QuicTuning {
         t.max_idle_timeout(Some(idle));
         if self.mtu_discovery {
             let mut mtud = MtuDiscoveryConfig::default();
-            mtud.upper_bound(self.mtu_discovery_upper_bound.max(self.initial_mtu));
+            mtud.upper_bound(max_udp_payload.max(self.initial_mtu))
+                .black_hole_cooldown(self.mtu_black_hole_cooldown);
             t.mtu_discovery_config(Some(mtud));
         } else {
             t.mtu_discovery_config(None);
@@ -288,7 +356,7 @@ mod tests {
         let t = QuicTuning::default();
         assert!(t.validate().is_ok());
         assert!(t
-            .transport_config(Duration::from_secs(30), 64, None)
+            .transport_config(Duration::from_secs(30), 64, None, 1472)
             .is_ok());
         assert!(QuicTuning::quinn_defaults().validate().is_ok());
         // The design point: one stream window holds one BDP of 1 Gbit/s × 100 ms.
@@ -302,14 +370,49 @@ mod tests {
                 congestion: cc,
                 ..QuicTuning::default()
             };
-            assert!(t.transport_config(Duration::from_secs(1), 1, None).is_ok());
+            assert!(t
+                .transport_config(Duration::from_secs(1), 1, None, 1200)
+                .is_ok());
             assert_eq!(cc.name().parse::<CongestionControl>(), Ok(cc));
         }
     }
 
     #[test]
+    fn datagrams_fit_the_route_and_the_bound() {
+        let t = QuicTuning::default();
+        // An IPv4 path of 1500-byte Ethernet: all of it, not quinn's 1452.
+        assert_eq!(t.max_udp_payload(Some(1472)), 1472);
+        // Loopback (65536): capped so that a GSO batch of 10 fits one UDP payload; without
+        // GSO, at the jumbo-frame bound.
+        assert_eq!(t.max_udp_payload(Some(65507)), 6550);
+        assert_eq!(t.max_udp_payload(None), 6550);
+        assert!(10 * u32::from(t.max_udp_payload(None)) <= 65507);
+        let no_gso = QuicTuning {
+            gso: false,
+            ..QuicTuning::default()
+        };
+        assert_eq!(no_gso.max_udp_payload(Some(65507)), 8972);
+        // A route below QUIC's minimum still gets the minimum: the path must carry it.
+        assert_eq!(t.max_udp_payload(Some(576)), 1200);
+        let small = QuicTuning {
+            mtu_discovery_upper_bound: 1300,
+            initial_mtu: 1400,
+            ..QuicTuning::default()
+        };
+        assert_eq!(small.max_udp_payload(Some(1472)), 1400);
+        assert!(t.endpoint_config(1472).is_ok());
+    }
+
+    #[test]
     fn bad_values_name_their_field() {
-        let cases: [(QuicTuning, &str); 6] = [
+        let cases: [(QuicTuning, &str); 7] = [
+            (
+                QuicTuning {
+                    mtu_black_hole_cooldown: Duration::ZERO,
+                    ..QuicTuning::default()
+                },
+                "mtu_black_hole_cooldown",
+            ),
             (
                 QuicTuning {
                     stream_receive_window: 10,

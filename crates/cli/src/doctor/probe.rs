@@ -105,32 +105,9 @@ pub async fn probe_path(
 }
 
 /// `IP_MTU` / `IPV6_MTU` of a connected socket.
-#[cfg(target_os = "linux")]
 fn ip_mtu(stream: &tokio::net::TcpStream) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    let (level, name) = match stream.peer_addr().ok()? {
-        SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_MTU),
-        SocketAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_MTU),
-    };
-    let mut mtu: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `mtu` is a c_int of `len` bytes that the kernel writes; the fd stays open for the
-    // call because `stream` is borrowed.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            level,
-            name,
-            (&mut mtu as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0 && mtu > 0).then_some(mtu as u32)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn ip_mtu(_stream: &tokio::net::TcpStream) -> Option<u32> {
-    None
+    let v6 = stream.peer_addr().ok()?.is_ipv6();
+    xfer::crates::common::path_mtu::route_mtu(stream, v6)
 }
 
 /// One bounded download of `url` into a temporary file, with the connection statistics.

@@ -1,0 +1,55 @@
+//! The MTU the kernel holds for a connected socket's route (`IP_MTU` / `IPV6_MTU`): the first
+//! hop's, or a smaller one it learnt from ICMP. Read on TCP sockets (`xfer doctor`) and on UDP
+//! sockets (the largest QUIC datagram) alike.
+
+/// The route MTU of connected `socket`, bytes; `v6` says which option to read. `None` where the
+/// socket is not connected or the platform does not say.
+#[cfg(target_os = "linux")]
+pub fn route_mtu<S: std::os::fd::AsFd>(socket: &S, v6: bool) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `mtu` is a c_int of `len` bytes that the kernel writes; the fd stays open for the
+    // call because `socket` is borrowed.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            level,
+            name,
+            std::ptr::addr_of_mut!(mtu).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && mtu > 0)
+        .then(|| u32::try_from(mtu).ok())
+        .flatten()
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn route_mtu<S>(_socket: &S, _v6: bool) -> Option<u32> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_has_a_large_mtu_and_unconnected_has_none() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind loopback");
+        if cfg!(target_os = "linux") {
+            assert_eq!(route_mtu(&socket, false), None, "not connected yet");
+            socket
+                .connect("127.0.0.1:9")
+                .expect("connect sends nothing");
+            // Linux's loopback MTU is 65536.
+            assert!(route_mtu(&socket, false).is_some_and(|m| m > 1500));
+        }
+    }
+}
