@@ -131,6 +131,14 @@ pub struct TransferFile {
     /// Run limit for this transfer only.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// Extra `xfer serve` arguments while this transfer runs (after the scenario's
+    /// `server_args`); the server is restarted whenever they differ from the running one's.
+    #[serde(default)]
+    pub server_args: Vec<String>,
+    /// Restart `xfer serve` before this transfer, so it starts without state that earlier
+    /// transfers left in the server (e.g. saved QUIC path state).
+    #[serde(default)]
+    pub fresh_server: bool,
 }
 
 /// The program a transfer runs in the client namespace.
@@ -235,6 +243,10 @@ pub struct Case {
     pub matrix: Vec<(String, String)>,
     pub size: u64,
     pub timeout: Duration,
+    /// Extra `xfer serve` arguments for this case.
+    pub server_args: Vec<String>,
+    /// Restart the server before this case.
+    pub fresh_server: bool,
 }
 
 impl Scenario {
@@ -552,6 +564,8 @@ fn expand(
                     matrix: combo.clone(),
                     size,
                     timeout,
+                    server_args: t.server_args.clone(),
+                    fresh_server: t.fresh_server,
                 });
             }
         }
