@@ -85,6 +85,8 @@ pub(crate) struct Resume {
     /// Bytes acknowledged since the jump (RFC 9959's PipeSize).
     pipe: u64,
     in_flight: u64,
+    /// Bytes sent before the jump: evidence that the sender had more to send than its window.
+    sent_before: u64,
     sent_in_jump: u64,
     first_jump_sent: Option<Instant>,
     last_jump_sent: Option<Instant>,
@@ -107,6 +109,7 @@ impl Resume {
             jump: 0,
             pipe: 0,
             in_flight: 0,
+            sent_before: 0,
             sent_in_jump: 0,
             first_jump_sent: None,
             last_jump_sent: None,
@@ -136,6 +139,9 @@ impl Resume {
     }
 
     pub fn on_sent(&mut self, now: Instant, bytes: u64) -> Option<Event> {
+        if self.phase == Phase::Reconnaissance {
+            self.sent_before = self.sent_before.saturating_add(bytes);
+        }
         if self.phase != Phase::Unvalidated {
             return None;
         }
@@ -164,7 +170,12 @@ impl Resume {
         let sample = now.saturating_duration_since(sent).max(RTT_FLOOR);
         self.min_rtt = Some(self.min_rtt.map_or(sample, |m| m.min(sample)));
         match self.phase {
-            Phase::Reconnaissance if !app_limited => self.reconnaissance_done(inner),
+            // Jump only for a sender with more to send than its window: quinn's flag says it
+            // was not short of data, and it has sent at least half a window (a handshake
+            // flight alone is not a cwnd-limited sender).
+            Phase::Reconnaissance if !app_limited && self.sent_before >= inner / 2 => {
+                self.reconnaissance_done(inner)
+            }
             Phase::Reconnaissance | Phase::Normal => None,
             Phase::Unvalidated => {
                 self.pipe = self.pipe.saturating_add(bytes);
@@ -265,7 +276,15 @@ mod tests {
         let mut r = Resume::new(Some(saved(20_000_000, 200 * MS)), limits(), MTU);
         assert_eq!(r.on_ack(t0 + 200 * MS, t0, 1200, true, 14_720), None);
         assert_eq!(r.phase(), Phase::Reconnaissance);
+        fill_window(&mut r, t0 + 200 * MS);
         r
+    }
+
+    /// Sends one initial window, as a sender with data queued does.
+    fn fill_window(r: &mut Resume, at: Instant) {
+        for _ in 0..12 {
+            assert_eq!(r.on_sent(at, 1200), None);
+        }
     }
 
     #[test]
@@ -277,6 +296,14 @@ mod tests {
             14_720,
             "no jump before a cwnd-limited ack"
         );
+        let mut idle = Resume::new(Some(saved(20_000_000, 200 * MS)), limits(), MTU);
+        idle.on_sent(t0, 4_000);
+        assert_eq!(
+            idle.on_ack(t0 + 200 * MS, t0, 1200, false, 14_720),
+            None,
+            "a handshake flight alone does not show a cwnd-limited sender"
+        );
+        assert_eq!(idle.phase(), Phase::Reconnaissance);
         let ev = r.on_ack(t0 + 400 * MS, t0 + 200 * MS, 1200, false, 14_720);
         assert_eq!(ev, Some(Event::Jumped { window: 10_000_000 }));
         assert_eq!(r.phase(), Phase::Unvalidated);
@@ -370,6 +397,7 @@ mod tests {
         ] {
             let mut r = Resume::new(Some(saved(20_000_000, 200 * MS)), limits(), MTU);
             r.on_ack(t0 + rtt, t0, 1200, true, 14_720);
+            fill_window(&mut r, t0 + rtt);
             let ev = r.on_ack(t0 + rtt * 2, t0 + rtt, 1200, false, 14_720);
             assert_eq!(
                 matches!(ev, Some(Event::Jumped { .. })),
@@ -388,6 +416,7 @@ mod tests {
     fn no_jump_without_gain_or_after_an_early_loss_or_without_state() {
         let t0 = Instant::now();
         let mut r = after_handshake(t0);
+        r.on_sent(t0 + 300 * MS, 6_000_000);
         assert_eq!(
             r.on_ack(t0 + 400 * MS, t0 + 200 * MS, 1200, false, 12_000_000),
             Some(Event::NothingToGain)
@@ -410,6 +439,7 @@ mod tests {
         };
         let mut r = Resume::new(Some(saved(20_000_000, 200 * MS)), capped, MTU);
         r.on_ack(t0 + 200 * MS, t0, 1200, true, 14_720);
+        fill_window(&mut r, t0);
         assert_eq!(
             r.on_ack(t0 + 400 * MS, t0 + 200 * MS, 1200, false, 14_720),
             Some(Event::Jumped { window: 4 << 20 })
