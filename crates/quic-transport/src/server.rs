@@ -347,6 +347,11 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
         }
         None => incoming.accept(),
     };
+    // Counted while it is open: concurrent connections from one client split a jump.
+    let _open = state
+        .resume
+        .as_ref()
+        .map(|r| r.cache().open(crate::resume::PathKey::of(peer)));
     let connecting = match accepted {
         Ok(c) => c,
         Err(e) => {

@@ -71,6 +71,8 @@ pub struct PathCache {
 #[derive(Debug)]
 struct Shared {
     entries: Mutex<HashMap<PathKey, SavedPath>>,
+    /// Open connections per peer (from accept to close, draining excluded).
+    active: Mutex<HashMap<PathKey, u64>>,
     capacity: usize,
     lifetime: Duration,
     jumps: AtomicU64,
@@ -86,6 +88,7 @@ impl PathCache {
         Self {
             inner: Arc::new(Shared {
                 entries: Mutex::new(HashMap::new()),
+                active: Mutex::new(HashMap::new()),
                 capacity: capacity.max(1),
                 lifetime,
                 jumps: AtomicU64::new(0),
@@ -140,6 +143,33 @@ impl PathCache {
         entries.insert(key, path);
         drop(entries);
         self.inner.saves.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection to `key` as open until the guard is dropped (when the connection
+    /// closes: a draining connection sends nothing and must not shrink the next one's jump).
+    pub(crate) fn open(&self, key: PathKey) -> OpenConnection {
+        let mut active = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        *active.entry(key).or_insert(0) += 1;
+        OpenConnection {
+            cache: self.clone(),
+            key,
+        }
+    }
+
+    fn close(&self, key: PathKey) {
+        let mut active = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = active.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                active.remove(&key);
+            }
+        }
+    }
+
+    /// Open connections to `key`.
+    pub(crate) fn open_count(&self, key: PathKey) -> u64 {
+        let active = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        active.get(&key).copied().unwrap_or(0)
     }
 
     pub fn len(&self) -> usize {
@@ -239,6 +269,18 @@ impl PathCache {
         std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, file)?;
         Ok(written)
+    }
+}
+
+/// One open connection, counted until dropped.
+pub(crate) struct OpenConnection {
+    cache: PathCache,
+    key: PathKey,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.cache.close(self.key);
     }
 }
 

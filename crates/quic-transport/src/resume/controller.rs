@@ -89,6 +89,12 @@ impl ResumeController {
 impl Drop for ResumeController {
     fn drop(&mut self) {
         self.save();
+        tracing::debug!(
+            peer = %self.key,
+            measured = ?self.meter.measurement(),
+            resume = ?self.resume,
+            "careful resume: connection's path state"
+        );
     }
 }
 
@@ -114,6 +120,9 @@ impl Controller for ResumeController {
             self.save();
         }
         let inner = self.inner.window();
+        if self.resume.reconnoitring() {
+            self.resume.set_share(self.cache.open_count(self.key));
+        }
         let event = self.resume.on_ack(now, sent, bytes, app_limited, inner);
         self.record(event);
     }

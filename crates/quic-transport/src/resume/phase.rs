@@ -85,6 +85,8 @@ pub(crate) struct Resume {
     /// Bytes acknowledged since the jump (RFC 9959's PipeSize).
     pipe: u64,
     in_flight: u64,
+    /// Connections to the same peer open now, this one included: they share the saved path.
+    share: u64,
     /// Bytes sent before the jump: evidence that the sender had more to send than its window.
     sent_before: u64,
     sent_in_jump: u64,
@@ -109,11 +111,16 @@ impl Resume {
             jump: 0,
             pipe: 0,
             in_flight: 0,
+            share: 1,
             sent_before: 0,
             sent_in_jump: 0,
             first_jump_sent: None,
             last_jump_sent: None,
         }
+    }
+
+    pub fn reconnoitring(&self) -> bool {
+        self.phase == Phase::Reconnaissance
     }
 
     #[cfg(test)]
@@ -152,6 +159,12 @@ impl Resume {
             return Some(self.enter_validating());
         }
         None
+    }
+
+    /// How many connections to this peer are open now (this one included). The saved BDP is
+    /// the path's, so concurrent connections split the jump: together they jump to half of it.
+    pub fn set_share(&mut self, connections: u64) {
+        self.share = connections.max(1);
     }
 
     pub fn on_end_acks(&mut self, in_flight: u64) {
@@ -227,7 +240,7 @@ impl Resume {
                 saved: saved_rtt,
             });
         }
-        let jump = (saved.cwnd / 2).min(self.limits.max_jump);
+        let jump = (saved.cwnd / 2 / self.share).min(self.limits.max_jump);
         if jump <= inner {
             return Some(Event::NothingToGain);
         }
@@ -428,6 +441,17 @@ mod tests {
         let mut r = Resume::new(None, limits(), MTU);
         assert_eq!(r.phase(), Phase::Normal);
         assert_eq!(r.on_ack(t0 + 400 * MS, t0 + 200 * MS, 1200, false, 1), None);
+    }
+
+    #[test]
+    fn concurrent_connections_split_the_jump() {
+        let t0 = Instant::now();
+        let mut r = after_handshake(t0);
+        r.set_share(4);
+        assert_eq!(
+            r.on_ack(t0 + 400 * MS, t0 + 200 * MS, 1200, false, 14_720),
+            Some(Event::Jumped { window: 2_500_000 })
+        );
     }
 
     #[test]
