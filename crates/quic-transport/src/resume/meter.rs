@@ -17,6 +17,8 @@ pub(crate) struct PathMeter {
     min_rtt: Option<Duration>,
     interval_start: Option<Instant>,
     interval_bytes: u64,
+    /// Send times of the earliest and latest packet acknowledged in the interval.
+    interval_sent: Option<(Instant, Instant)>,
     /// Highest rate seen, bytes per second.
     max_rate: f64,
     intervals: u32,
@@ -44,14 +46,21 @@ impl PathMeter {
             return false;
         };
         self.interval_bytes = self.interval_bytes.saturating_add(bytes);
+        let (first, last) = self.interval_sent.get_or_insert((sent, sent));
+        *first = (*first).min(sent);
+        *last = (*last).max(sent);
+        let send_span = last.saturating_duration_since(*first);
         let elapsed = now.saturating_duration_since(start);
         if elapsed < min_rtt {
             return false;
         }
-        let rate = self.interval_bytes as f64 / elapsed.as_secs_f64();
+        // Over the longer of the acknowledgement and send spans, as BBR's delivery rate: acks
+        // that arrive bunched must not make the path look faster than the data was sent.
+        let rate = self.interval_bytes as f64 / elapsed.max(send_span).as_secs_f64();
         self.intervals = self.intervals.saturating_add(1);
         self.interval_start = Some(now);
         self.interval_bytes = 0;
+        self.interval_sent = None;
         if rate > self.max_rate {
             self.max_rate = rate;
             return true;
@@ -92,6 +101,22 @@ mod tests {
         assert_eq!(got.min_rtt, 100 * MS);
         assert_eq!(got.intervals, 9);
         assert!((9_900_000..=10_100_000).contains(&got.bdp), "{got:?}");
+    }
+
+    #[test]
+    fn bunched_acknowledgements_do_not_inflate_the_rate() {
+        let t0 = Instant::now();
+        let mut m = PathMeter::default();
+        // A 100 ms path; 1 MB sent every 10 ms (100 MB/s, BDP 10 MB), but the acknowledgements
+        // of 200 ms of sends arrive within 100 ms: the ack rate alone reads 200 MB/s.
+        m.on_ack(t0, t0 - 100 * MS, 1);
+        for k in 1..=20u32 {
+            m.on_ack(t0 + 5 * MS * k, t0 - 200 * MS + 10 * MS * k, 1_000_000);
+        }
+        let got = m.measurement().expect("measured");
+        assert_eq!(got.min_rtt, 100 * MS);
+        assert_eq!(got.intervals, 1);
+        assert!((10_000_000..=11_000_000).contains(&got.bdp), "{got:?}");
     }
 
     #[test]
