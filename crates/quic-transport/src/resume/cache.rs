@@ -362,6 +362,20 @@ mod tests {
     }
 
     #[test]
+    fn open_connections_are_counted_until_closed() {
+        let cache = PathCache::new(8, HOUR);
+        let a = cache.open(key("10.0.0.1:1"));
+        let b = cache.open(key("10.0.0.1:2"));
+        let _other = cache.open(key("10.0.0.2:1"));
+        assert_eq!(cache.open_count(key("10.0.0.1:9")), 2);
+        drop(a);
+        assert_eq!(cache.open_count(key("10.0.0.1:9")), 1);
+        drop(b);
+        assert_eq!(cache.open_count(key("10.0.0.1:9")), 0);
+        assert_eq!(cache.open_count(key("10.0.0.2:9")), 1);
+    }
+
+    #[test]
     fn ipv6_peers_share_their_64_and_mapped_v4_is_v4() {
         assert_eq!(key("[2001:db8:1:2::5]:1"), key("[2001:db8:1:2:aaaa::9]:7"));
         assert_ne!(key("[2001:db8:1:2::5]:1"), key("[2001:db8:1:3::5]:1"));
