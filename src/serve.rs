@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use xfer_common::tls::{self, CertOrigin, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
-use xfer_quic::{QuicServer, QuicServerConfig, QuicTuning};
+use xfer_quic::{CarefulResume, QuicServer, QuicServerConfig, QuicTuning};
 use xfer_service::{AccessControl, AccessFileError, TpcConfig, UploadConfig, Uploads};
 
 use crate::ClientConfig;
@@ -43,6 +43,8 @@ pub struct ServeConfig {
     /// A different UDP address for QUIC.
     pub quic_listen: Option<SocketAddr>,
     pub quic_tuning: QuicTuning,
+    /// Careful Resume of the QUIC server (saved path state per client).
+    pub quic_resume: CarefulResume,
     /// With [`ServerTls::SelfSigned`]: generate a new certificate even if the one in the
     /// directory is usable. Default off.
     pub renew_self_signed: bool,
@@ -75,6 +77,7 @@ impl ServeConfig {
             quic: true,
             quic_listen: None,
             quic_tuning: QuicTuning::default(),
+            quic_resume: CarefulResume::default(),
             renew_self_signed: false,
             dangerous_fault: None,
             access_file: None,
@@ -179,6 +182,7 @@ impl Servers {
             let listen = cfg.quic_listen.unwrap_or(http_addr);
             let mut qc = QuicServerConfig::new(cfg.http.root.clone(), listen, tls);
             qc.tuning = cfg.quic_tuning.clone();
+            qc.careful_resume = cfg.quic_resume.clone();
             qc.dangerous_fault = cfg.dangerous_fault.clone();
             qc.repr_digest = cfg.http.repr_digest;
             // One memory budget and one stall timeout for every protocol.

@@ -72,6 +72,21 @@ pub struct ServeArgs {
     /// QUIC send window: unacknowledged bytes per connection. Default 64MiB.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub quic_send_window: Option<u64>,
+    /// Do not start QUIC connections from the path their client's last connection measured
+    /// (Careful Resume, RFC 9959): every connection pays slow start.
+    #[arg(long)]
+    pub no_careful_resume: bool,
+    /// Keep the QUIC path state (bandwidth-delay product and RTT per client address) in FILE
+    /// across restarts. Default: memory only.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_careful_resume")]
+    pub path_cache: Option<PathBuf>,
+    /// How long saved QUIC path state stays usable. Default 1h.
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION", conflicts_with = "no_careful_resume")]
+    pub careful_resume_lifetime: Option<std::time::Duration>,
+    /// Largest congestion window a resumed QUIC connection jumps to (at most half the saved
+    /// bandwidth-delay product in any case). Default 64MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE", conflicts_with = "no_careful_resume")]
+    pub careful_resume_max_jump: Option<u64>,
     /// UDP socket send and receive buffers for QUIC. Default 32MiB.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub udp_buffer: Option<u64>,
@@ -230,6 +245,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     quic.validate().map_err(|e| UsageError(e.to_string()))?;
     cfg.quic_tuning = quic;
+    cfg.quic_resume.enabled = !args.no_careful_resume;
+    cfg.quic_resume.file = args.path_cache.clone();
+    if let Some(v) = args.careful_resume_lifetime {
+        cfg.quic_resume.lifetime = v;
+    }
+    if let Some(v) = args.careful_resume_max_jump {
+        cfg.quic_resume.max_jump = v;
+    }
+    cfg.quic_resume
+        .validate()
+        .map_err(|e| UsageError(e.to_string()))?;
     if let Err(e) = cfg.http.validate() {
         return Err(UsageError(e.to_string()).into());
     }

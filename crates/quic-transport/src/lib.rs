@@ -22,9 +22,13 @@
 //! [`QuicTuning`] (windows, congestion control, MTU, GSO, UDP buffers; defaults sized for
 //! 1 Gbit/s × 100 ms).
 //!
+//! [`CarefulResume`] lets a sender's second connection to a peer start from the path's
+//! saved bandwidth-delay product instead of slow start (RFC 9959).
+//!
 //! What it does not do: HTTP/3, 0-RTT, connection migration on purpose, client certificates,
 //! retries (the engine retries, guided by `TransferError::is_retryable`).
 pub mod client;
+pub mod resume;
 pub mod server;
 pub mod socket;
 pub mod tuning;
@@ -32,6 +36,7 @@ pub mod url;
 pub mod wire;
 
 pub use client::{QuicClientConfig, QuicTransport};
+pub use resume::{CarefulResume, PathCache, ResumeStats};
 pub use server::{QuicServer, QuicServerConfig, ServerError};
 pub use tuning::{ConfigError, CongestionControl, QuicTuning};
 pub use url::QuicUrl;

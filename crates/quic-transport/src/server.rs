@@ -32,6 +32,7 @@ use xfer_service::{
     UploadConfig, Uploads,
 };
 
+use crate::resume::{CarefulResume, PathCache, PerPeerConfig};
 use crate::socket::{bind_udp, wrap_for_quinn, SocketBuffers};
 use crate::tuning::{ConfigError, QuicTuning};
 use crate::wire::{
@@ -103,6 +104,9 @@ pub struct QuicServerConfig {
     /// clients authenticate with certificates, whose identity is known only once the
     /// handshake is complete.
     pub early_data: bool,
+    /// Start each connection from the path its peer's last connection measured (RFC 9959
+    /// Careful Resume; the server is the sender of downloads). Default on.
+    pub careful_resume: CarefulResume,
 }
 
 impl QuicServerConfig {
@@ -126,12 +130,14 @@ impl QuicServerConfig {
             upload_state: Uploads::default(),
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
             early_data: true,
+            careful_resume: CarefulResume::default(),
         }
     }
 
     /// Reject values outside what the server supports, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tuning.validate()?;
+        self.careful_resume.validate()?;
         xfer_service::check_stream_options(&self.stream)?;
         if !(1..=100_000).contains(&self.max_connections) {
             return Err(ConfigError::new(
@@ -163,6 +169,8 @@ impl QuicServerConfig {
 pub enum ServerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error("cannot use the path cache")]
+    PathCache(#[source] io::Error),
     #[error("tls configuration unusable for quic: {0}")]
     Tls(String),
     #[error("cannot listen on udp {addr}")]
@@ -187,6 +195,7 @@ struct State {
     stall_timeout: Duration,
     active: AtomicUsize,
     service: Service,
+    resume: Option<PerPeerConfig>,
 }
 
 impl QuicServer {
@@ -210,6 +219,21 @@ impl QuicServer {
         )?;
         let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server_config.transport_config(Arc::new(transport));
+        let resume = match config.careful_resume.enabled {
+            true => Some(PerPeerConfig::new(
+                config.careful_resume.clone(),
+                config
+                    .careful_resume
+                    .open_cache()
+                    .map_err(ServerError::PathCache)?,
+                server_config.clone(),
+                config.tuning.clone(),
+                SERVER_IDLE_TIMEOUT,
+                config.max_streams_per_connection,
+                largest,
+            )),
+            false => None,
+        };
         let bind_err = |source| ServerError::Bind {
             addr: config.listen,
             source,
@@ -236,6 +260,7 @@ impl QuicServer {
                 max_connections: config.max_connections,
                 stall_timeout: config.stall_timeout,
                 active: AtomicUsize::new(0),
+                resume,
                 service: Service::new(ServiceConfig {
                     checksums: config.checksum_cache.unwrap_or_default(),
                     root: config.root,
@@ -266,10 +291,20 @@ impl QuicServer {
         self.buffers
     }
 
+    /// Saved path state and Careful Resume counters; `None` when Careful Resume is off.
+    pub fn path_cache(&self) -> Option<PathCache> {
+        self.state.resume.as_ref().map(|r| r.cache().clone())
+    }
+
     /// Accept connections until `shutdown` completes, then close them all (code
     /// [`ErrorCode::ServerBusy`]) and wait briefly for the peers to learn it.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) {
         tokio::pin!(shutdown);
+        let _saver = self
+            .state
+            .resume
+            .as_ref()
+            .and_then(crate::resume::spawn_saver);
         loop {
             let incoming = tokio::select! {
                 _ = &mut shutdown => break,
@@ -291,6 +326,11 @@ impl QuicServer {
         self.endpoint
             .close(ErrorCode::ServerBusy.varint(), b"server shutting down");
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.endpoint.wait_idle()).await;
+        if let Some(r) = &self.state.resume {
+            if let Some(file) = &r.knobs().file {
+                crate::resume::save_cache(r.cache(), file);
+            }
+        }
     }
 }
 
@@ -304,7 +344,20 @@ impl Drop for ActiveGuard<'_> {
 
 async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
     let peer = incoming.remote_address();
-    let connecting = match incoming.accept() {
+    let accepted = match state.resume.as_ref().map(|r| r.for_peer(peer)) {
+        Some(Ok(config)) => incoming.accept_with(config),
+        Some(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "careful resume unavailable for this connection");
+            incoming.accept()
+        }
+        None => incoming.accept(),
+    };
+    // Counted while it is open: concurrent connections from one client split a jump.
+    let _open = state
+        .resume
+        .as_ref()
+        .map(|r| r.cache().open(crate::resume::PathKey::of(peer)));
+    let connecting = match accepted {
         Ok(c) => c,
         Err(e) => {
             tracing::debug!(%peer, error = %e, "quic handshake failed");

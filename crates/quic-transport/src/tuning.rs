@@ -25,7 +25,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
+use quinn::congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig};
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 
 pub use xfer_core::error::ConfigError;
@@ -332,18 +332,17 @@ impl QuicTuning {
         } else {
             t.mtu_discovery_config(None);
         }
-        match self.congestion {
-            CongestionControl::Cubic => {
-                t.congestion_controller_factory(Arc::new(CubicConfig::default()))
-            }
-            CongestionControl::NewReno => {
-                t.congestion_controller_factory(Arc::new(NewRenoConfig::default()))
-            }
-            CongestionControl::Bbr => {
-                t.congestion_controller_factory(Arc::new(BbrConfig::default()))
-            }
-        };
+        t.congestion_controller_factory(self.controller_factory());
         Ok(t)
+    }
+
+    /// quinn's factory for [`QuicTuning::congestion`].
+    pub(crate) fn controller_factory(&self) -> Arc<dyn ControllerFactory + Send + Sync> {
+        match self.congestion {
+            CongestionControl::Cubic => Arc::new(CubicConfig::default()),
+            CongestionControl::NewReno => Arc::new(NewRenoConfig::default()),
+            CongestionControl::Bbr => Arc::new(BbrConfig::default()),
+        }
     }
 }
 

@@ -213,11 +213,18 @@ fn run_point(
     .collect();
     let server_command = format!("{} {}", opts.xfer_bin.display(), serve_args.join(" "));
     let serve_log = opts.work_dir.join("serve.log");
-    let mut cmd = lab.command_in_server(&opts.xfer_bin);
-    cmd.args(&serve_args);
-    let xfer = spawn_logged(cmd, None, &serve_log, "xfer serve")?;
-    let mut servers = Servers { xfer, iperf3: None };
-    wait_for_server(&serve_log, &cert_dir.join("cert.pem"), &mut servers.xfer)?;
+    let start_xfer = |extra: &[String]| {
+        let mut cmd = lab.command_in_server(&opts.xfer_bin);
+        cmd.args(&serve_args).args(extra);
+        let mut xfer = spawn_logged(cmd, None, &serve_log, "xfer serve")?;
+        wait_for_server(&serve_log, &cert_dir.join("cert.pem"), &mut xfer)?;
+        Ok::<_, ScenarioError>(xfer)
+    };
+    let mut servers = Servers {
+        xfer: start_xfer(&[])?,
+        iperf3: None,
+    };
+    let mut server_extra: &[String] = &[];
     if s.cases.iter().any(|c| c.tool == Tool::Iperf3) {
         let mut cmd = lab.command_in_server("iperf3");
         cmd.args(["-s", "-B", &SERVER_ADDR.to_string()]);
@@ -255,6 +262,11 @@ fn run_point(
     let mut records = Vec::new();
     for rep in 1..=s.repetitions {
         for case in &s.cases {
+            if case.fresh_server || case.server_args.as_slice() != server_extra {
+                stop(&mut servers.xfer, Duration::from_secs(3));
+                servers.xfer = start_xfer(&case.server_args)?;
+                server_extra = &case.server_args;
+            }
             let server_pid = match case.tool {
                 Tool::Iperf3 => servers.iperf3.as_ref().map(|c| c.id()),
                 Tool::Aria2c | Tool::Rclone if tree.is_some() => nginx.as_ref().map(|n| n.pid()),

@@ -188,6 +188,14 @@ pub struct TransferFile {
     /// aria2c and curl: `xfer` (default) or `nginx` (needs `source = "file"`).
     #[serde(default)]
     pub server: Option<String>,
+    /// Extra `xfer serve` arguments while this transfer runs (after the scenario's
+    /// `server_args`); the server is restarted whenever they differ from the running one's.
+    #[serde(default)]
+    pub server_args: Vec<String>,
+    /// Restart `xfer serve` before this transfer, so it starts without state that earlier
+    /// transfers left in the server (e.g. saved QUIC path state).
+    #[serde(default)]
+    pub fresh_server: bool,
 }
 
 /// Which server a single-file case fetches from.
@@ -307,6 +315,10 @@ pub struct Case {
     pub matrix: Vec<(String, String)>,
     pub size: u64,
     pub timeout: Duration,
+    /// Extra `xfer serve` arguments for this case.
+    pub server_args: Vec<String>,
+    /// Restart the server before this case.
+    pub fresh_server: bool,
 }
 
 impl Scenario {
@@ -712,6 +724,8 @@ fn expand(
                     matrix: combo.clone(),
                     size,
                     timeout,
+                    server_args: t.server_args.clone(),
+                    fresh_server: t.fresh_server,
                 });
             }
         }

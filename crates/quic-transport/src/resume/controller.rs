@@ -1,0 +1,187 @@
+//! The quinn congestion controller that adds Careful Resume to the one xfer runs anyway
+//! (BBR, CUBIC or NewReno): every event goes to the wrapped controller unchanged; the phase
+//! machine only overrides the window while a jump is unconfirmed, and the meter saves what
+//! this connection learned of its path for the next one.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
+use quinn_proto::RttEstimator;
+
+use super::cache::{PathCache, PathKey};
+use super::meter::{PathMeter, MIN_INTERVALS};
+use super::phase::{Event, Limits, Resume};
+use super::SavedPath;
+
+/// Builds one connection's controller: the wrapped one, seeded with the peer's saved state.
+pub(crate) struct ResumeFactory {
+    pub inner: Arc<dyn ControllerFactory + Send + Sync>,
+    pub cache: PathCache,
+    pub key: PathKey,
+    pub limits: Limits,
+}
+
+impl ControllerFactory for ResumeFactory {
+    fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        let saved = self.cache.get(self.key, SystemTime::now());
+        if let Some(s) = &saved {
+            tracing::debug!(peer = %self.key, cwnd = s.cwnd, rtt = ?s.rtt, "careful resume: saved path state found");
+        }
+        Box::new(ResumeController {
+            inner: self.inner.clone().build(now, current_mtu),
+            resume: Resume::new(saved, self.limits, current_mtu),
+            meter: PathMeter::default(),
+            cache: self.cache.clone(),
+            key: self.key,
+        })
+    }
+}
+
+struct ResumeController {
+    inner: Box<dyn Controller>,
+    resume: Resume,
+    meter: PathMeter,
+    cache: PathCache,
+    key: PathKey,
+}
+
+impl ResumeController {
+    fn record(&self, event: Option<Event>) {
+        let Some(event) = event else { return };
+        match event {
+            Event::Jumped { window } => {
+                self.cache.count_jump(window);
+                tracing::debug!(peer = %self.key, window, "careful resume: jump");
+            }
+            Event::Retreated { window } => {
+                self.cache.count_retreat();
+                tracing::info!(peer = %self.key, window, "careful resume: loss during the jump, safe retreat");
+            }
+            Event::RttMismatch { current, saved } => {
+                self.cache.count_rtt_mismatch();
+                tracing::debug!(peer = %self.key, ?current, ?saved, "careful resume: RTT differs from the saved path, no jump");
+            }
+            other => tracing::trace!(peer = %self.key, ?other, "careful resume"),
+        }
+    }
+
+    /// Saves this connection's measurement once it has seen enough of the path.
+    fn save(&self) {
+        let Some(m) = self.meter.measurement() else {
+            return;
+        };
+        if m.intervals < MIN_INTERVALS {
+            return;
+        }
+        self.cache.insert(
+            self.key,
+            SavedPath {
+                cwnd: m.bdp,
+                rtt: m.min_rtt,
+                saved_at: SystemTime::now(),
+            },
+        );
+    }
+}
+
+impl Drop for ResumeController {
+    fn drop(&mut self) {
+        self.save();
+        tracing::debug!(
+            peer = %self.key,
+            measured = ?self.meter.measurement(),
+            resume = ?self.resume,
+            "careful resume: connection's path state"
+        );
+    }
+}
+
+impl Controller for ResumeController {
+    fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
+        self.inner.on_sent(now, bytes, last_packet_number);
+        let event = self.resume.on_sent(now, bytes);
+        self.record(event);
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        rtt: &RttEstimator,
+    ) {
+        self.inner.on_ack(now, sent, bytes, app_limited, rtt);
+        // Saved as the rate rises, not only at the end: the next connection from the same
+        // peer may start before this one has drained.
+        if self.meter.on_ack(now, sent, bytes) {
+            self.save();
+        }
+        let inner = self.inner.window();
+        if self.resume.reconnoitring() {
+            self.resume.set_share(self.cache.open_count(self.key));
+        }
+        let event = self.resume.on_ack(now, sent, bytes, app_limited, inner);
+        self.record(event);
+    }
+
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        in_flight: u64,
+        app_limited: bool,
+        largest_packet_num_acked: Option<u64>,
+    ) {
+        self.inner
+            .on_end_acks(now, in_flight, app_limited, largest_packet_num_acked);
+        self.resume.on_end_acks(in_flight);
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        is_persistent_congestion: bool,
+        lost_bytes: u64,
+    ) {
+        self.inner
+            .on_congestion_event(now, sent, is_persistent_congestion, lost_bytes);
+        let event = self.resume.on_congestion();
+        self.record(event);
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.inner.on_mtu_update(new_mtu);
+        self.resume.set_mtu(new_mtu);
+    }
+
+    fn window(&self) -> u64 {
+        self.resume.window(self.inner.window())
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        let mut m = self.inner.metrics();
+        m.congestion_window = self.window();
+        m
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(Self {
+            inner: self.inner.clone_box(),
+            resume: self.resume.clone(),
+            meter: self.meter.clone(),
+            cache: self.cache.clone(),
+            key: self.key,
+        })
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.inner.initial_window()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}

@@ -1,0 +1,233 @@
+//! Careful Resume end to end: real UDP on loopback, real TLS, real files. The server's
+//! second connection from the same client starts from the path its first one measured;
+//! observed through the server's path cache counters, never through timing.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use xfer_common::tls::{self, ClientTlsOptions};
+use xfer_core::layout::LaneLayout;
+use xfer_core::transport::{RangeRequest, Transport};
+use xfer_core::Sha256Digest;
+use xfer_quic::{
+    CarefulResume, PathCache, QuicClientConfig, QuicServer, QuicServerConfig, QuicTransport,
+    QuicTuning,
+};
+
+/// Bounds every test so a hang fails instead of blocking the suite; not a speed assertion.
+const TEST_LIMIT: Duration = Duration::from_secs(120);
+const FILE_BYTES: usize = 24 << 20;
+/// quinn's initial window (10 datagrams of 1200 bytes and some framing slack is below this).
+const INITIAL_WINDOW: u64 = 14_720;
+
+struct Server {
+    addr: SocketAddr,
+    ca: std::path::PathBuf,
+    cache: Option<PathCache>,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn tuning() -> QuicTuning {
+    QuicTuning {
+        udp_send_buffer: Some(4 << 20),
+        udp_recv_buffer: Some(4 << 20),
+        ..QuicTuning::default()
+    }
+}
+
+async fn start(dir: &Path, resume: CarefulResume) -> Server {
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).expect("mkdir root");
+    let data: Vec<u8> = (0..FILE_BYTES).map(|i| (i * 7 + i / 4096) as u8).collect();
+    std::fs::write(root.join("data.bin"), &data).expect("write file");
+    let certs = tls::self_signed(&["127.0.0.1".to_string()], &dir.join("certs"))
+        .expect("self-signed certificate");
+    let server_tls = tls::server_config(&certs.cert_path, &certs.key_path, &[]).expect("tls");
+    let mut config = QuicServerConfig::new(
+        root,
+        "127.0.0.1:0".parse().expect("literal"),
+        Arc::new(server_tls),
+    );
+    config.tuning = tuning();
+    config.careful_resume = resume;
+    let server = QuicServer::bind(config).await.expect("bind");
+    let addr = server.local_addr();
+    let cache = server.path_cache();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+    Server {
+        addr,
+        ca: certs.cert_path,
+        cache,
+        stop,
+        task,
+    }
+}
+
+impl Server {
+    /// Downloads the file over one fresh connection and checks every byte.
+    async fn download(&self) {
+        let config = QuicClientConfig {
+            tuning: tuning(),
+            tls: ClientTlsOptions {
+                client_identity: None,
+                ca_certs: vec![self.ca.clone()],
+                dangerous_insecure: false,
+            },
+            lanes: LaneLayout {
+                connections: Some(1),
+                streams_per_connection: Some(1),
+            },
+            ..QuicClientConfig::default()
+        };
+        let url = format!("quic://127.0.0.1:{}/data.bin", self.addr.port());
+        let t = QuicTransport::new(&url, config).expect("client");
+        let info = t.stat().await.expect("stat");
+        let req = RangeRequest {
+            range: 0..info.size,
+            expected_size: info.size,
+            want_digest: true,
+            validator: info.range_validator().map(str::to_string),
+            whole: false,
+        };
+        let mut lane = t.open_lane(0).await.expect("lane");
+        let mut body = lane.fetch(&req).await.expect("fetch");
+        let mut got = Vec::with_capacity(FILE_BYTES);
+        while let Some(chunk) = body.next_data().await.expect("body") {
+            got.extend_from_slice(&chunk);
+        }
+        assert_eq!(got.len(), FILE_BYTES);
+        assert_eq!(body.trailer_digest(), Some(Sha256Digest::of(&got)));
+    }
+
+    async fn shutdown(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("server task");
+    }
+}
+
+async fn limited<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(TEST_LIMIT, f)
+        .await
+        .expect("test exceeded its time limit")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_connection_jumps_from_the_saved_path() {
+    limited(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("paths");
+        let server = start(
+            dir.path(),
+            CarefulResume {
+                file: Some(file.clone()),
+                ..CarefulResume::default()
+            },
+        )
+        .await;
+        let cache = server
+            .cache
+            .clone()
+            .expect("careful resume is on by default");
+        server.download().await;
+        let after_first = cache.stats();
+        assert_eq!(
+            after_first.jumps, 0,
+            "nothing saved before the first connection"
+        );
+        assert!(
+            after_first.saves >= 1,
+            "the first connection saved its path"
+        );
+        let saved = cache
+            .get(
+                xfer_quic::resume::PathKey::of("127.0.0.1:0".parse().expect("the client")),
+                std::time::SystemTime::now(),
+            )
+            .expect("the client's path is saved");
+        assert!(saved.cwnd > 2 * INITIAL_WINDOW, "{saved:?}");
+
+        server.download().await;
+        let after_second = cache.stats();
+        assert!(after_second.jumps >= 1, "{after_second:?}");
+        assert!(
+            after_second.largest_jump > INITIAL_WINDOW,
+            "{after_second:?}"
+        );
+        assert!(
+            after_second.largest_jump <= saved.cwnd / 2 + 1,
+            "at most half the saved BDP"
+        );
+        server.shutdown().await;
+
+        // Written at shutdown; a new server reads it and the next connection jumps at once.
+        let text = std::fs::read_to_string(&file).expect("cache file written");
+        assert!(text.contains("127.0.0.1 "), "{text}");
+        let again = start(
+            &dir.path().join("restarted"),
+            CarefulResume {
+                file: Some(file.clone()),
+                ..CarefulResume::default()
+            },
+        )
+        .await;
+        again.download().await;
+        let stats = again.cache.clone().expect("on").stats();
+        assert!(stats.jumps >= 1, "{stats:?}");
+        again.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_with_another_rtt_does_not_jump() {
+    limited(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("paths");
+        // Saved from a 500 ms path: the loopback's RTT is far below half of it.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_secs();
+        std::fs::write(&file, format!("127.0.0.1 20000000 500000 {now}\n")).expect("seed");
+        let server = start(
+            dir.path(),
+            CarefulResume {
+                file: Some(file),
+                ..CarefulResume::default()
+            },
+        )
+        .await;
+        server.download().await;
+        let stats = server.cache.clone().expect("on").stats();
+        assert_eq!(stats.jumps, 0, "{stats:?}");
+        assert!(stats.rtt_mismatches >= 1, "{stats:?}");
+        server.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turned_off_it_keeps_no_state() {
+    limited(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = start(
+            dir.path(),
+            CarefulResume {
+                enabled: false,
+                ..CarefulResume::default()
+            },
+        )
+        .await;
+        assert!(server.cache.is_none());
+        server.download().await;
+        server.shutdown().await;
+    })
+    .await;
+}
