@@ -166,7 +166,10 @@ async fn the_second_connection_jumps_from_the_saved_path() {
         );
         server.shutdown().await;
 
-        // Written at shutdown; a new server reads it and the next connection jumps at once.
+        // Written at shutdown; a new server starts from it. Whether its first connection then
+        // jumps depends on loopback's round trip and how far slow start has already grown the
+        // window (a loopback BDP is tens of KiB), so what is checked here is that the restarted
+        // server holds the saved path; the jump itself is checked above.
         let text = std::fs::read_to_string(&file).expect("cache file written");
         assert!(text.contains("127.0.0.1 "), "{text}");
         let again = start(
@@ -177,9 +180,17 @@ async fn the_second_connection_jumps_from_the_saved_path() {
             },
         )
         .await;
+        let restored = again
+            .cache
+            .clone()
+            .expect("on")
+            .get(
+                xfer_quic::resume::PathKey::of("127.0.0.1:0".parse().expect("the client")),
+                std::time::SystemTime::now(),
+            )
+            .expect("the restarted server read the saved path");
+        assert!(restored.cwnd > 2 * INITIAL_WINDOW, "{restored:?}");
         again.download().await;
-        let stats = again.cache.clone().expect("on").stats();
-        assert!(stats.jumps >= 1, "{stats:?}");
         again.shutdown().await;
     })
     .await;
