@@ -18,6 +18,7 @@
 //!                                          whole-file hasher ◄─────┘ (reads back sealed
 //!                                                                     chunks, in order)
 //! ```
+pub mod adapt;
 pub mod checksum;
 pub mod digest;
 pub mod duration;
