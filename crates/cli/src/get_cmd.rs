@@ -9,8 +9,9 @@ use anyhow::Context as _;
 use clap::Args;
 use xfer::{ChecksumAlgorithm, Download, GetConfig, ProgressSnapshot, Sha256Digest};
 
-use crate::client_args::{size_arg, ClientArgs};
+use crate::client_args::{duration_arg, size_arg, ClientArgs};
 use crate::exit::UsageError;
+use crate::lanes_arg::{lanes_arg, LanesArg};
 use crate::progress_bar::Display;
 
 #[derive(Debug, Args)]
@@ -70,9 +71,16 @@ pub struct GetArgs {
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
-    /// Lanes to run, overriding what --connections/--streams imply.
-    #[arg(long)]
-    pub lanes: Option<usize>,
+    /// Lanes to run: a number (overriding what --connections/--streams imply), or `auto`
+    /// to choose the count from measured goodput and loss and keep adjusting it, within 2-64
+    /// or the bounds of `auto:MIN-MAX`. Default for one file: auto, unless --connections or
+    /// --streams fixes the layout. A tree takes a number only (lanes per big file).
+    #[arg(long, value_parser = lanes_arg, value_name = "N|auto|auto:MIN-MAX")]
+    pub lanes: Option<LanesArg>,
+    /// Shortest measurement window of `--lanes auto` (a window also spans at least 8 round
+    /// trips). Default 1s; shorter reacts sooner and measures more noise.
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION")]
+    pub lanes_window: Option<std::time::Duration>,
     /// The whole file's SHA-256 must be this (64 hex digits).
     #[arg(long, value_name = "HEX")]
     pub expect_sha256: Option<String>,
@@ -139,9 +147,15 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
             .next()
             .is_some_and(|p| p.ends_with('/'))
     {
+        if matches!(args.lanes, Some(LanesArg::Auto { .. })) {
+            return Err(UsageError(
+                "--lanes auto is for one file; a tree takes --lanes N (lanes per big file) and --tree-lanes".into(),
+            )
+            .into());
+        }
         let mut get = GetConfig {
             chunk_size: args.chunk_size,
-            lanes: args.lanes,
+            lanes: args.lanes.and_then(LanesArg::fixed),
             verify: !args.no_verify,
             request_ahead: args.request_ahead,
             ..GetConfig::default()
@@ -164,9 +178,19 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         None => default_output(&args.url)
             .ok_or_else(|| UsageError(format!("cannot name a file after {}; pass -o", args.url)))?,
     };
+    // A layout given with -c or --streams is a fixed count unless auto is asked for.
+    let fixed_layout = args.client.connections.is_some() || args.client.streams.is_some();
+    let lanes = args.lanes.or((!fixed_layout).then(|| {
+        let d = xfer::AdaptConfig::default();
+        LanesArg::Auto {
+            min: d.min_lanes,
+            max: d.max_lanes,
+        }
+    }));
     let mut config = GetConfig {
         chunk_size: args.chunk_size,
-        lanes: args.lanes,
+        lanes: lanes.and_then(LanesArg::fixed),
+        adapt: lanes.and_then(LanesArg::adapt_config),
         verify: !args.no_verify,
         expect_sha256,
         require_digest: args.require_digest,
@@ -177,6 +201,13 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
+    if let Some(window) = args.lanes_window {
+        let Some(a) = config.adapt.as_mut() else {
+            return Err(UsageError("--lanes-window applies to --lanes auto only".into()).into());
+        };
+        a.min_window = window;
+        a.validate().map_err(|e| UsageError(e.to_string()))?;
+    }
     let urls: Vec<&str> = std::iter::once(args.url.as_str())
         .chain(mirrors.iter().map(String::as_str))
         .collect();
@@ -212,6 +243,9 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
         if let Some(startup) = report.startup() {
             eprintln!("{startup}");
+        }
+        if let Some(a) = &report.adaptive_lanes {
+            eprintln!("{}", a.summary());
         }
     }
     Ok(ExitCode::SUCCESS)

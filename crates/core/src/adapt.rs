@@ -136,7 +136,8 @@ pub struct Sample {
     /// Bytes still to fetch: near the end lanes idle and goodput falls for reasons a count
     /// cannot fix.
     pub remaining: u64,
-    /// Lanes running now (retired lanes still finishing a chunk included).
+    /// Lanes running now (retired lanes still finishing a chunk included). Fewer than the
+    /// target (a lane that could not connect) does not stop the controller.
     pub lanes: usize,
     /// The path's round trip, when measured.
     pub rtt: Option<Duration>,
@@ -223,6 +224,9 @@ struct Measured {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
+    /// From the start until [`LaneController::warmup`] has passed: slow start and the
+    /// lanes' first requests.
+    Warmup,
     /// Waiting `until` for the count to reach the target and new lanes to leave slow
     /// start; then `next`.
     Settle { until: Duration, next: Next },
@@ -244,8 +248,6 @@ enum Phase {
 /// What follows a settle.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Next {
-    /// A window at the count, with nothing to compare it with.
-    Baseline,
     /// A window judged against the measurement before `.1` lanes were added.
     Probe(Measured, usize),
     /// Holding for this many windows.
@@ -290,15 +292,10 @@ impl LaneController {
         cfg.min_lanes = cfg.min_lanes.max(1);
         cfg.max_lanes = cfg.max_lanes.max(cfg.min_lanes);
         let target = cfg.start_lanes();
-        let rtt = cfg.default_rtt;
-        let warmup = (rtt * cfg.warmup_rtts).max(cfg.min_window);
         Self {
             target,
-            phase: Phase::Settle {
-                until: warmup,
-                next: Next::Baseline,
-            },
-            rtt,
+            phase: Phase::Warmup,
+            rtt: cfg.default_rtt,
             failed_probes: 0,
             pending: None,
             log: DecisionLog::default(),
@@ -329,6 +326,10 @@ impl LaneController {
         (self.rtt * self.cfg.window_rtts).max(self.cfg.min_window)
     }
 
+    fn warmup(&self) -> Duration {
+        (self.rtt * self.cfg.warmup_rtts).max(self.cfg.min_window)
+    }
+
     fn settle(&self) -> Duration {
         (self.rtt * self.cfg.settle_rtts).max(self.cfg.min_window / 2)
     }
@@ -337,25 +338,22 @@ impl LaneController {
     /// controller acts only at the end of its windows.
     pub fn handle_sample(&mut self, s: Sample) {
         if let Some(rtt) = s.rtt.filter(|r| !r.is_zero()) {
-            // The warmup was sized for the default round trip: stretch it to the real one.
-            if let Phase::Settle {
-                until,
-                next: Next::Baseline,
-            } = &mut self.phase
-            {
-                if self.log.0.is_empty() {
-                    *until = (*until).max(rtt * self.cfg.warmup_rtts);
-                }
-            }
             self.rtt = rtt;
         }
         match self.phase {
             Phase::Done => {}
+            Phase::Warmup => {
+                if s.at >= self.warmup() && s.lanes <= self.target {
+                    self.phase = Phase::Window {
+                        from: Mark::of(&s),
+                        before: None,
+                    };
+                }
+            }
             Phase::Settle { until, next } => {
-                if s.at >= until && s.lanes == self.target {
+                if s.at >= until && s.lanes <= self.target {
                     let from = Mark::of(&s);
                     self.phase = match next {
-                        Next::Baseline => Phase::Window { from, before: None },
                         Next::Probe(m, added) => Phase::Window {
                             from,
                             before: Some((m, added)),
@@ -392,9 +390,14 @@ impl LaneController {
             return None;
         }
         let bytes = s.received.saturating_sub(from.received);
+        if bytes == 0 {
+            // Nothing arrived yet (lanes still connecting, a stalled server): a window
+            // measures a count only once bytes flow.
+            return None;
+        }
         let goodput_bps = bytes as f64 * 8.0 / span.as_secs_f64();
         let loss = match (from.loss_events, s.loss_events) {
-            (Some(a), Some(b)) if bytes > 0 => {
+            (Some(a), Some(b)) => {
                 Some(b.saturating_sub(a) as f64 / (bytes as f64 / BYTES_PER_PACKET))
             }
             _ => None,

@@ -489,6 +489,10 @@ pub struct ConnectionStats {
     pub cwnd_bytes: Option<u64>,
     /// Segments (TCP) or packets (QUIC) retransmitted or declared lost.
     pub retransmits: Option<u64>,
+    /// Packets that arrived out of order at this end (TCP: `tcpi_rcv_ooopack`, kernel 5.4+):
+    /// on a download, the loss the receiver sees, which the adaptive lane count watches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_order_packets: Option<u64>,
     /// QUIC congestion events.
     pub congestion_events: Option<u64>,
     /// Bytes received on this connection, payload and framing.

@@ -88,6 +88,9 @@ pub struct TcpInfoSnapshot {
     pub congestion: String,
     /// Payload bytes received (kernel 4.1+).
     pub bytes_received: Option<u64>,
+    /// Packets received out of order (`tcpi_rcv_ooopack`, kernel 5.4+): loss on the path
+    /// towards this end, as the receiver sees it.
+    pub rcv_ooo_packets: Option<u64>,
     /// Payload bytes acknowledged by the peer (kernel 4.1+).
     pub bytes_acked: Option<u64>,
     /// Current pacing rate, bytes per second (kernel 3.15+).
@@ -345,6 +348,10 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
         bytes_received: opt64(
             offset_of!(libc::tcp_info, tcpi_bytes_received) + 8,
             raw.tcpi_bytes_received,
+        ),
+        rcv_ooo_packets: opt64(
+            offset_of!(libc::tcp_info, tcpi_rcv_ooopack) + 4,
+            u64::from(raw.tcpi_rcv_ooopack),
         ),
         bytes_acked: opt64(
             offset_of!(libc::tcp_info, tcpi_bytes_acked) + 8,

@@ -143,9 +143,13 @@ impl StatsRegistry {
             let mut retransmits = 0;
             let mut received = 0;
             let mut any_received = false;
+            let mut ooo = None::<u64>;
             for rec in records {
                 if let Some(s) = lock(rec).snapshot() {
                     retransmits += s.retransmits;
+                    if let Some(n) = s.rcv_ooo_packets {
+                        ooo = Some(ooo.unwrap_or(0) + n);
+                    }
                     if let Some(b) = s.bytes_received {
                         received += b;
                         any_received = true;
@@ -159,6 +163,7 @@ impl StatsRegistry {
                 stats.rtt_us = Some(s.rtt_us);
                 stats.cwnd_bytes = Some(s.cwnd_bytes);
                 stats.retransmits = Some(retransmits);
+                stats.out_of_order_packets = ooo;
                 stats.bytes_received = any_received.then_some(received);
                 stats.send_buffer = Some(s.send_buffer);
                 stats.recv_buffer = Some(s.recv_buffer);
