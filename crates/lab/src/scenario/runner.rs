@@ -387,6 +387,7 @@ fn run_case(
         link_drops_loss: s2c.packets_dropped_loss - s2c_before.packets_dropped_loss,
         transport_rtt_ms: outcome.rtt_ms,
         round_trips: outcome.round_trips.clone(),
+        lanes: outcome.lanes.clone(),
         command,
     })
 }
