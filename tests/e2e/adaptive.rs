@@ -111,3 +111,74 @@ async fn a_fixed_count_stays_fixed() -> TestResult {
     fx.shutdown().await;
     Ok(())
 }
+
+/// A tree with `--tree-lanes auto:MIN-MAX`: the pool of lanes over all files grows and
+/// shrinks as the same controller decides, every file arrives intact, and the tree's report
+/// says what it chose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tree_budget_adapts_with_the_same_controller() -> TestResult {
+    // HTTP/1.1, whose budget (64 connections) lies inside the bounds: room to add and retire.
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    let mut expected = Vec::new();
+    for i in 0..160u64 {
+        let dir = fx.root().join(format!("d{}", i % 4));
+        std::fs::create_dir_all(&dir)?;
+        // Mostly small files, one big one in sixteen: one request each and chunked ones.
+        let size = if i % 16 == 0 {
+            6 * MIB
+        } else {
+            300_000 + i * 1000
+        };
+        let path = dir.join(format!("f{i}.bin"));
+        let digest = write_random_file(&path, size, i)?;
+        expected.push((format!("d{}/f{i}.bin", i % 4), digest));
+    }
+    let dest = fx.out().join("tree");
+    let ca = fx.ca_cert().ok_or("no CA")?;
+    let mut args = get_args(&fx.url("/"), &dest, &[]);
+    // `get URL/ DEST/` rather than -o.
+    args.truncate(2);
+    args.push(dest.display().to_string());
+    args.extend(
+        [
+            "--ca-cert",
+            &ca.display().to_string(),
+            "--chunk-size",
+            "1MiB",
+            "--protocol",
+            "http1",
+            "--tree-lanes",
+            "auto:8-96",
+            "--lanes-window",
+            "20ms",
+            "--json",
+        ]
+        .map(String::from),
+    );
+    let out = run_xfer(args).await?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json_report(&out)?;
+    for (rel, digest) in &expected {
+        assert_eq!(&sha256_file(&dest.join(rel))?, digest, "{rel}");
+    }
+    let a = &report["adaptive_lanes"];
+    assert_eq!(u64_field(a, "min_lanes")?, 8, "{report}");
+    assert_eq!(u64_field(a, "max_lanes")?, 96);
+    // The HTTP/1.1 budget, within the bounds.
+    assert_eq!(u64_field(a, "initial_lanes")?, 64);
+    let decisions = a["decisions"].as_array().ok_or("no decisions array")?;
+    assert!(
+        !decisions.is_empty(),
+        "~140 MiB spans windows of 20 ms: {a}"
+    );
+    for d in decisions {
+        assert!((8..=96).contains(&u64_field(d, "lanes")?), "{d}");
+    }
+    assert!((8..=96).contains(&u64_field(a, "final_lanes")?));
+    fx.shutdown().await;
+    Ok(())
+}

@@ -65,9 +65,11 @@ pub struct GetArgs {
     pub files: Option<usize>,
     /// Tree: requests in flight over all files (connections for HTTP/1.1, streams for
     /// HTTP/2 and QUIC); a file no bigger than a chunk takes one, a bigger one up to --lanes.
-    /// Default 256 streams, or 64 connections when the server speaks only HTTP/1.1.
-    #[arg(long)]
-    pub tree_lanes: Option<usize>,
+    /// Default 256 streams, or 64 connections when the server speaks only HTTP/1.1. `auto`
+    /// (bounds 8-128) or `auto:MIN-MAX` adapts it to measured goodput and loss, starting
+    /// from that default.
+    #[arg(long, value_parser = lanes_arg, value_name = "N|auto|auto:MIN-MAX")]
+    pub tree_lanes: Option<LanesArg>,
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
@@ -180,17 +182,13 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
     };
     // A layout given with -c or --streams is a fixed count unless auto is asked for.
     let fixed_layout = args.client.connections.is_some() || args.client.streams.is_some();
-    let lanes = args.lanes.or((!fixed_layout).then(|| {
-        let d = xfer::AdaptConfig::default();
-        LanesArg::Auto {
-            min: d.min_lanes,
-            max: d.max_lanes,
-        }
-    }));
+    let lanes = args
+        .lanes
+        .or((!fixed_layout).then_some(LanesArg::Auto { bounds: None }));
     let mut config = GetConfig {
         chunk_size: args.chunk_size,
         lanes: lanes.and_then(LanesArg::fixed),
-        adapt: lanes.and_then(LanesArg::adapt_config),
+        adapt: lanes.and_then(|l| l.adapt_config(xfer::AdaptConfig::default())),
         verify: !args.no_verify,
         expect_sha256,
         require_digest: args.require_digest,

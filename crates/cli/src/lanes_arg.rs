@@ -1,15 +1,15 @@
-//! `--lanes`: a fixed count, or `auto` (the default for one file) with optional bounds,
-//! `auto:MIN-MAX`.
+//! `--lanes` and `--tree-lanes`: a fixed count, or `auto` (the default for one file) with
+//! optional bounds, `auto:MIN-MAX`.
 
 use xfer::AdaptConfig;
 
-/// What `--lanes` asked for.
+/// What `--lanes` or `--tree-lanes` asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LanesArg {
-    /// Chosen from what the transfer measures, kept within `min..=max`.
+    /// Chosen from what the transfer measures, kept within `min..=max` when given, else
+    /// within the defaults of what it counts (one file's lanes, a tree's budget).
     Auto {
-        min: usize,
-        max: usize,
+        bounds: Option<(usize, usize)>,
     },
     Fixed(usize),
 }
@@ -32,12 +32,8 @@ pub fn lanes_arg(s: &str) -> Result<LanesArg, String> {
     let Some(rest) = s.strip_prefix("auto") else {
         return count(s, "lane count").map(LanesArg::Fixed);
     };
-    let defaults = AdaptConfig::default();
     if rest.is_empty() {
-        return Ok(LanesArg::Auto {
-            min: defaults.min_lanes,
-            max: defaults.max_lanes,
-        });
+        return Ok(LanesArg::Auto { bounds: None });
     }
     let bounds = rest
         .strip_prefix(':')
@@ -49,19 +45,24 @@ pub fn lanes_arg(s: &str) -> Result<LanesArg, String> {
     if min > max {
         return Err(format!("{s:?}: the lower bound exceeds the upper"));
     }
-    Ok(LanesArg::Auto { min, max })
+    Ok(LanesArg::Auto {
+        bounds: Some((min, max)),
+    })
 }
 
 impl LanesArg {
-    /// The controller's configuration for these bounds: it starts at its default count (8)
-    /// brought within them.
-    pub fn adapt_config(self) -> Option<AdaptConfig> {
+    /// The controller's configuration: `default` with the bounds given, if any.
+    pub fn adapt_config(self, default: AdaptConfig) -> Option<AdaptConfig> {
         match self {
-            LanesArg::Auto { min, max } => Some(AdaptConfig {
-                min_lanes: min,
-                max_lanes: max,
-                ..AdaptConfig::default()
-            }),
+            LanesArg::Auto { bounds } => {
+                let (min_lanes, max_lanes) =
+                    bounds.unwrap_or((default.min_lanes, default.max_lanes));
+                Some(AdaptConfig {
+                    min_lanes,
+                    max_lanes,
+                    ..default
+                })
+            }
             LanesArg::Fixed(_) => None,
         }
     }

@@ -73,21 +73,26 @@ pub struct AdaptConfig {
 
 impl Default for AdaptConfig {
     fn default() -> Self {
-        Self {
-            min_lanes: 2,
-            max_lanes: 64,
-            initial_lanes: 8,
-            min_window: Duration::from_secs(1),
-            window_rtts: 8,
-            warmup_rtts: 10,
-            settle_rtts: 4,
-            min_gain: 0.05,
-            max_loss: 0.002,
-            hold_windows: 2,
-            max_hold_windows: 16,
-            default_rtt: Duration::from_millis(100),
-        }
+        Self::DEFAULT
     }
+}
+
+impl AdaptConfig {
+    /// The defaults, for constants built on them.
+    pub const DEFAULT: Self = Self {
+        min_lanes: 2,
+        max_lanes: 64,
+        initial_lanes: 8,
+        min_window: Duration::from_secs(1),
+        window_rtts: 8,
+        warmup_rtts: 10,
+        settle_rtts: 4,
+        min_gain: 0.05,
+        max_loss: 0.002,
+        hold_windows: 2,
+        max_hold_windows: 16,
+        default_rtt: Duration::from_millis(100),
+    };
 }
 
 /// A configuration the controller cannot run with.
@@ -452,7 +457,12 @@ impl LaneController {
         if windows <= 1 {
             return self.probe_up(s, m, Reason::Reprobe);
         }
-        self.record(s, m, Action::Hold, Reason::Holding);
+        let why = if self.target == self.cfg.max_lanes {
+            Reason::AtMax
+        } else {
+            Reason::Holding
+        };
+        self.record(s, m, Action::Hold, why);
         self.phase = Phase::Hold {
             from: Mark::of(s),
             windows: windows - 1,
@@ -548,19 +558,15 @@ impl LaneController {
     }
 }
 
-/// Decisions in order; a hold that repeats the one before it (same count, same reason)
-/// replaces it, so a long transfer's log stays short.
+/// Decisions in order; a hold that follows a hold at the same count replaces it (the latest
+/// reason and figures win), so a long transfer's log stays short.
 #[derive(Debug, Clone, Default)]
 struct DecisionLog(Vec<Decision>);
 
 impl DecisionLog {
     fn push(&mut self, d: Decision) {
         if let Some(last) = self.0.last_mut() {
-            if d.action == Action::Hold
-                && last.action == Action::Hold
-                && last.lanes == d.lanes
-                && last.reason == d.reason
-            {
+            if d.action == Action::Hold && last.action == Action::Hold && last.lanes == d.lanes {
                 *last = d;
                 return;
             }

@@ -25,6 +25,7 @@ pub mod duration;
 pub mod error;
 pub mod get;
 pub mod journal;
+pub mod lane_sampler;
 pub mod layout;
 pub mod mem_transport;
 pub mod multi;

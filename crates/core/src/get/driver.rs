@@ -19,12 +19,12 @@ use tokio::task::{Id, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::lane::{self, LaneContext, LaneEvent, LaneStart, Work};
-use super::lane_count::{Counters, LaneCount};
 use super::GetError;
 use crate::adapt::{Action, AdaptReport};
 use crate::checksum::Checksum;
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
+use crate::lane_sampler::{Counters, LaneSampler};
 use crate::plan::ChunkIndex;
 use crate::progress::Progress;
 use crate::schedule::{AttemptId, AttemptOutcome, LaneIndex, ScheduleEvent, Scheduler};
@@ -59,7 +59,7 @@ pub(super) struct Driver {
     ctx: Arc<LaneContext>,
     events_tx: mpsc::UnboundedSender<LaneEvent>,
     /// The lane-count controller's driver, when the count adapts.
-    lane_count: Option<LaneCount>,
+    lane_count: Option<LaneSampler>,
     source: String,
     progress: Progress,
     writer: mpsc::Sender<WriteOp>,
@@ -126,7 +126,7 @@ impl Driver {
         ctx: LaneContext,
         source: String,
         server_checked: Vec<bool>,
-        lane_count: Option<LaneCount>,
+        lane_count: Option<LaneSampler>,
     ) -> (Self, mpsc::UnboundedReceiver<LaneEvent>) {
         let ctx = Arc::new(ctx);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -352,7 +352,7 @@ impl Driver {
     fn next_timer(&self) -> Option<Instant> {
         let idle = self.lanes.iter().any(LaneSlot::is_idle);
         let endgame = (idle && !self.tokens.is_empty()).then(|| Instant::now() + ENDGAME_RECHECK);
-        let sample = self.lane_count.as_ref().map(LaneCount::next_sample);
+        let sample = self.lane_count.as_ref().map(LaneSampler::next_sample);
         [self.sched.poll_timeout(), endgame, sample]
             .into_iter()
             .flatten()

@@ -31,7 +31,6 @@ mod disk_space;
 mod driver;
 mod finish;
 mod lane;
-mod lane_count;
 mod prepare;
 
 use std::future::Future;
@@ -57,7 +56,6 @@ use crate::whole_hash;
 pub use disk_space::MAX_DECLARED_SIZE;
 use driver::{Driver, Ending, Inputs};
 use lane::{LaneContext, LaneStart};
-use lane_count::LaneCount;
 
 /// How a download runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -501,9 +499,9 @@ impl Download {
         let lane_count = match &cfg.adapt {
             // A server without ranges gets its one stream; a file of a chunk or two has
             // nothing to adapt.
-            Some(a) if info.accepts_ranges && plan.chunk_count() > 2 => {
-                Some(LaneCount::new(a.clone(), rtt, started))
-            }
+            Some(a) if info.accepts_ranges && plan.chunk_count() > 2 => Some(
+                crate::lane_sampler::LaneSampler::new(a.clone(), rtt, started),
+            ),
             _ => None,
         };
         // Lanes opened beyond what the transfer uses (a server without ranges gets one) go

@@ -1,6 +1,7 @@
-//! The driver's side of adaptive lanes: gathers what the controller ([`crate::adapt`]) needs
-//! from the progress counters and the transport's connection statistics, on a timer of its
-//! own, and hands back the controller's decisions for the driver to apply.
+//! A driver's side of adaptive lanes: gathers what the controller ([`crate::adapt`]) needs
+//! from progress counters and the transport's connection statistics, on a timer of its own,
+//! and hands back the controller's decisions for the driver to apply. The download driver
+//! (lanes of one file) and the tree driver (its pool of lanes over all files) both use it.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,9 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 /// And at least: reading every connection's `TCP_INFO` has a cost.
 const SAMPLE_AT_MOST_EVERY: Duration = Duration::from_millis(5);
 
-pub(super) struct LaneCount {
+/// The controller with its sampling clock.
+#[derive(Debug)]
+pub struct LaneSampler {
     ctl: LaneController,
     started: Instant,
     next_sample: Instant,
@@ -25,14 +28,20 @@ pub(super) struct LaneCount {
 }
 
 /// What the driver knows at a sample.
-pub(super) struct Counters<'a> {
+pub struct Counters<'a> {
+    /// Payload bytes received so far.
     pub received: u64,
+    /// Bytes still to fetch; `u64::MAX` while unknown (a listing still streaming).
     pub remaining: u64,
+    /// Lanes running, retired ones still finishing included.
     pub lanes: usize,
+    /// The transport's connections, for the round trip and receiver-side loss.
     pub connections: &'a [ConnectionStats],
 }
 
-impl LaneCount {
+impl LaneSampler {
+    /// `rtt`: the path's round trip, when measured (the first request's); else the
+    /// connections' smoothed round trips are used. `started`: the transfer's start.
     pub fn new(cfg: AdaptConfig, rtt: Option<Duration>, started: Instant) -> Self {
         let every = (cfg.min_window / 5).clamp(SAMPLE_AT_MOST_EVERY, SAMPLE_EVERY);
         let ctl = LaneController::new(cfg);
@@ -48,6 +57,7 @@ impl LaneCount {
         }
     }
 
+    /// When [`LaneSampler::handle_tick`] next has something to do.
     pub fn next_sample(&self) -> Instant {
         self.next_sample
     }
@@ -99,6 +109,12 @@ impl LaneCount {
         out
     }
 
+    /// The count decided so far.
+    pub fn target(&self) -> usize {
+        self.ctl.target()
+    }
+
+    /// What the report says, `final_lanes` being the count running at the end.
     pub fn report(&self, final_lanes: usize) -> AdaptReport {
         let cfg = self.ctl.config();
         AdaptReport {
