@@ -82,17 +82,34 @@ mod tests {
     #[test]
     fn forms() {
         assert_eq!(lanes_arg("16"), Ok(LanesArg::Fixed(16)));
-        assert_eq!(lanes_arg("auto"), Ok(LanesArg::Auto { min: 2, max: 64 }));
+        assert_eq!(lanes_arg("auto"), Ok(LanesArg::Auto { bounds: None }));
         assert_eq!(
             lanes_arg("auto:4-32"),
-            Ok(LanesArg::Auto { min: 4, max: 32 })
+            Ok(LanesArg::Auto {
+                bounds: Some((4, 32))
+            })
         );
         assert_eq!(
             lanes_arg(" auto:8-8 "),
-            Ok(LanesArg::Auto { min: 8, max: 8 })
+            Ok(LanesArg::Auto {
+                bounds: Some((8, 8))
+            })
         );
-        let c = lanes_arg("auto:4-32").unwrap().adapt_config().unwrap();
+        let c = lanes_arg("auto:4-32")
+            .unwrap()
+            .adapt_config(AdaptConfig::default())
+            .unwrap();
         assert_eq!((c.min_lanes, c.max_lanes, c.start_lanes()), (4, 32, 8));
+        let d = lanes_arg("auto")
+            .unwrap()
+            .adapt_config(AdaptConfig::default())
+            .unwrap();
+        assert_eq!((d.min_lanes, d.max_lanes), (2, 64));
+        assert_eq!(lanes_arg("auto").unwrap().fixed(), None);
+        assert_eq!(
+            lanes_arg("5").unwrap().adapt_config(AdaptConfig::default()),
+            None
+        );
     }
 
     #[test]
