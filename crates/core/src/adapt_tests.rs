@@ -395,3 +395,40 @@ fn bad_bounds_are_refused() {
     };
     assert_eq!(clamp.start_lanes(), 16);
 }
+
+#[test]
+fn slow_start_is_not_credited_to_a_probe() {
+    // Goodput climbs for 9 s whatever the count (a long slow start), then stays at 900
+    // Mbit/s: no count beats 8, so every probe must be retired.
+    let mut ctl = LaneController::new(AdaptConfig::default());
+    let mut received = 0u64;
+    let mut lanes = 8;
+    for i in 1..=300u32 {
+        let at = STEP * i;
+        let bps = (100.0 * MBIT * at.as_secs_f64()).min(900.0 * MBIT);
+        received += (bps * STEP.as_secs_f64() / 8.0) as u64;
+        ctl.handle_sample(Sample {
+            at,
+            received,
+            remaining: u64::MAX,
+            lanes,
+            rtt: Some(Duration::from_millis(100)),
+            loss_events: Some(0),
+        });
+        while let Some(d) = ctl.poll_decision() {
+            lanes = d.lanes;
+        }
+    }
+    let first = ctl.decisions()[0];
+    assert_eq!(first.reason, Reason::Baseline);
+    assert!(first.at_seconds >= 8.0, "{:#?}", ctl.decisions());
+    assert!(
+        ctl.decisions()
+            .iter()
+            .all(|d| d.reason != Reason::GoodputRose),
+        "{:#?}",
+        ctl.decisions()
+    );
+    // At most a probe in flight at the end.
+    assert!(lanes == 8 || lanes == 12, "{lanes}");
+}
