@@ -72,6 +72,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use xfer_common::tls::{ClientTlsOptions, SelfSigned};
+pub use xfer_core::adapt::{AdaptConfig, AdaptReport};
 pub use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 pub use xfer_core::duration::parse_duration;
 pub use xfer_core::get::{Download, GetConfig, GetError};

@@ -58,6 +58,9 @@ mod upload;
 mod memory;
 #[path = "e2e/multi_source.rs"]
 mod multi_source;
+
+#[path = "e2e/adaptive.rs"]
+mod adaptive;
 #[path = "e2e/resumable.rs"]
 mod resumable;
 #[path = "e2e/tpc.rs"]

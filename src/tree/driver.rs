@@ -12,8 +12,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xfer_common::listing::{CaseFold, ListingEntry, RelPath};
+use xfer_core::adapt::AdaptConfig;
 use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
+use xfer_core::lane_sampler::{Counters, LaneSampler};
 use xfer_core::progress::Report;
 use xfer_core::transport::{RemoteInfo, Transport};
 use xfer_core::Sha256Digest;
@@ -73,8 +75,13 @@ struct Driver {
     dir_times: Vec<(RelPath, SystemTime)>,
     /// Whether the lane budget has been fitted to the protocol the server speaks.
     budget_fitted: bool,
-    /// Lanes in the budget: `lanes`, or `http1_lanes` over HTTP/1.1.
+    /// Lanes in the budget: `lanes`, or `http1_lanes` over HTTP/1.1, or what the lane
+    /// controller decided. Lanes numbered at or above it that files still hold leave the
+    /// pool when released.
     budget: usize,
+    /// The lane controller, once the budget it starts from is known.
+    sampler: Option<LaneSampler>,
+    started: Instant,
 }
 
 pub(super) async fn run(
@@ -110,6 +117,8 @@ pub(super) async fn run(
         dir_times: Vec::new(),
         budget_fitted: false,
         budget: setup_lanes,
+        sampler: None,
+        started,
     };
     let (mut listing_open, mut lister_done) = (true, false);
     tokio::pin!(shutdown);
@@ -141,8 +150,12 @@ pub(super) async fn run(
                 lister_done = true;
                 d.handle_listing_end(listed);
             }
+            _ = sample_due(d.sampler.as_ref().map(LaneSampler::next_sample)) => {
+                d.adapt_budget(listing_open || !lister_done);
+            }
         }
     }
+    d.report.adaptive_lanes = d.sampler.as_ref().map(|s| s.report(d.budget));
     d.s.progress.update(|c| c.listing_done = true);
     if !d.interrupted {
         d.set_dir_times();
@@ -264,6 +277,59 @@ impl Driver {
             self.budget = cap;
             tracing::debug!(%protocol, lanes = cap, "HTTP/1.1: fewer lanes, one connection each");
         }
+        if let Some(cfg) = &self.s.config.adapt {
+            let cfg = AdaptConfig {
+                initial_lanes: self.budget,
+                ..cfg.clone()
+            };
+            let sampler = LaneSampler::new(cfg, None, self.started);
+            let start = sampler.target();
+            self.sampler = Some(sampler);
+            self.set_budget(start);
+        }
+    }
+
+    /// Feed the lane controller what the tree has received and apply its decisions to the
+    /// budget. `listing`: the listing still streams, so what is left is unknown.
+    fn adapt_budget(&mut self, listing: bool) {
+        let snap = self.s.progress.snapshot();
+        let in_use: usize = self.running.values().map(|r| r.lanes.len()).sum();
+        let connections = self.s.transport.connection_stats();
+        let counters = Counters {
+            received: snap.received,
+            remaining: if listing {
+                u64::MAX
+            } else {
+                snap.bytes_total.saturating_sub(snap.bytes_done)
+            },
+            lanes: self.free_lanes.len() + in_use,
+            connections: &connections,
+        };
+        let Some(sampler) = self.sampler.as_mut() else {
+            return;
+        };
+        if sampler.handle_tick(Instant::now(), &counters).is_empty() {
+            return;
+        }
+        let target = sampler.target();
+        self.set_budget(target);
+    }
+
+    /// Grow the pool with lanes no file holds, or shrink it: free lanes above the budget go
+    /// now, held ones when their file releases them.
+    fn set_budget(&mut self, budget: usize) {
+        if budget > self.budget {
+            let held: BTreeSet<usize> = self
+                .running
+                .values()
+                .flat_map(|r| r.lanes.iter().copied())
+                .collect();
+            self.free_lanes
+                .extend((self.budget..budget).filter(|l| !held.contains(l)));
+        } else {
+            self.free_lanes.retain(|&l| l < budget);
+        }
+        self.budget = budget;
     }
 
     /// Start queued files, in order, while the file limit and the lane budget allow.
@@ -396,7 +462,9 @@ impl Driver {
     }
 
     fn release(&mut self, lanes: &[usize]) {
-        self.free_lanes.extend(lanes.iter().copied());
+        let budget = self.budget;
+        self.free_lanes
+            .extend(lanes.iter().copied().filter(|&l| l < budget));
     }
 
     fn handle_finished(&mut self, id: u64, result: Result<FileOutcome, GetError>) {
@@ -547,4 +615,12 @@ fn set_mtime(path: &Path, t: SystemTime) -> std::io::Result<()> {
         .write(true)
         .open(path)?
         .set_modified(t)
+}
+
+/// Resolves when the lane controller wants its next sample; never without one.
+async fn sample_due(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
 }

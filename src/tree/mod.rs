@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use xfer_common::listing::RelPath;
+use xfer_core::adapt::{AdaptConfig, AdaptReport};
 use xfer_core::get::{Download, GetConfig};
 use xfer_core::progress::Progress;
 use xfer_core::transport::Transport;
@@ -77,6 +78,10 @@ pub struct TreeConfig {
     /// Treat the destination as case-insensitive (refuse names that differ only by case);
     /// `None` probes it with a file.
     pub case_insensitive: Option<bool>,
+    /// Adapt the lane budget to what the tree measures, starting from `lanes` (or
+    /// `http1_lanes`) brought within the bounds ([`xfer_core::adapt`], the controller a
+    /// single download uses). Default `None`: the budget stays fixed.
+    pub adapt: Option<AdaptConfig>,
 }
 
 impl Default for TreeConfig {
@@ -91,6 +96,7 @@ impl Default for TreeConfig {
             include: Vec::new(),
             exclude: Vec::new(),
             case_insensitive: None,
+            adapt: None,
         }
     }
 }
@@ -156,6 +162,9 @@ pub struct TreeReport {
     pub goodput_bps: f64,
     /// Every file that failed, with its reason; a listing failure is named `""`.
     pub failed: Vec<FailedFile>,
+    /// The lane budget the controller chose and why, when it adapted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive_lanes: Option<AdaptReport>,
 }
 
 impl TreeReport {
@@ -288,6 +297,9 @@ impl TreeDownload {
             return Err(TreeError::Config(
                 "max_files, lanes, http1_lanes and file_attempts must be at least 1".into(),
             ));
+        }
+        if let Some(a) = &cfg.adapt {
+            a.validate().map_err(|e| TreeError::Config(e.to_string()))?;
         }
         if !self.root_url.ends_with('/') {
             return Err(TreeError::Config(format!(

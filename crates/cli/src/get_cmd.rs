@@ -9,8 +9,9 @@ use anyhow::Context as _;
 use clap::Args;
 use xfer::{ChecksumAlgorithm, Download, GetConfig, ProgressSnapshot, Sha256Digest};
 
-use crate::client_args::{size_arg, ClientArgs};
+use crate::client_args::{duration_arg, size_arg, ClientArgs};
 use crate::exit::UsageError;
+use crate::lanes_arg::{lanes_arg, LanesArg};
 use crate::progress_bar::Display;
 
 #[derive(Debug, Args)]
@@ -64,15 +65,25 @@ pub struct GetArgs {
     pub files: Option<usize>,
     /// Tree: requests in flight over all files (connections for HTTP/1.1, streams for
     /// HTTP/2 and QUIC); a file no bigger than a chunk takes one, a bigger one up to --lanes.
-    /// Default 256 streams, or 64 connections when the server speaks only HTTP/1.1.
-    #[arg(long)]
-    pub tree_lanes: Option<usize>,
+    /// Default 256 streams, or 64 connections when the server speaks only HTTP/1.1. `auto`
+    /// (bounds 8-128) or `auto:MIN-MAX` adapts it to measured goodput and loss, starting
+    /// from that default.
+    #[arg(long, value_parser = lanes_arg, value_name = "N|auto|auto:MIN-MAX")]
+    pub tree_lanes: Option<LanesArg>,
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
-    /// Lanes to run, overriding what --connections/--streams imply.
-    #[arg(long)]
-    pub lanes: Option<usize>,
+    /// Lanes to run: a number (overriding what --connections/--streams imply), or `auto`
+    /// to choose the count from measured goodput and loss and keep adjusting it, within 2-64
+    /// or the bounds of `auto:MIN-MAX`. Default: the layout's count (8); auto is not the default
+    /// yet, as its probes cost more than they gained on the paths measured (docs/results.md).
+    /// A tree takes a number only (lanes per big file).
+    #[arg(long, value_parser = lanes_arg, value_name = "N|auto|auto:MIN-MAX")]
+    pub lanes: Option<LanesArg>,
+    /// Shortest measurement window of `--lanes auto` (a window also spans at least 8 round
+    /// trips). Default 1s; shorter reacts sooner and measures more noise.
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION")]
+    pub lanes_window: Option<std::time::Duration>,
     /// The whole file's SHA-256 must be this (64 hex digits).
     #[arg(long, value_name = "HEX")]
     pub expect_sha256: Option<String>,
@@ -139,9 +150,15 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
             .next()
             .is_some_and(|p| p.ends_with('/'))
     {
+        if matches!(args.lanes, Some(LanesArg::Auto { .. })) {
+            return Err(UsageError(
+                "--lanes auto is for one file; a tree takes --lanes N (lanes per big file) and --tree-lanes".into(),
+            )
+            .into());
+        }
         let mut get = GetConfig {
             chunk_size: args.chunk_size,
-            lanes: args.lanes,
+            lanes: args.lanes.and_then(LanesArg::fixed),
             verify: !args.no_verify,
             request_ahead: args.request_ahead,
             ..GetConfig::default()
@@ -164,9 +181,11 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         None => default_output(&args.url)
             .ok_or_else(|| UsageError(format!("cannot name a file after {}; pass -o", args.url)))?,
     };
+    let lanes = args.lanes;
     let mut config = GetConfig {
         chunk_size: args.chunk_size,
-        lanes: args.lanes,
+        lanes: lanes.and_then(LanesArg::fixed),
+        adapt: lanes.and_then(|l| l.adapt_config(xfer::AdaptConfig::default())),
         verify: !args.no_verify,
         expect_sha256,
         require_digest: args.require_digest,
@@ -177,6 +196,13 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
+    if let Some(window) = args.lanes_window {
+        let Some(a) = config.adapt.as_mut() else {
+            return Err(UsageError("--lanes-window applies to --lanes auto only".into()).into());
+        };
+        a.min_window = window;
+        a.validate().map_err(|e| UsageError(e.to_string()))?;
+    }
     let urls: Vec<&str> = std::iter::once(args.url.as_str())
         .chain(mirrors.iter().map(String::as_str))
         .collect();
@@ -212,6 +238,9 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
         if let Some(startup) = report.startup() {
             eprintln!("{startup}");
+        }
+        if let Some(a) = &report.adaptive_lanes {
+            eprintln!("{}", a.summary());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -13,6 +13,7 @@ mod get_cmd;
 mod interrupt;
 mod lab_cmd;
 mod lab_upload_cmd;
+mod lanes_arg;
 mod progress_bar;
 mod put_cmd;
 mod serve_cmd;

@@ -18,12 +18,14 @@
 //!                                          whole-file hasher ◄─────┘ (reads back sealed
 //!                                                                     chunks, in order)
 //! ```
+pub mod adapt;
 pub mod checksum;
 pub mod digest;
 pub mod duration;
 pub mod error;
 pub mod get;
 pub mod journal;
+pub mod lane_sampler;
 pub mod layout;
 pub mod mem_transport;
 pub mod multi;

@@ -196,6 +196,9 @@ pub struct Report {
     /// Per source, when the file came from several (`xfer_core::multi`); empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceReport>,
+    /// The lane count the controller chose and why, when it ran (`--lanes auto`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive_lanes: Option<crate::adapt::AdaptReport>,
 }
 
 /// What one source of a multi-source download delivered.

@@ -391,6 +391,20 @@ impl Scheduler {
         false
     }
 
+    /// A lane joins the transfer; its index is the next after the last.
+    pub fn handle_lane_added(&mut self) -> LaneIndex {
+        self.lanes.push(LaneRecord::default());
+        self.lanes.len() - 1
+    }
+
+    /// Bytes of chunks not yet verified.
+    pub fn remaining_bytes(&self) -> u64 {
+        (0..self.plan.chunk_count())
+            .filter(|&c| self.state[c as usize] != ChunkState::Done)
+            .map(|c| self.plan.len(c))
+            .sum()
+    }
+
     /// A lane can no longer be used (its connection cannot be re-established). Its work was
     /// already reported through [`Scheduler::handle_outcome`].
     pub fn handle_lane_dead(&mut self, lane: LaneIndex) {

@@ -498,7 +498,8 @@ pub struct ConnectionStats {
     pub recv_buffer: Option<u64>,
     /// TCP: packets that reached this side out of order (a hole before them: loss on the way
     /// here), summed over the connection's sockets. The loss signal of a download, where
-    /// `retransmits` (this side's own) stays near zero.
+    /// `retransmits` (this side's own) stays near zero. The adaptive lane count and HTTP/2's
+    /// spreading over connections watch it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_order_packets: Option<u64>,
 }

@@ -554,3 +554,74 @@ async fn server_checksum_is_verified() {
     assert!(!dest.exists());
     assert!(!journal::part_path(&dest).exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_lanes_add_and_retire_lanes_mid_transfer_and_say_why() {
+    use xfer_core::adapt::{Action, AdaptConfig};
+    // Every lane is slow (a piece per 10 ms): more lanes, more goodput, so the controller
+    // adds lanes while chunks are in flight; whatever it decides, the bytes must be exact.
+    let d = data(192 * CHUNK as usize + 12_345, 7);
+    let t = Arc::new(MemTransport::new(d.clone(), 4));
+    for lane in 0..64 {
+        t.slow_lane(lane, Duration::from_millis(10));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("out.bin");
+    let adapt = AdaptConfig {
+        min_lanes: 2,
+        max_lanes: 16,
+        initial_lanes: 4,
+        min_window: Duration::from_millis(200),
+        window_rtts: 1,
+        warmup_rtts: 1,
+        settle_rtts: 1,
+        ..AdaptConfig::default()
+    };
+    let cfg = GetConfig {
+        adapt: Some(adapt),
+        ..config()
+    };
+    let r = get(&t, &dest, cfg).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    let a = r
+        .adaptive_lanes
+        .expect("the report says what the controller chose");
+    assert_eq!((a.min_lanes, a.max_lanes, a.initial_lanes), (2, 16, 4));
+    // The first window ends 0.4 s in, with well over a second of work left at 4 lanes.
+    let first = a.decisions.first().expect("at least one decision");
+    assert!(matches!(first.action, Action::Add(2)), "{a:#?}");
+    let added: usize = a
+        .decisions
+        .iter()
+        .map(|d| match d.action {
+            Action::Add(n) => n,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(r.lanes.len(), 4 + added, "a lane report per lane started");
+    assert!(a.decisions.iter().all(|d| (2..=16).contains(&d.lanes)));
+    assert!((2..=16).contains(&a.final_lanes));
+    assert!(a.peak_lanes >= a.final_lanes);
+    assert!(
+        a.summary().starts_with("lanes auto 2..16: 4→6"),
+        "{}",
+        a.summary()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_bounds_that_admit_no_count_are_refused() {
+    use xfer_core::adapt::AdaptConfig;
+    let t = Arc::new(MemTransport::new(data(1000, 1), 4));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = GetConfig {
+        adapt: Some(AdaptConfig {
+            min_lanes: 8,
+            max_lanes: 4,
+            ..AdaptConfig::default()
+        }),
+        ..config()
+    };
+    let e = get(&t, &dir.path().join("x"), cfg).await.unwrap_err();
+    assert!(e.to_string().contains("exceed"), "{e}");
+}

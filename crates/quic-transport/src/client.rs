@@ -887,11 +887,13 @@ impl Transport for QuicTransport {
                     rtt_us: Some(u64::try_from(c.rtt().as_micros()).unwrap_or(u64::MAX)),
                     cwnd_bytes: Some(s.path.cwnd),
                     retransmits: Some(s.path.lost_packets),
+                    // quinn counts what this end sent and lost, not what it received out
+                    // of order.
+                    out_of_order_packets: None,
                     congestion_events: Some(s.path.congestion_events),
                     bytes_received: Some(s.udp_rx.bytes),
                     send_buffer: Some(live.buffers.send as u64),
                     recv_buffer: Some(live.buffers.recv as u64),
-                    out_of_order_packets: None,
                 })
             })
             .collect()

@@ -20,9 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::lane::{self, LaneContext, LaneEvent, LaneStart, Work};
 use super::GetError;
+use crate::adapt::{Action, AdaptReport};
 use crate::checksum::Checksum;
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
+use crate::lane_sampler::{Counters, LaneSampler};
 use crate::plan::ChunkIndex;
 use crate::progress::Progress;
 use crate::schedule::{AttemptId, AttemptOutcome, LaneIndex, ScheduleEvent, Scheduler};
@@ -57,6 +59,10 @@ pub(super) struct Inputs {
 
 pub(super) struct Driver {
     sched: Scheduler,
+    ctx: Arc<LaneContext>,
+    events_tx: mpsc::UnboundedSender<LaneEvent>,
+    /// The lane-count controller's driver, when the count adapts.
+    lane_count: Option<LaneSampler>,
     source: String,
     progress: Progress,
     writer: mpsc::Sender<WriteOp>,
@@ -86,6 +92,9 @@ struct LaneSlot {
     wants_ahead: bool,
     /// Waiting out a backoff after its connection failed to open.
     backoff: bool,
+    /// Retired by the lane-count controller: takes no more work, and its channel closes
+    /// once what it carries has ended.
+    retiring: bool,
 }
 
 /// Which work a lane can take now.
@@ -98,7 +107,7 @@ enum Wants {
 
 impl LaneSlot {
     fn wants(&self) -> Option<Wants> {
-        if self.work.is_none() || self.backoff {
+        if self.work.is_none() || self.backoff || self.retiring {
             return None;
         }
         match (self.outstanding, self.wants_ahead) {
@@ -115,61 +124,150 @@ impl LaneSlot {
 
 impl Driver {
     /// Start a lane task for each of `starts`; they wait for the driver's first assignments.
+    /// With `lane_count` the driver adds and retires lanes as its controller decides.
     pub fn start(
         sched: Scheduler,
         starts: Vec<LaneStart>,
         ctx: LaneContext,
         source: String,
         server_checked: Vec<bool>,
+        lane_count: Option<LaneSampler>,
     ) -> (Self, mpsc::UnboundedReceiver<LaneEvent>) {
         let ctx = Arc::new(ctx);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let mut tasks = JoinSet::new();
-        let mut task_lane = HashMap::new();
-        let mut slots = Vec::with_capacity(starts.len());
-        for (lane, start) in starts.into_iter().enumerate() {
-            // Capacity two: the current assignment and the one requested ahead.
-            let (work_tx, work_rx) = mpsc::channel(2);
-            let handle = tasks.spawn(lane::run(
-                Arc::clone(&ctx),
-                lane,
-                start,
-                work_rx,
-                events_tx.clone(),
-            ));
-            task_lane.insert(handle.id(), lane);
-            slots.push(LaneSlot {
-                work: Some(work_tx),
-                outstanding: 0,
-                wants_ahead: false,
-                backoff: false,
-            });
-        }
-        let driver = Self {
+        let mut driver = Self {
             sched,
             source,
             progress: ctx.progress.clone(),
             writer: ctx.writer.clone(),
             stop: ctx.stop.clone(),
-            lanes: slots,
-            tasks,
-            task_lane,
+            ctx,
+            events_tx,
+            lane_count,
+            lanes: Vec::with_capacity(starts.len()),
+            tasks: JoinSet::new(),
+            task_lane: HashMap::new(),
             tokens: HashMap::new(),
             buffers: HashMap::new(),
             errors: HashMap::new(),
             server_checked,
             last_verified: None,
         };
+        for start in starts {
+            driver.spawn_lane(start);
+        }
         (driver, events_rx)
+    }
+
+    /// Start lane number `self.lanes.len()`: its task, and its slot.
+    fn spawn_lane(&mut self, start: LaneStart) {
+        let lane = self.lanes.len();
+        // Capacity two: the current assignment and the one requested ahead.
+        let (work_tx, work_rx) = mpsc::channel(2);
+        let handle = self.tasks.spawn(lane::run(
+            Arc::clone(&self.ctx),
+            lane,
+            start,
+            work_rx,
+            self.events_tx.clone(),
+        ));
+        self.task_lane.insert(handle.id(), lane);
+        self.lanes.push(LaneSlot {
+            work: Some(work_tx),
+            outstanding: 0,
+            wants_ahead: false,
+            backoff: false,
+            retiring: false,
+        });
+    }
+
+    /// Lanes that carry or may take work (retiring ones finishing a chunk included).
+    fn running_lanes(&self) -> usize {
+        self.lanes.iter().filter(|s| s.work.is_some()).count()
+    }
+
+    /// Feed the lane-count controller when a sample is due, and apply what it decides: new
+    /// lanes connect at once (with TLS resumption, as every lane after the first); retired
+    /// ones finish what they carry before their connection goes back to the transport.
+    fn adapt_lanes(&mut self, now: Instant) {
+        if self.sched.is_finished()
+            || self
+                .lane_count
+                .as_ref()
+                .is_none_or(|lc| now < lc.next_sample())
+        {
+            return;
+        }
+        let received = self.progress.snapshot().received;
+        let connections = self.ctx.transport.connection_stats();
+        let counters = Counters {
+            received,
+            remaining: self.sched.remaining_bytes(),
+            lanes: self.running_lanes(),
+            connections: &connections,
+        };
+        let Some(lc) = self.lane_count.as_mut() else {
+            return;
+        };
+        for d in lc.handle_tick(now, &counters) {
+            match d.action {
+                Action::Add(n) => {
+                    for _ in 0..n {
+                        let lane = self.sched.handle_lane_added();
+                        self.progress.update(|p| {
+                            p.lanes.push(crate::progress::LaneSnapshot {
+                                lane,
+                                ..Default::default()
+                            });
+                        });
+                        self.spawn_lane(LaneStart::default());
+                    }
+                }
+                Action::Retire(n) => {
+                    // The newest lanes go first: those a failed probe added.
+                    let mut left = n;
+                    for slot in self.lanes.iter_mut().rev() {
+                        if left == 0 {
+                            break;
+                        }
+                        if slot.work.is_none() || slot.retiring {
+                            continue;
+                        }
+                        slot.retiring = true;
+                        if slot.outstanding == 0 {
+                            slot.work = None;
+                        }
+                        left -= 1;
+                    }
+                }
+                Action::Hold => {}
+            }
+        }
+    }
+
+    /// What the report says of the lane count, when it adapted.
+    fn adapt_report(&self) -> Option<AdaptReport> {
+        let lc = self.lane_count.as_ref()?;
+        let running = self
+            .lanes
+            .iter()
+            .filter(|s| s.work.is_some() && !s.retiring)
+            .count();
+        Some(lc.report(running))
     }
 
     /// React to reports until the transfer is complete, fails or `shutdown` resolves. Lanes
     /// are stopped and joined before this returns; the writer is left to the caller to finish.
-    pub async fn run(mut self, mut inputs: Inputs, shutdown: impl Future<Output = ()>) -> Ending {
+    pub async fn run(
+        mut self,
+        mut inputs: Inputs,
+        shutdown: impl Future<Output = ()>,
+    ) -> (Ending, Option<AdaptReport>) {
         tokio::pin!(shutdown);
         let verify_whole = inputs.hashes.is_some();
         let mut whole_digest = None;
         let ending = loop {
+            self.adapt_lanes(Instant::now());
             self.dispatch().await;
             if let Some(failure) = self.sched.failure().cloned() {
                 break Ending::Failed(self.error_for(failure));
@@ -219,8 +317,9 @@ impl Driver {
                 _ = sleep_until(wake_at) => {}
             }
         };
+        let adapted = self.adapt_report();
         self.stop_lanes().await;
-        ending
+        (ending, adapted)
     }
 
     /// Give every idle lane work, then apply what the scheduler decided.
@@ -267,10 +366,11 @@ impl Driver {
     fn next_timer(&self) -> Option<Instant> {
         let idle = self.lanes.iter().any(LaneSlot::is_idle);
         let endgame = (idle && !self.tokens.is_empty()).then(|| Instant::now() + ENDGAME_RECHECK);
-        match (self.sched.poll_timeout(), endgame) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let sample = self.lane_count.as_ref().map(LaneSampler::next_sample);
+        [self.sched.poll_timeout(), endgame, sample]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn lane_event(&mut self, ev: LaneEvent) {
@@ -341,6 +441,10 @@ impl Driver {
         if let Some(slot) = self.lanes.get_mut(lane) {
             slot.outstanding = slot.outstanding.saturating_sub(1);
             slot.wants_ahead = false;
+            if slot.retiring && slot.outstanding == 0 {
+                // Its task ends when the channel closes; the join reports it.
+                slot.work = None;
+            }
         }
     }
 

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{GetConfig, GetError};
+use crate::adapt::AdaptReport;
 use crate::checksum::Checksum;
 use crate::digest::Sha256Digest;
 use crate::plan::ChunkPlan;
@@ -112,6 +113,7 @@ pub(super) struct Finished<'a> {
     pub started: Instant,
     pub whole_digest: Option<Sha256Digest>,
     pub verification: Verification,
+    pub adaptive_lanes: Option<AdaptReport>,
 }
 
 pub(super) fn report(f: Finished<'_>) -> Report {
@@ -159,5 +161,6 @@ pub(super) fn report(f: Finished<'_>) -> Report {
         verification: f.verification,
         connections: f.transport.connection_stats(),
         sources: f.transport.source_reports(),
+        adaptive_lanes: f.adaptive_lanes,
     }
 }

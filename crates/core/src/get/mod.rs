@@ -44,6 +44,7 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::adapt::AdaptConfig;
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
@@ -65,8 +66,13 @@ pub struct GetConfig {
     /// Bytes per chunk; see [`DEFAULT_CHUNK_SIZE`] for the trade-offs. A resumed transfer keeps
     /// the chunk size its journal was written with.
     pub chunk_size: u64,
-    /// Lanes to run; `None` takes the transport's configured parallelism.
+    /// Lanes to run; `None` takes the transport's configured parallelism. Ignored when
+    /// `adapt` is set.
     pub lanes: Option<usize>,
+    /// Choose the lane count from what the transfer measures, within the bounds given, and
+    /// keep adjusting it ([`crate::adapt`]). Default `None`: a fixed count (`lanes`). The CLI
+    /// turns it on unless a count is given.
+    pub adapt: Option<AdaptConfig>,
     /// Retries, backoff and end game.
     pub schedule: ScheduleConfig,
     /// Hash every chunk and the whole file, ask the server for digests and check them.
@@ -107,6 +113,7 @@ impl Default for GetConfig {
         Self {
             chunk_size: DEFAULT_CHUNK_SIZE,
             lanes: None,
+            adapt: None,
             schedule: ScheduleConfig::default(),
             verify: true,
             expect_sha256: None,
@@ -310,6 +317,9 @@ impl Download {
         if cfg.lanes == Some(0) {
             return Err(GetError::Config("lanes must be at least 1".into()));
         }
+        if let Some(a) = &cfg.adapt {
+            a.validate().map_err(|e| GetError::Config(e.to_string()))?;
+        }
         match std::fs::symlink_metadata(&self.dest) {
             // The result is renamed over the destination: never over a device, a directory or a
             // link (`-o /dev/null` must not replace /dev/null).
@@ -385,9 +395,7 @@ impl Download {
             sha256: info.sha256.map(|d| d.to_hex()),
         };
         let lanes = if info.accepts_ranges {
-            cfg.lanes
-                .unwrap_or_else(|| self.transport.default_lanes())
-                .max(1)
+            initial_lanes(cfg, self.transport.as_ref())
         } else {
             tracing::warn!(url = %info.url, "server does not accept byte ranges: one sequential stream, no resume");
             1
@@ -492,19 +500,35 @@ impl Download {
             open_attempts: cfg.lane_open_attempts.max(1),
             stop: CancellationToken::new(),
         };
+        // The first request's measure of a round trip, for the controller's windows.
+        let rtt = starts.first().and_then(|s| s.first.as_ref()).map(|f| f.1);
+        let lane_count = match &cfg.adapt {
+            // A server without ranges gets its one stream; a file of a chunk or two has
+            // nothing to adapt.
+            Some(a) if info.accepts_ranges && plan.chunk_count() > 2 => Some(
+                crate::lane_sampler::LaneSampler::new(a.clone(), rtt, started),
+            ),
+            _ => None,
+        };
         // Lanes opened beyond what the transfer uses (a server without ranges gets one) go
         // back to the transport when dropped.
         starts.truncate(lanes);
         starts.resize_with(lanes, LaneStart::default);
-        let (driver, events) =
-            Driver::start(sched, starts, ctx, self.source.clone(), server_checked);
+        let (driver, events) = Driver::start(
+            sched,
+            starts,
+            ctx,
+            self.source.clone(),
+            server_checked,
+            lane_count,
+        );
         let inputs = Inputs {
             events,
             writer_failed: writer.failed.take(),
             hashes,
             whole_from_chunk,
         };
-        let ending = driver.run(inputs, shutdown).await;
+        let (ending, adaptive_lanes) = driver.run(inputs, shutdown).await;
 
         // Flush what was verified, whatever happens next: that is what a re-run resumes from.
         let synced = writer.finish().await;
@@ -546,6 +570,7 @@ impl Download {
             started,
             whole_digest,
             verification,
+            adaptive_lanes,
         }))
     }
 }
@@ -572,6 +597,16 @@ async fn server_checksum(
     }
 }
 
+/// Lanes to start with: the controller's starting count when it adapts, else the count
+/// asked for, else the transport's.
+fn initial_lanes(cfg: &GetConfig, transport: &dyn Transport) -> usize {
+    match &cfg.adapt {
+        Some(a) => a.start_lanes(),
+        None => cfg.lanes.unwrap_or_else(|| transport.default_lanes()),
+    }
+    .max(1)
+}
+
 /// Learn the resource with lane 0's first request while the other lanes connect: each
 /// lane then starts with its connection, lane 0 with the body of the first chunk.
 async fn open_first(
@@ -579,10 +614,7 @@ async fn open_first(
     source: &str,
     cfg: &GetConfig,
 ) -> Result<(RemoteInfo, Vec<LaneStart>), GetError> {
-    let lanes = cfg
-        .lanes
-        .unwrap_or_else(|| transport.default_lanes())
-        .max(1);
+    let lanes = initial_lanes(cfg, transport.as_ref());
     let pending: Vec<_> = (1..lanes)
         .map(|index| {
             let transport = Arc::clone(&transport);

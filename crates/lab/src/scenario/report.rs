@@ -60,6 +60,10 @@ pub struct RunRecord {
     /// xfer: round trips to each lane's first byte, lane 0 first (`3 3p 3p ...`, `p` for a
     /// connection made while lane 0's request learned the resource).
     pub round_trips: Option<String>,
+    /// xfer `--lanes auto`: the lane counts it went through, the final and peak count, and
+    /// the last reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<String>,
     /// The client command as run.
     pub command: String,
 }
@@ -460,6 +464,7 @@ pub(crate) mod tests {
             link_packets: 1000,
             transport_rtt_ms: Some(100.5),
             round_trips: None,
+            lanes: None,
             command: "xfer get \"x,y\"".into(),
         }
     }

@@ -424,6 +424,7 @@ fn run_case(
             - (s2c_before.packets_in - s2c_before.packets_dropped_queue),
         transport_rtt_ms: outcome.rtt_ms,
         round_trips: outcome.round_trips.clone(),
+        lanes: outcome.lanes.clone(),
         command,
     })
 }

@@ -175,7 +175,35 @@ pub struct Outcome {
     /// xfer: round trips to each lane's first byte, lane 0 first (`3 3p 3p ...`, `p` for a
     /// connection made while lane 0's request learned the resource).
     pub round_trips: Option<String>,
+    /// xfer `--lanes auto`: the counts it went through and why it stopped, as its summary
+    /// line says (`lanes auto 2..64: 8→12→18 (more lanes did not raise goodput)`).
+    pub lanes: Option<String>,
     pub error: Option<String>,
+}
+
+/// An xfer report's lane-count path, `8→12→18 @18 (reason)`; `None` for a fixed count.
+fn adaptive_lanes(report: &serde_json::Value) -> Option<String> {
+    let a = report.get("adaptive_lanes")?;
+    let mut path: Vec<String> = vec![a["initial_lanes"].as_u64()?.to_string()];
+    let decisions = a["decisions"].as_array()?;
+    for d in decisions {
+        if d["action"]["kind"] != "hold" {
+            path.push(d["lanes"].as_u64()?.to_string());
+        }
+    }
+    let last = decisions
+        .iter()
+        .rev()
+        .find(|d| d["action"]["kind"] != "hold")
+        .or(decisions.last())
+        .and_then(|d| d["reason"].as_str())
+        .unwrap_or("none");
+    Some(format!(
+        "{} final {} peak {} ({last})",
+        path.join("→"),
+        a["final_lanes"].as_u64()?,
+        a["peak_lanes"].as_u64()?
+    ))
 }
 
 /// The lanes' `round_trips` of an xfer report, as `3 3p 3p`; `None` from an xfer that does
@@ -241,6 +269,7 @@ pub fn parse_outcome(case: &Case, stdout: &str, stderr: &str, exit_ok: bool, wal
                 retransmits: (!retrans.is_empty()).then(|| retrans.iter().sum()),
                 rtt_ms: (!rtts.is_empty()).then(|| rtts.iter().sum::<f64>() / rtts.len() as f64),
                 round_trips: round_trips(&v),
+                lanes: adaptive_lanes(&v),
                 error: None,
             }
         }
@@ -427,6 +456,18 @@ mod tests {
         assert_eq!(o.bytes, Some(16 << 20));
         assert_eq!(o.retransmits, Some(4));
         assert_eq!(o.rtt_ms, Some(22.0));
+        assert_eq!(o.lanes, None, "a fixed count");
+        let auto = r#"{"received_bytes": 1, "adaptive_lanes": {"initial_lanes": 8, "final_lanes": 12,
+            "peak_lanes": 18, "decisions": [
+              {"action": {"kind": "add", "lanes": 4}, "lanes": 12, "reason": "baseline"},
+              {"action": {"kind": "add", "lanes": 6}, "lanes": 18, "reason": "goodput_rose"},
+              {"action": {"kind": "retire", "lanes": 6}, "lanes": 12, "reason": "no_gain"},
+              {"action": {"kind": "hold"}, "lanes": 12, "reason": "holding"}]}}"#;
+        let o = parse_outcome(&c[0], auto, "", true, 2.5);
+        assert_eq!(
+            o.lanes.as_deref(),
+            Some("8→12→18→12 final 12 peak 18 (no_gain)")
+        );
         assert!(parse_outcome(&c[0], "", "xfer: boom\n", false, 1.0)
             .error
             .is_some_and(|e| e.contains("boom")));
