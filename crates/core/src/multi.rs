@@ -386,6 +386,7 @@ impl MultiSource {
                         inner,
                         validator: info.and_then(|i| i.range_validator().map(str::to_string)),
                         req: None,
+                        twin: false,
                     });
                 }
                 Err(e) => {
@@ -725,10 +726,16 @@ struct MultiLane {
     validator: Option<String>,
     /// The request as this source gets it.
     req: Option<RangeRequest>,
+    /// A second handle on another lane's connection ([`Lane::twin`]): it holds no slot of its
+    /// own and never moves.
+    twin: bool,
 }
 
 impl Drop for MultiLane {
     fn drop(&mut self) {
+        if self.twin {
+            return;
+        }
         let mut pool = self.multi.lock();
         if let Some(s) = pool.sources[self.source].slots.get_mut(self.slot) {
             *s = false;
@@ -739,6 +746,9 @@ impl Drop for MultiLane {
 impl MultiLane {
     /// Move to a source that is below its share, when this one is above it or failing.
     async fn rebalance(&mut self) {
+        if self.twin {
+            return;
+        }
         let target = self.multi.lock().better_than(self.source);
         if target.is_none() {
             return;
@@ -812,6 +822,23 @@ impl Lane for MultiLane {
 
     fn first_round_trips(&self) -> Option<RoundTrips> {
         self.inner.first_round_trips()
+    }
+
+    fn twin(&mut self) -> Option<Box<dyn Lane>> {
+        // Lanes move between sources only when there are several, and then none asks ahead.
+        if self.multi.lock().sources.len() > 1 {
+            return None;
+        }
+        let inner = self.inner.twin()?;
+        Some(Box::new(MultiLane {
+            multi: self.multi.clone(),
+            source: self.source,
+            slot: self.slot,
+            inner,
+            validator: self.validator.clone(),
+            req: None,
+            twin: true,
+        }))
     }
 }
 

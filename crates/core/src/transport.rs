@@ -220,6 +220,14 @@ pub trait Lane: Send {
         None
     }
 
+    /// A second handle on this lane's connection, for the request the engine sends ahead:
+    /// its request goes out at once, behind this handle's (HTTP/1.1 pipelining), and its
+    /// answer is read once the body before it has ended. `None` (the default) when the
+    /// connection cannot carry a second request; the engine then opens another lane for it.
+    fn twin(&mut self) -> Option<Box<dyn Lane>> {
+        None
+    }
+
     /// Send a whole file in one request, for the server to check against `sha256` and store.
     fn put_whole<'a>(
         &'a mut self,

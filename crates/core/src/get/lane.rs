@@ -119,8 +119,9 @@ struct Ended {
 ///
 /// A lane carries at most two attempts: the one whose body it reads, and the next, whose
 /// request it sends when the driver grants it after [`LaneEvent::Ahead`]. The second goes out
-/// on a second connection (HTTP/1.1 cannot pipeline) or another stream, and its body is read
-/// only after the first ends, so memory stays what the socket or stream window holds.
+/// on the same connection where it can ([`Lane::twin`]: HTTP/1.1 pipelining), else on another
+/// stream or connection, and its body is read only after the first ends, so memory stays what
+/// the socket or stream window holds.
 pub(super) async fn run(
     ctx: Arc<LaneContext>,
     lane: LaneIndex,
@@ -155,10 +156,25 @@ pub(super) async fn run(
                 } else {
                     None
                 };
+                let mut conn = spare.pop();
+                if ctx.ahead && current.is_none() && spare.is_empty() {
+                    // The request sent ahead rides this connection when it can (pipelined):
+                    // the lane is opened here, not in the attempt, so its twin can stay in
+                    // `spare` for that request; both return there afterwards.
+                    if conn.is_none() {
+                        conn = tokio::select! {
+                            opened = ctx.transport.open_lane(lane) => opened.ok(),
+                            _ = ctx.stop.cancelled() => return,
+                        };
+                    }
+                    if let Some(twin) = conn.as_mut().and_then(|c| c.twin()) {
+                        spare.push(twin);
+                    }
+                }
                 let fut = Box::pin(attempt(
                     Arc::clone(&ctx),
                     lane,
-                    spare.pop(),
+                    conn,
                     w,
                     wait,
                     first.take(),

@@ -7,11 +7,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
-use xfer_core::digest::CONTENT_DIGEST;
 use xfer_core::transport::{BoxFuture, RangeBody};
 use xfer_core::{Sha256Digest, TransferError};
 
 use crate::client::errors::chain;
+use crate::client::response::trailer_content_digest;
 use crate::client::transport::{Inner, ShareTicket};
 
 /// A response body that must deliver exactly `expected` bytes.
@@ -91,18 +91,14 @@ impl HttpRangeBody {
                 Err(frame) => frame,
             };
             if let Ok(trailers) = frame.into_trailers() {
-                if let Some(v) = trailers.get(CONTENT_DIGEST) {
-                    let parsed = v.to_str().map_err(|e| e.to_string()).and_then(|s| {
-                        Sha256Digest::from_header_value(s).map_err(|e| e.to_string())
-                    });
-                    match parsed {
-                        Ok(d) => self.digest = d,
-                        Err(e) => {
-                            return Err(TransferError::Protocol {
-                                peer: self.peer.clone(),
-                                message: format!("{}: bad content-digest trailer: {e}", self.what),
-                            })
-                        }
+                match trailer_content_digest(&trailers) {
+                    Ok(None) => {}
+                    Ok(d) => self.digest = d,
+                    Err(e) => {
+                        return Err(TransferError::Protocol {
+                            peer: self.peer.clone(),
+                            message: format!("{}: {e}", self.what),
+                        })
                     }
                 }
             }

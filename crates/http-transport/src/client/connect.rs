@@ -46,10 +46,24 @@ impl Sender {
     }
 }
 
+/// A byte stream a connection runs on: TCP, or TLS over TCP.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// An HTTP/1.1 connection's stream handed back by hyper once its request half was dropped
+/// between two requests, with the bytes hyper had read past the last response.
+pub(crate) struct RawIo {
+    pub io: Box<dyn Io>,
+    pub read_buf: bytes::Bytes,
+}
+
 /// A connection ready for requests.
 pub(crate) struct Connection {
     pub origin: Origin,
     pub sender: Sender,
+    /// HTTP/1.1: the stream, once `sender` is dropped and the last response has been read
+    /// (for the pipelined lanes, which hyper cannot drive).
+    pub raw: Option<tokio::sync::oneshot::Receiver<RawIo>>,
     /// The socket's statistics, to be filed under a connection index by the caller (which
     /// only knows the index once it knows the protocol ALPN picked).
     pub record: Arc<Mutex<SocketRecord>>,
@@ -147,7 +161,7 @@ pub(crate) async fn connect(
         tcp: 1,
         ..RoundTrips::default()
     };
-    let sender = match origin.security {
+    let (sender, raw) = match origin.security {
         Security::Plain => {
             let h2 = p.version == HttpVersion::Http2;
             tokio::time::timeout_at(deadline, handshake(p, &peer, metered, h2))
@@ -187,6 +201,7 @@ pub(crate) async fn connect(
     Ok(Connection {
         origin: origin.clone(),
         sender,
+        raw,
         record,
         setup: Setup {
             handshakes,
@@ -195,12 +210,24 @@ pub(crate) async fn connect(
     })
 }
 
+type Handshaken = (Sender, Option<tokio::sync::oneshot::Receiver<RawIo>>);
+
+/// A hyper HTTP/1.1 connection again over a stream a pipelined lane let go of between two
+/// requests, so the next lane (the next file of a tree) can take it from the idle pool.
+pub(crate) async fn rehandshake_http1(
+    p: &ConnectParams<'_>,
+    peer: &str,
+    io: Box<dyn Io>,
+) -> Result<Handshaken, TransferError> {
+    handshake(p, peer, io, false).await
+}
+
 async fn handshake<I>(
     p: &ConnectParams<'_>,
     peer: &str,
     io: I,
     h2: bool,
-) -> Result<Sender, TransferError>
+) -> Result<Handshaken, TransferError>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -216,7 +243,7 @@ where
                 tracing::debug!(%peer, error = %chain(&e), "h2 connection ended");
             }
         });
-        Ok(Sender::H2(sender))
+        Ok((Sender::H2(sender), None))
     } else {
         let (sender, conn) = http1::Builder::new()
             .max_buf_size(H1_MAX_READ_BUF)
@@ -227,12 +254,25 @@ where
             .await
             .map_err(|e| from_hyper(peer, "http/1.1 handshake", &e))?;
         let peer = peer.to_string();
+        let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %chain(&e), "http/1.1 connection ended");
+            // Without shutdown, the stream outlives hyper's dispatcher: a pipelined lane may
+            // take it over; when none wants it, it is shut down here as hyper would have.
+            match conn.without_shutdown().await {
+                Ok(parts) => {
+                    let raw = RawIo {
+                        io: Box::new(parts.io.into_inner()),
+                        read_buf: parts.read_buf,
+                    };
+                    if let Err(mut unwanted) = tx.send(raw) {
+                        use tokio::io::AsyncWriteExt as _;
+                        let _ = unwanted.io.shutdown().await;
+                    }
+                }
+                Err(e) => tracing::debug!(%peer, error = %chain(&e), "http/1.1 connection ended"),
             }
         });
-        Ok(Sender::H1(sender))
+        Ok((Sender::H1(sender), Some(rx)))
     }
 }
 

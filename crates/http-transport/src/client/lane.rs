@@ -14,6 +14,7 @@ use xfer_core::TransferError;
 use crate::client::body::HttpRangeBody;
 use crate::client::connect::{self, Connection, Sender, Setup};
 use crate::client::errors::from_hyper;
+use crate::client::pipeline::PipedLane;
 use crate::client::req_body::{BodySource, ReqBody};
 use crate::client::response::{check_range_head, header_str, is_redirect, Ctx};
 use crate::client::target::Target;
@@ -34,6 +35,9 @@ pub(crate) struct HttpLane {
     created: std::time::Instant,
     /// How its first request reached its response head.
     first: Option<RoundTrips>,
+    /// HTTP/1.1 with requests sent ahead: the lane's connection, pipelined, shared with its
+    /// twin; range requests go there once it exists.
+    piped: Option<PipedLane>,
 }
 
 impl Drop for HttpLane {
@@ -63,6 +67,7 @@ impl HttpLane {
             own: None,
             created: std::time::Instant::now(),
             first: None,
+            piped: None,
         }
     }
 
@@ -285,7 +290,10 @@ impl HttpLane {
             .ok_or_else(|| TransferError::Config("lane has no connection".into()))
     }
 
-    async fn fetch_range(&mut self, req: &RangeRequest) -> Result<HttpRangeBody, TransferError> {
+    pub(crate) async fn fetch_range(
+        &mut self,
+        req: &RangeRequest,
+    ) -> Result<HttpRangeBody, TransferError> {
         let target = self.inner.target();
         let url = target.to_string();
         if req.range.is_empty() || req.range.end > req.expected_size {
@@ -331,9 +339,31 @@ impl Lane for HttpLane {
         req: &'a RangeRequest,
     ) -> BoxFuture<'a, Result<Box<dyn RangeBody + 'a>, TransferError>> {
         Box::pin(async move {
+            if let Some(piped) = self.piped.as_mut() {
+                let body = piped.fetch_range(req).await?;
+                return Ok(body as Box<dyn RangeBody + 'a>);
+            }
             let body = self.fetch_range(req).await?;
             Ok(Box::new(body) as Box<dyn RangeBody + 'a>)
         })
+    }
+
+    fn twin(&mut self) -> Option<Box<dyn Lane>> {
+        if self.inner.mode() != Some(Mode::H1) {
+            return None;
+        }
+        let piped = match self.piped.as_mut() {
+            Some(p) => p,
+            None => {
+                let own = self
+                    .own
+                    .take()
+                    .filter(|c| c.origin == self.inner.target().origin);
+                self.piped
+                    .insert(PipedLane::new(self.inner.clone(), self.index, own))
+            }
+        };
+        Some(Box::new(piped.share()))
     }
 
     fn label(&self) -> String {
@@ -360,6 +390,7 @@ impl Lane for HttpLane {
 
     fn first_round_trips(&self) -> Option<RoundTrips> {
         self.first
+            .or_else(|| self.piped.as_ref().and_then(|p| p.first_round_trips()))
     }
 
     fn put_whole<'a>(

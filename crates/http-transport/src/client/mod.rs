@@ -13,7 +13,8 @@
 //!       ├─sibling(url)─► another resource, the same connections (HTTP/2 slots, parked
 //!       │                HTTP/1.1 connections)
 //!       └─open_lane(i)─► HttpLane ─fetch()─► GET Range / If-Range / Want-Content-Digest
-//!             HTTP/1.1: connection i (keep-alive, reconnect on failure)
+//!             HTTP/1.1: connection i (keep-alive, reconnect on failure); with request
+//!                       ahead, its twin pipelines on it (pipeline/)
 //!             HTTP/2:   stream slot on shared connection (i / K) mod M; with the default
 //!                       layout, spread over more connections once loss is seen
 //!                       (loss_spread.rs)
@@ -38,6 +39,7 @@ mod first;
 mod lane;
 mod listing;
 mod loss_spread;
+mod pipeline;
 mod req_body;
 mod response;
 mod stats;

@@ -24,6 +24,19 @@ pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
     header_str(headers, header::CONTENT_LENGTH).and_then(|v| v.parse().ok())
 }
 
+/// The `sha-256` of a `Content-Digest` trailer section, if any; a malformed one is an error
+/// message for the caller's context.
+pub(crate) fn trailer_content_digest(trailers: &HeaderMap) -> Result<Option<Sha256Digest>, String> {
+    match trailers.get(xfer_core::digest::CONTENT_DIGEST) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map_err(|e| e.to_string())
+            .and_then(|s| Sha256Digest::from_header_value(s).map_err(|e| e.to_string()))
+            .map_err(|e| format!("bad content-digest trailer: {e}")),
+    }
+}
+
 /// The `sha-256` of `Repr-Digest`, if any; a malformed one is a protocol error.
 pub(crate) fn repr_digest(
     headers: &HeaderMap,

@@ -74,7 +74,13 @@ pub(crate) struct Pool {
     stats: StatsRegistry,
     /// HTTP/2: how many connections the lanes use, growing once loss is seen.
     spread: LossSpread,
+    /// HTTP/1.1: pipelined requests the server dropped without announcing it.
+    pipeline_losses: std::sync::atomic::AtomicU32,
 }
+
+/// Pipelined requests lost (the server closed without `Connection: close`) before the lanes
+/// stop pipelining to this server and send one request at a time.
+const PIPELINE_LOSSES_TOLERATED: u32 = 3;
 
 /// Idle HTTP/1.1 connections kept for reuse; more are closed.
 const MAX_IDLE: usize = 256;
@@ -245,6 +251,19 @@ impl Inner {
         }
     }
 
+    /// A pipelined request got no answer though the server had not announced the end.
+    pub fn note_pipeline_loss(&self) {
+        let n = self.pool.pipeline_losses.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == PIPELINE_LOSSES_TOLERATED {
+            tracing::warn!(peer = %self.target().origin.peer(), "the server drops pipelined requests; sending one request at a time on each connection");
+        }
+    }
+
+    /// Whether the server mishandles pipelining.
+    pub fn pipelining_suspect(&self) -> bool {
+        self.pool.pipeline_losses.load(Ordering::Relaxed) >= PIPELINE_LOSSES_TOLERATED
+    }
+
     fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
         self.pool.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -364,6 +383,7 @@ impl HttpTransport {
                     idle: Mutex::new(Vec::new()),
                     stats: StatsRegistry::default(),
                     spread,
+                    pipeline_losses: Default::default(),
                 }),
             }),
             duplicates: Arc::default(),
@@ -657,7 +677,9 @@ impl Transport for HttpTransport {
                     !h2.adaptive_window && h2.connection_window >= 2 * lanes * h2.stream_window;
                 room.then_some(true)
             }
-            _ => Some(false),
+            // Pipelined on the lane's own connection (see `pipeline`).
+            Some(Mode::H1) => Some(true),
+            None => Some(false),
         }
     }
 

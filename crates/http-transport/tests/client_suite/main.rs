@@ -5,6 +5,7 @@ mod support;
 
 mod basics;
 mod failures;
+mod pipelining;
 mod startup;
 mod tls;
 mod xfer_server;
