@@ -91,6 +91,26 @@ pub(super) struct LaneContext {
     pub open_attempts: u32,
     /// Cancelled when the transfer stops.
     pub stop: CancellationToken,
+    /// The shortest request-to-head time seen, in nanoseconds (`u64::MAX` before any): the
+    /// path's response latency, for when to ask ahead. A request sent ahead cannot measure it
+    /// (its answer queues behind the body before it), nor can one that opened a connection.
+    pub latency_ns: std::sync::atomic::AtomicU64,
+}
+
+impl LaneContext {
+    fn note_latency(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.latency_ns
+            .fetch_min(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The path's response latency as measured so far, else `fallback`.
+    fn latency(&self, fallback: Duration) -> Duration {
+        match self.latency_ns.load(std::sync::atomic::Ordering::Relaxed) {
+            u64::MAX => fallback,
+            ns => Duration::from_nanos(ns),
+        }
+    }
 }
 
 /// How a lane begins: with nothing, with a connection opened while the first request learned
@@ -477,6 +497,11 @@ async fn fetch(
             _ = cancel.cancelled() => return Fetched::cancelled(),
         },
     };
+    // A pipelined answer waited for the body before it: its time says nothing of the path.
+    if wait.is_none() {
+        ctx.note_latency(latency);
+    }
+    let latency = ctx.latency(latency);
     if let Some(wait) = wait {
         tokio::select! {
             _ = wait => {}

@@ -499,6 +499,7 @@ impl Download {
             progress: self.progress.clone(),
             open_attempts: cfg.lane_open_attempts.max(1),
             stop: CancellationToken::new(),
+            latency_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
         };
         // The first request's measure of a round trip, for the controller's windows.
         let rtt = starts.first().and_then(|s| s.first.as_ref()).map(|f| f.1);
