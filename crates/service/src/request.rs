@@ -54,6 +54,16 @@ impl Method {
         }
     }
 
+    /// Whether the request may be acted on when it arrived as TLS or QUIC early data, which
+    /// an attacker can replay (RFC 8470): repeating it must change nothing. Reads are; uploads,
+    /// copies and deletions are not, and get `425 Too Early` instead.
+    pub fn replay_safe(&self) -> bool {
+        matches!(
+            self,
+            Self::Get | Self::Head | Self::Options | Self::Propfind | Self::List
+        )
+    }
+
     /// The method as HTTP spells it, for logs.
     pub fn as_str(&self) -> &str {
         match self {
