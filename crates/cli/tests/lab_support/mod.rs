@@ -25,7 +25,7 @@ pub fn prerequisites(test: &str) -> bool {
 }
 
 /// Kills `xfer serve` even when an assertion fails first.
-pub struct Server(Child);
+pub struct Server(pub Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -52,7 +52,7 @@ pub fn serve_plain(lab: &Lab, dir: &Path, addr: SocketAddr) -> Server {
 }
 
 /// Waits until something accepts TCP connections at `addr`, seen from the client namespace.
-fn wait_for_listener(lab: &Lab, addr: SocketAddr) {
+pub fn wait_for_listener(lab: &Lab, addr: SocketAddr) {
     for _ in 0..100 {
         let connected = lab
             .spawn_in_client(move || {

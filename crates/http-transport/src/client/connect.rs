@@ -64,6 +64,9 @@ pub(crate) struct Setup {
     pub ready: std::time::Instant,
     /// The connection began with TLS early data: how its handshake ended, once it has.
     pub early: Option<Outcome>,
+    /// The socket asked for TCP Fast Open: whether its SYN carried data the server took is
+    /// known from `TCP_INFO` once the SYN-ACK is in.
+    pub fast_open: Option<Arc<Mutex<SocketRecord>>>,
 }
 
 impl Setup {
@@ -83,6 +86,13 @@ impl Setup {
     /// none when the server took the data, and a whole one when it refused it.
     fn handshakes(&self) -> RoundTrips {
         let mut rt = self.handshakes;
+        if let Some(record) = &self.fast_open {
+            // The SYN carried the ClientHello and the server took it: TCP's round trip was
+            // TLS's.
+            if record.lock().is_ok_and(|r| r.syn_data_acked()) {
+                rt.tcp = 0;
+            }
+        }
         if let Some(ended) = self.early.as_ref().and_then(Outcome::get) {
             (rt.handshake, rt.tls) = match ended {
                 e if e.accepted => (0, TlsStart::EarlyData),
@@ -151,7 +161,9 @@ pub(crate) async fn connect(
         if left.is_zero() {
             break;
         }
-        match tcp::connect(addr, p.tcp, left).await {
+        // Fast Open only under TLS: a ClientHello delivered twice does no harm.
+        let fast_open = origin.security == Security::Tls;
+        match tcp::connect_fast_open(addr, p.tcp, left, fast_open).await {
             Ok(ok) => {
                 connected = Some(ok);
                 break;
@@ -171,6 +183,7 @@ pub(crate) async fn connect(
     };
     let metered = MeteredTcp::new(stream, peer.clone(), applied);
     let record = metered.record();
+    let fast_open = (origin.security == Security::Tls && p.tcp.fast_open).then(|| record.clone());
 
     let mut handshakes = RoundTrips {
         tcp: 1,
@@ -233,6 +246,7 @@ pub(crate) async fn connect(
             handshakes,
             ready: std::time::Instant::now(),
             early,
+            fast_open,
         },
     })
 }

@@ -310,6 +310,17 @@ fn listen(addr: SocketAddr, cfg: &ServerConfig) -> Result<TcpListener, ServerErr
     }
     crate::tcp::apply_listener(&socket, &cfg.tcp)
         .map_err(|source| ServerError::Tcp { addr, source })?;
+    // Under TLS only: what rides in a SYN is then a ClientHello, harmless if delivered twice.
+    if cfg.tls.is_some() && cfg.tcp.fast_open && cfg.tcp.fast_open_queue > 0 {
+        match crate::tcp::enable_fast_open_listener(&socket, cfg.tcp.fast_open_queue) {
+            Ok(()) if !crate::tcp::fast_open_server_enabled() => tracing::info!(
+                "TCP Fast Open is asked for but net.ipv4.tcp_fastopen lacks 0x2 (server): \
+                 clients pay TCP's round trip (sysctl -w net.ipv4.tcp_fastopen=3)"
+            ),
+            Ok(()) => {}
+            Err(e) => tracing::warn!(error = %e, "TCP Fast Open not available on the listener"),
+        }
+    }
     socket.bind(&addr.into()).map_err(bind_err)?;
     socket.listen(1024).map_err(bind_err)?;
     socket.set_nonblocking(true).map_err(bind_err)?;
