@@ -13,74 +13,35 @@
 #[allow(dead_code)]
 mod lab_support;
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
-use std::process::Stdio;
+use std::path::Path;
 use std::time::Duration;
 
-use lab_support::{prerequisites, wait_for_listener, Server};
+use lab_support::{get_json, prerequisites, serve};
 use xfer_lab::{cleanup, HostProfile, Lab, LabConfig, LinkConfig};
 
 const PORT: u16 = 9451;
 const SIZE: u64 = 16 << 20;
-
-/// `xfer serve --self-signed` in the server namespace, certificate in `certs`.
-fn serve_tls(
-    lab: &Lab,
-    dir: &std::path::Path,
-    certs: &std::path::Path,
-    addr: SocketAddr,
-) -> Server {
-    let child = lab
-        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
-        .arg("serve")
-        .arg(dir)
-        .args(["--self-signed", "--no-quic", "--listen", &addr.to_string()])
-        .arg("--cert-dir")
-        .arg(certs)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting xfer serve: {e}"));
-    let server = Server(child);
-    wait_for_listener(lab, addr);
-    server
-}
 
 /// The round trips of every lane after the first that reported some, from one
 /// `xfer get --json -c 4 EXTRA` of the synthetic resource.
 fn later_lanes(
     lab: &Lab,
     addr: SocketAddr,
-    certs: &std::path::Path,
-    out: &std::path::Path,
+    certs: &Path,
+    out: &Path,
     extra: &[&str],
 ) -> Vec<serde_json::Value> {
     let url = format!("https://{addr}/.xfer/synthetic?size={SIZE}&seed=3");
-    let o = lab
-        .command_in_client(env!("CARGO_BIN_EXE_xfer"))
-        .args(["get", &url, "-o"])
-        .arg(out)
-        .arg("--ca-cert")
-        .arg(certs.join("cert.pem"))
-        .args([
-            "--overwrite",
-            "--json",
-            "--quiet",
-            "-c",
-            "4",
-            "--chunk-size",
-            "1MiB",
-        ])
-        .args(extra)
-        .output()
-        .unwrap_or_else(|e| panic!("running xfer get: {e}"));
-    assert!(
-        o.status.success(),
-        "xfer get {extra:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("xfer get {extra:?} printed no JSON report: {e}"));
+    let ca = certs.join("cert.pem");
+    let mut args: Vec<&OsStr> = vec![url.as_ref(), "-o".as_ref(), out.as_os_str()];
+    args.extend(["--ca-cert".as_ref(), ca.as_os_str()]);
+    for a in ["--overwrite", "-c", "4", "--chunk-size", "1MiB"] {
+        args.push(a.as_ref());
+    }
+    args.extend(extra.iter().map(|a| OsStr::new(*a)));
+    let report = get_json(lab, &args);
     assert_eq!(report["size"].as_u64(), Some(SIZE));
     let lanes: Vec<serde_json::Value> = report["lanes"]
         .as_array()
@@ -126,7 +87,13 @@ fn later_connections_need_one_round_trip_with_fast_open_and_early_data() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
         let certs = dir.path().join("certs");
         let addr = SocketAddr::new(lab.server_addr(), PORT);
-        let _server = serve_tls(&lab, dir.path(), &certs, addr);
+        let tls: [&OsStr; 4] = [
+            "--self-signed".as_ref(),
+            "--no-quic".as_ref(),
+            "--cert-dir".as_ref(),
+            certs.as_os_str(),
+        ];
+        let _server = serve(&lab, dir.path(), addr, &tls);
         let out = dir.path().join("out.bin");
 
         // The first run leaves a Fast Open cookie in the client namespace's kernel.

@@ -94,6 +94,12 @@ impl Fixture {
         self.dir.path().join("root")
     }
 
+    /// The server on `listen` with early data at its default size.
+    async fn serve(&self, listen: SocketAddr) -> Result<Served, BoxError> {
+        let size = xfer_http::server::DEFAULT_MAX_EARLY_DATA;
+        Served::start(&self.root(), &self.cert, listen, size).await
+    }
+
     fn transport(
         &self,
         addr: SocketAddr,
@@ -157,13 +163,7 @@ async fn later_lanes(
 #[tokio::test]
 async fn later_connections_send_their_first_read_as_early_data() -> TestResult {
     let fx = Fixture::new(8 << 20)?;
-    let srv = Served::start(
-        &fx.root(),
-        &fx.cert,
-        "127.0.0.1:0".parse()?,
-        xfer_http::server::DEFAULT_MAX_EARLY_DATA,
-    )
-    .await?;
+    let srv = fx.serve("127.0.0.1:0".parse()?).await?;
     for version in [HttpVersion::Http1, HttpVersion::Http2] {
         let t = fx.transport(srv.addr, version, 8)?;
         let counts = later_lanes(&fx, &t, 8).await?;
@@ -190,13 +190,7 @@ async fn later_connections_send_their_first_read_as_early_data() -> TestResult {
 #[tokio::test]
 async fn early_data_off_on_the_client_resumes_without_it() -> TestResult {
     let fx = Fixture::new(1 << 20)?;
-    let srv = Served::start(
-        &fx.root(),
-        &fx.cert,
-        "127.0.0.1:0".parse()?,
-        xfer_http::server::DEFAULT_MAX_EARLY_DATA,
-    )
-    .await?;
+    let srv = fx.serve("127.0.0.1:0".parse()?).await?;
     let mut cfg = client_cfg(HttpVersion::Http1);
     cfg.tls.ca_certs = vec![fx.cert.cert_path.clone()];
     cfg.early_data = false;
@@ -215,47 +209,33 @@ async fn early_data_off_on_the_client_resumes_without_it() -> TestResult {
 
 #[tokio::test]
 async fn early_data_a_restarted_server_refuses_is_sent_again() -> TestResult {
-    let fx = Fixture::new(1 << 20)?;
-    let first = Served::start(
-        &fx.root(),
-        &fx.cert,
-        "127.0.0.1:0".parse()?,
-        xfer_http::server::DEFAULT_MAX_EARLY_DATA,
-    )
-    .await?;
-    let addr = first.addr;
-    let t = fx.transport(addr, HttpVersion::Http1, 2)?;
-    let chunk = fx.data.len() as u64 / 2;
-    let mut opened = t
-        .open_first(
-            0,
-            FirstRequest {
-                len: chunk,
-                want_digest: false,
-            },
-        )
-        .await?;
-    let mut body = opened.first.take().ok_or("no first body")?;
-    read_all(body.body.as_mut()).await?;
-    drop(body);
-    // The same address and certificate, a new process's session cache: the tickets the
-    // client holds allow early data but name sessions this server never saw. The second
-    // server takes early data itself, so the refusal is the ticket's, not the setting's.
-    first.stop().await?;
-    let _second = Served::start(
-        &fx.root(),
-        &fx.cert,
-        addr,
-        xfer_http::server::DEFAULT_MAX_EARLY_DATA,
-    )
-    .await?;
-    let mut lane = t.open_lane(1).await?;
-    let req = range_req(&opened.info, chunk..2 * chunk);
-    let (bytes, _) = fetch(lane.as_mut(), &req).await?;
-    assert_eq!(bytes, fx.data[chunk as usize..]);
-    let rt = lane.first_round_trips().ok_or("no round trips")?;
-    assert_eq!(rt.tls, TlsStart::EarlyDataRefused, "{rt}");
-    assert_eq!((rt.tcp, rt.handshake, rt.requests), (1, 1, 1), "{rt}");
+    // The same address and certificate, a new process's session cache: the tickets the client
+    // holds allow early data but name sessions this server never saw. Once with a server that
+    // takes early data (the ticket is refused), once with one that has it off.
+    for early_size in [xfer_http::server::DEFAULT_MAX_EARLY_DATA, 0] {
+        let fx = Fixture::new(1 << 20)?;
+        let first = fx.serve("127.0.0.1:0".parse()?).await?;
+        let addr = first.addr;
+        let t = fx.transport(addr, HttpVersion::Http1, 2)?;
+        let chunk = fx.data.len() as u64 / 2;
+        let first_request = FirstRequest {
+            len: chunk,
+            want_digest: false,
+        };
+        let mut opened = t.open_first(0, first_request).await?;
+        let mut body = opened.first.take().ok_or("no first body")?;
+        read_all(body.body.as_mut()).await?;
+        drop(body);
+        first.stop().await?;
+        let _second = Served::start(&fx.root(), &fx.cert, addr, early_size).await?;
+        let mut lane = t.open_lane(1).await?;
+        let req = range_req(&opened.info, chunk..2 * chunk);
+        let (bytes, _) = fetch(lane.as_mut(), &req).await?;
+        assert_eq!(bytes, fx.data[chunk as usize..], "early data {early_size}");
+        let rt = lane.first_round_trips().ok_or("no round trips")?;
+        assert_eq!(rt.tls, TlsStart::EarlyDataRefused, "{early_size}: {rt}");
+        assert_eq!((rt.tcp, rt.handshake, rt.requests), (1, 1, 1), "{rt}");
+    }
     Ok(())
 }
 
@@ -314,13 +294,7 @@ fn answer_to_early_request(
 #[tokio::test]
 async fn the_server_answers_early_reads_at_once_and_refuses_early_uploads_with_425() -> TestResult {
     let fx = Fixture::new(1 << 16)?;
-    let srv = Served::start(
-        &fx.root(),
-        &fx.cert,
-        "127.0.0.1:0".parse()?,
-        xfer_http::server::DEFAULT_MAX_EARLY_DATA,
-    )
-    .await?;
+    let srv = fx.serve("127.0.0.1:0".parse()?).await?;
     let (addr, cert) = (srv.addr, fx.cert.cert_path.clone());
     let get = tokio::task::spawn_blocking(move || {
         answer_to_early_request(
