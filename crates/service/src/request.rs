@@ -184,3 +184,19 @@ impl Request {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Method;
+
+    #[test]
+    fn only_reads_are_replay_safe() {
+        for name in ["GET", "HEAD", "OPTIONS", "PROPFIND"] {
+            assert!(Method::from_name(name).replay_safe(), "{name}");
+        }
+        assert!(Method::List.replay_safe());
+        for name in ["PUT", "POST", "PATCH", "DELETE", "COPY", "MOVE", "get"] {
+            assert!(!Method::from_name(name).replay_safe(), "{name}");
+        }
+    }
+}

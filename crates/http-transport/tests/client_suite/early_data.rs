@@ -320,3 +320,43 @@ async fn the_server_answers_early_reads_at_once_and_refuses_early_uploads_with_4
     assert!(!fx.root().join("new.bin").exists());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_proxy_that_forwarded_early_data_gets_425_for_an_upload() -> TestResult {
+    let fx = Fixture::new(1 << 10)?;
+    let mut cfg = ServerConfig::new(fx.root());
+    cfg.listen = "127.0.0.1:0".parse()?;
+    let server = HttpServer::bind(cfg).await?;
+    let addr = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+    let answer = tokio::task::spawn_blocking(move || -> Result<Vec<String>, BoxError> {
+        let mut heads = Vec::new();
+        for request in [
+            &b"PUT /new.bin HTTP/1.1\r\nhost: a\r\nearly-data: 1\r\ncontent-length: 2\r\n\r\nhi"[..],
+            &b"GET /data.bin HTTP/1.1\r\nhost: a\r\nearly-data: 1\r\nconnection: close\r\n\r\n"[..],
+        ] {
+            let mut sock = std::net::TcpStream::connect(addr)?;
+            sock.set_read_timeout(Some(std::time::Duration::from_secs(20)))?;
+            sock.write_all(request)?;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = sock.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            heads.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        Ok(heads)
+    })
+    .await??;
+    let _ = stop.send(());
+    assert!(answer[0].starts_with("HTTP/1.1 425"), "{}", answer[0]);
+    assert!(answer[1].starts_with("HTTP/1.1 200"), "{}", answer[1]);
+    Ok(())
+}
