@@ -278,8 +278,16 @@ where
             if n > 0 {
                 return Poll::Ready(Ok(n));
             }
-            // Its buffer is full: wait until the socket takes some.
-            ready!(this.poll_send(cx))?;
+            if this.conn.wants_write() {
+                // Its buffer is full: wait until the socket takes some.
+                ready!(this.poll_send(cx))?;
+                continue;
+            }
+            // Nothing to send, yet no room: rustls holds application data until the handshake
+            // completes (no 0.5-RTT data, e.g. with client authentication), so read on.
+            if !ready!(this.poll_receive(cx))? {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            }
         }
     }
 
