@@ -360,3 +360,32 @@ async fn a_proxy_that_forwarded_early_data_gets_425_for_an_upload() -> TestResul
     assert!(answer[1].starts_with("HTTP/1.1 200"), "{}", answer[1]);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_read_answered_425_is_sent_again_on_a_new_connection() -> TestResult {
+    let data = crate::support::pattern(10_000);
+    let script = crate::support::Script::new(data.clone());
+    script
+        .too_early
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let srv = crate::support::TestServer::start(crate::support::Wire::Tls, script).await?;
+    let mut cfg = client_cfg(HttpVersion::Http1);
+    cfg.tls.ca_certs = srv.cert.iter().cloned().collect();
+    let t = HttpTransport::new(&srv.url("/file"), cfg)?;
+    let info = t.stat().await?;
+    assert_eq!(info.size, 10_000);
+    let methods: Vec<_> = srv
+        .script
+        .requests()
+        .into_iter()
+        .map(|r| r.method)
+        .collect();
+    assert_eq!(methods, vec![http::Method::HEAD, http::Method::HEAD]);
+    assert_eq!(
+        srv.script
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
+    Ok(())
+}
