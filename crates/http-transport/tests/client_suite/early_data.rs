@@ -389,3 +389,76 @@ async fn a_read_answered_425_is_sent_again_on_a_new_connection() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_upload_on_an_http2_connection_that_began_with_early_data_waits_for_the_handshake(
+) -> TestResult {
+    let fx = Fixture::new(1 << 16)?;
+    let access = fx.dir.path().join("access.toml");
+    std::fs::write(
+        &access,
+        "[[token]]\nname = \"up\"\ntoken = \"up-token\"\naccess = \"write\"\nprefix = \"/\"\n",
+    )?;
+    let mut cfg = ServerConfig::new(fx.root());
+    cfg.listen = "127.0.0.1:0".parse()?;
+    cfg.tls = Some(Arc::new(xfer_common::tls::server_config(
+        &fx.cert.cert_path,
+        &fx.cert.key_path,
+        &[],
+    )?));
+    cfg.uploads = Some(xfer_service::UploadConfig::default());
+    cfg.access = Arc::new(xfer_service::AccessControl::from_file(&access, true)?);
+    let server = HttpServer::bind(cfg).await?;
+    let upstream = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+    // The second connection's handshake answer comes slowly, so a request written right
+    // after the first would still be early data.
+    let faults = vec![
+        xfer_test_support::Fault::Pass,
+        xfer_test_support::Fault::Throttle {
+            bytes_per_sec: 4000,
+        },
+    ];
+    let proxy = xfer_test_support::FaultProxy::tcp(upstream, faults).await?;
+    let base = format!("https://localhost:{}", proxy.addr().port());
+    let mut ccfg = client_cfg(HttpVersion::Http2);
+    ccfg.tls.ca_certs = vec![fx.cert.cert_path.clone()];
+    ccfg.token = Some(xfer_common::secret::Secret::new("up-token"));
+    // Lanes 0 and 1 on the first connection, 2 and 3 on the second.
+    ccfg.lanes = LaneLayout {
+        connections: Some(2),
+        streams_per_connection: Some(2),
+    };
+    let t = HttpTransport::new(&format!("{base}/data.bin"), ccfg)?;
+    let first = FirstRequest {
+        len: 1024,
+        want_digest: false,
+    };
+    let mut opened = t.open_first(0, first).await?;
+    let mut body = opened.first.take().ok_or("no first body")?;
+    read_all(body.body.as_mut()).await?;
+    drop(body);
+    let mut reader = t.open_lane(2).await?;
+    let uploads = t.sibling(&format!("{base}/new.bin"))?;
+    let mut writer = uploads.open_lane(3).await?;
+    let put = bytes::Bytes::from(vec![7u8; 3000]);
+    let mut h = xfer_core::digest::Sha256Hasher::new();
+    h.update(&put);
+    let req = range_req(&opened.info, 1024..2048);
+    // The read opens the connection with early data; the upload joins it at once.
+    let (read, written) = tokio::join!(
+        fetch(reader.as_mut(), &req),
+        writer.put_whole(put.clone(), h.finish())
+    );
+    let _ = stop.send(());
+    assert_eq!(read?.0, fx.data[1024..2048]);
+    let rt = reader.first_round_trips().ok_or("no round trips")?;
+    assert_eq!(rt.tls, TlsStart::EarlyData, "{rt}");
+    // Sent in early data it would have been answered 425 Too Early.
+    written?;
+    assert_eq!(std::fs::read(fx.root().join("new.bin"))?, put);
+    Ok(())
+}
