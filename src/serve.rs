@@ -152,6 +152,10 @@ impl Servers {
         let mut http_cfg = cfg.http.clone();
         http_cfg.tls = server_tls.clone();
         http_cfg.access = access.clone();
+        if cfg.client_ca.is_some() {
+            // A certificate-authenticated caller is known only once the handshake completes.
+            http_cfg.max_early_data_size = 0;
+        }
         let upload_state = Uploads::default();
         if let Some(up) = &cfg.uploads {
             if !access.policy().allows_writes() {

@@ -107,6 +107,14 @@ pub struct ClientArgs {
     /// Leave Nagle's algorithm on (TCP_NODELAY off).
     #[arg(long)]
     pub no_nodelay: bool,
+    /// Do not use TCP Fast Open (by default a TLS connection puts its ClientHello in the SYN
+    /// once the kernel holds a cookie from an earlier connection to the server).
+    #[arg(long)]
+    pub no_tcp_fastopen: bool,
+    /// Do not send reads as TLS 1.3 early data over TCP (by default a connection that resumes
+    /// a session sends its first GET with the ClientHello). QUIC's 0-RTT is not affected.
+    #[arg(long)]
+    pub no_early_data: bool,
 
     /// Start from hyper's/the spec's HTTP/2 defaults (16 KiB frames, 64 KiB windows), for
     /// comparison; other --h2-* flags still apply on top.
@@ -261,6 +269,12 @@ impl ClientArgs {
         }
         if self.no_nodelay {
             h.tcp.nodelay = false;
+        }
+        if self.no_tcp_fastopen {
+            h.tcp.fast_open = false;
+        }
+        if self.no_early_data {
+            h.early_data = false;
         }
         h.validate().context("invalid HTTP client setting")?;
 

@@ -53,6 +53,14 @@ pub struct ServeArgs {
     /// TCP send buffer per connection (SO_SNDBUF, forced past net.core.wmem_max when root).
     #[arg(long, value_parser = size_arg, default_value = "32MiB", value_name = "SIZE")]
     pub tcp_send_buffer: u64,
+    /// Do not take data in SYNs (TCP Fast Open) on the TLS listener. Taking it also needs
+    /// net.ipv4.tcp_fastopen with bit 0x2 (see xfer doctor).
+    #[arg(long)]
+    pub no_tcp_fastopen: bool,
+    /// Refuse TLS 1.3 early data over TCP (by default reads that arrive in it are answered at
+    /// once and other requests get 425 Too Early). Off anyway with --client-ca.
+    #[arg(long)]
+    pub no_early_data: bool,
     /// TCP congestion control for served connections.
     #[arg(long, value_name = "NAME")]
     pub congestion: Option<String>,
@@ -214,6 +222,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.http.tcp.send_buffer = Some(args.tcp_send_buffer);
     if let Some(cc) = &args.congestion {
         cfg.http.tcp.congestion = Some(cc.clone());
+    }
+    cfg.http.tcp.fast_open = !args.no_tcp_fastopen;
+    if args.no_early_data {
+        cfg.http.max_early_data_size = 0;
     }
     if let Some(v) = args.h2_frame_size {
         cfg.http.http2.max_frame_size = v;

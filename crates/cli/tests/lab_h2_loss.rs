@@ -9,10 +9,11 @@
 
 mod lab_support;
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lab_support::{prerequisites, serve_plain};
+use lab_support::{get_json, prerequisites, serve_plain};
 use xfer_lab::{cleanup, Lab, LabConfig, LinkConfig};
 
 const PORT: u16 = 9449;
@@ -21,23 +22,13 @@ const SIZE: u64 = 40 << 20;
 /// `xfer get --protocol http2 --json EXTRA` of the synthetic file; the parsed report.
 fn get(lab: &Lab, addr: SocketAddr, out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let url = format!("http://{addr}/.xfer/synthetic?size={SIZE}&seed=7");
-    let o = lab
-        .command_in_client(env!("CARGO_BIN_EXE_xfer"))
-        .args(["get", &url, "-o"])
-        .arg(out)
-        .args(["--overwrite", "--json", "--quiet", "--protocol", "http2"])
-        // Many requests, so the client reads its loss signal often (it does per request).
-        .args(["--chunk-size", "1MiB"])
-        .args(extra)
-        .output()
-        .unwrap_or_else(|e| panic!("running xfer get: {e}"));
-    assert!(
-        o.status.success(),
-        "xfer get {extra:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("xfer get {extra:?} printed no JSON report: {e}"));
+    let mut args: Vec<&OsStr> = vec![url.as_ref(), "-o".as_ref(), out.as_os_str()];
+    // Many requests, so the client reads its loss signal often (it does per request).
+    for a in ["--overwrite", "--protocol", "http2", "--chunk-size", "1MiB"] {
+        args.push(a.as_ref());
+    }
+    args.extend(extra.iter().map(|a| OsStr::new(*a)));
+    let report = get_json(lab, &args);
     let meta = std::fs::metadata(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
     assert_eq!(meta.len(), SIZE, "{extra:?}");
     report

@@ -135,7 +135,8 @@ pub enum TlsStart {
     Full,
     /// A resumed session (TLS 1.3 PSK from an earlier connection's ticket).
     Resumed,
-    /// A resumed session whose first request went as early data (QUIC 0-RTT).
+    /// A resumed session whose first request went as early data the server took (TLS 1.3
+    /// early data over TCP, QUIC 0-RTT).
     EarlyData,
     /// The request went as early data, which the server refused (it did not know the
     /// session); it was sent again once the handshake completed.
@@ -147,8 +148,9 @@ pub enum TlsStart {
 /// server that had to complete before the next could begin.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RoundTrips {
-    /// TCP's handshake: 1 for a new TCP connection, 0 for QUIC or a connection that was
-    /// already open before the lane needed it.
+    /// TCP's handshake: 1 for a new TCP connection, 0 for QUIC, a connection that was
+    /// already open before the lane needed it, or one whose SYN carried the ClientHello and
+    /// the server took it (TCP Fast Open).
     pub tcp: u8,
     /// TLS or QUIC handshake round trips before the request could go: 1 for TLS 1.3 (full or
     /// resumed) or QUIC, 2 with a HelloRetryRequest, 0 without TLS, over an open connection,

@@ -165,12 +165,30 @@ pub async fn connect(
     cfg: &TcpConfig,
     timeout: Duration,
 ) -> Result<(TcpStream, AppliedTcp), TcpError> {
+    connect_fast_open(addr, cfg, timeout, false).await
+}
+
+/// [`connect`], with TCP Fast Open when `fast_open` and [`TcpConfig::fast_open`]: when the
+/// kernel holds a cookie for the server, the connection returns at once and the first write
+/// goes out in the SYN. Only for protocols whose first bytes may be delivered twice.
+pub async fn connect_fast_open(
+    addr: SocketAddr,
+    cfg: &TcpConfig,
+    timeout: Duration,
+    fast_open: bool,
+) -> Result<(TcpStream, AppliedTcp), TcpError> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4(),
         SocketAddr::V6(_) => TcpSocket::new_v6(),
     }
     .map_err(|source| TcpError::Connect { peer: addr, source })?;
     let applied = apply_before_connect(&SockRef::from(&socket), cfg)?;
+    if fast_open && cfg.fast_open {
+        if let Err(e) = set_int(&socket, FAST_OPEN_CONNECT, 1) {
+            // Kernels before 4.11: the ordinary handshake.
+            tracing::debug!(error = %e, "TCP_FASTOPEN_CONNECT not available");
+        }
+    }
     match tokio::time::timeout(timeout, socket.connect(addr)).await {
         Ok(Ok(stream)) => Ok((stream, applied)),
         Ok(Err(source)) => Err(TcpError::Connect { peer: addr, source }),
@@ -178,6 +196,63 @@ pub async fn connect(
             peer: addr,
             after: timeout,
         }),
+    }
+}
+
+/// Let a listening socket take data in SYNs (TCP Fast Open, server side), holding up to
+/// `queue` such connections before they are accepted. It takes effect only when
+/// `net.ipv4.tcp_fastopen` has bit 0x2 ([`fast_open_server_enabled`]).
+pub fn enable_fast_open_listener(socket: &impl AsFd, queue: u32) -> Result<(), TcpError> {
+    let queue = i32::try_from(queue).unwrap_or(i32::MAX);
+    set_int(socket, FAST_OPEN, queue).map_err(|source| TcpError::Option {
+        option: "TCP_FASTOPEN",
+        source,
+    })
+}
+
+/// `net.ipv4.tcp_fastopen` of the calling process's network namespace: bit 0x1 lets clients
+/// send data in SYNs, 0x2 lets servers take it. `None` when it cannot be read.
+pub fn fast_open_sysctl() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether listeners here take data in SYNs: `net.ipv4.tcp_fastopen` has bit 0x2.
+pub fn fast_open_server_enabled() -> bool {
+    fast_open_sysctl().is_some_and(|v| v & 0x2 != 0)
+}
+
+#[cfg(target_os = "linux")]
+const FAST_OPEN: libc::c_int = libc::TCP_FASTOPEN;
+#[cfg(target_os = "linux")]
+const FAST_OPEN_CONNECT: libc::c_int = libc::TCP_FASTOPEN_CONNECT;
+#[cfg(not(target_os = "linux"))]
+const FAST_OPEN: libc::c_int = -1;
+#[cfg(not(target_os = "linux"))]
+const FAST_OPEN_CONNECT: libc::c_int = -1;
+
+/// An integer `IPPROTO_TCP` option.
+fn set_int(socket: &impl AsFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    if option < 0 {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
+    // SAFETY: `value` is a live c_int of the size passed; the fd is borrowed for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            option,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -307,29 +382,10 @@ fn set_buffer(
 /// when the descriptor is not a TCP socket (or not on Linux).
 #[cfg(target_os = "linux")]
 pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
-    use std::mem::{offset_of, size_of};
+    use std::mem::offset_of;
 
     let fd = fd.as_fd();
-    // The kernel's `struct tcp_info`, as libc declares it. Older kernels fill a prefix; the
-    // returned length says which fields are real.
-    // SAFETY: tcp_info is plain old data, valid when zeroed.
-    let mut raw: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `raw` is a plain-old-data struct of `len` bytes that the kernel fills (a prefix of
-    // it on older kernels, reported through `len`); the fd is borrowed for the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut raw as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    let len = len as usize;
+    let (raw, len) = raw_tcp_info(&fd)?;
     let has = |end: usize| len >= end;
     if !has(offset_of!(libc::tcp_info, tcpi_total_retrans) + 4) {
         return None;
@@ -375,6 +431,46 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
     })
 }
 
+/// The kernel's `struct tcp_info`, as libc declares it, and how many of its bytes the kernel
+/// filled (older kernels fill a prefix).
+#[cfg(target_os = "linux")]
+fn raw_tcp_info(fd: &impl AsFd) -> Option<(libc::tcp_info, usize)> {
+    // SAFETY: tcp_info is plain old data, valid when zeroed.
+    let mut raw: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `raw` is a plain-old-data struct of `len` bytes that the kernel fills (a prefix of
+    // it on older kernels, reported through `len`); the fd is borrowed for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut raw as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some((raw, len as usize))
+}
+
+/// `TCPI_OPT_SYN_DATA` in `tcpi_options` (linux/tcp.h): the SYN-ACK acknowledged data sent
+/// in the SYN (or, on the server, data arrived in the SYN).
+#[cfg(target_os = "linux")]
+const TCPI_OPT_SYN_DATA: u8 = 32;
+
+/// Whether data the connection sent in its SYN (TCP Fast Open) was acknowledged by the
+/// server's SYN-ACK: then TCP's handshake cost no round trip of its own. False before the
+/// SYN-ACK, when no data went in the SYN, or when the server did not take it.
+#[cfg(target_os = "linux")]
+pub fn syn_data_acked(fd: &impl AsFd) -> bool {
+    raw_tcp_info(fd).is_some_and(|(raw, _)| raw.tcpi_options & TCPI_OPT_SYN_DATA != 0)
+}
+
+/// TCP Fast Open is not used off Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn syn_data_acked(_fd: &impl AsFd) -> bool {
+    false
+}
+
 /// `TCP_INFO` is Linux-only here.
 #[cfg(not(target_os = "linux"))]
 pub fn tcp_info(_fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
@@ -392,6 +488,7 @@ mod tests {
             force_buffers: false,
             congestion: None,
             nodelay: true,
+            ..TcpConfig::default()
         }
     }
 

@@ -28,6 +28,7 @@ const RECORDED_SYSCTLS: &[&str] = &[
     "net.core.rmem_max",
     "net.core.wmem_max",
     "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_fastopen",
 ];
 
 /// TCP/IP settings in force inside each namespace, read after the profile was applied:

@@ -54,6 +54,16 @@ impl Method {
         }
     }
 
+    /// Whether the request may be acted on when it arrived as TLS or QUIC early data, which
+    /// an attacker can replay (RFC 8470): repeating it must change nothing. Reads are; uploads,
+    /// copies and deletions are not, and get `425 Too Early` instead.
+    pub fn replay_safe(&self) -> bool {
+        matches!(
+            self,
+            Self::Get | Self::Head | Self::Options | Self::Propfind | Self::List
+        )
+    }
+
     /// The method as HTTP spells it, for logs.
     pub fn as_str(&self) -> &str {
         match self {
@@ -172,5 +182,21 @@ impl Request {
         let joined = values.into_iter().collect::<Vec<_>>().join(", ");
         self.want_repr_digest = want_repr_digest_preferences(&joined);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Method;
+
+    #[test]
+    fn only_reads_are_replay_safe() {
+        for name in ["GET", "HEAD", "OPTIONS", "PROPFIND"] {
+            assert!(Method::from_name(name).replay_safe(), "{name}");
+        }
+        assert!(Method::List.replay_safe());
+        for name in ["PUT", "POST", "PATCH", "DELETE", "COPY", "MOVE", "get"] {
+            assert!(!Method::from_name(name).replay_safe(), "{name}");
+        }
     }
 }

@@ -312,6 +312,23 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
         });
     }
 
+    if let Some(v) = h.tcp_fastopen.filter(|v| v & 0x3 != 0x3) {
+        findings.push(Finding {
+            id: "tcp_fastopen",
+            severity: Severity::Advice,
+            message: format!(
+                "net.ipv4.tcp_fastopen is {v}: {} (TCP Fast Open saves TCP's round trip on \
+                 every connection after the first to a server, when both ends allow it)",
+                match (v & 1 != 0, v & 2 != 0) {
+                    (true, false) => "xfer serve here cannot take data in SYNs",
+                    (false, true) => "xfer here cannot send data in SYNs",
+                    _ => "neither xfer nor xfer serve here can use it",
+                }
+            ),
+            fix: vec!["sysctl -w net.ipv4.tcp_fastopen=3".to_string()],
+        });
+    }
+
     let mut sysctl_lines: Vec<String> = Vec::new();
     for f in &findings {
         for line in f.fix.iter().filter(|l| l.starts_with("sysctl -w ")) {
@@ -412,6 +429,7 @@ mod tests {
                 route_dev: Some("eth0".into()),
                 route_mtu: Some(1500),
                 can_force_buffers: false,
+                tcp_fastopen: Some(1),
             },
             path: Some(PathFacts {
                 host: "example".into(),
@@ -432,6 +450,7 @@ mod tests {
         f.host.congestion_default = Some("bbr".into());
         f.host.congestion_available.push("bbr".into());
         f.host.default_qdisc = Some("fq".into());
+        f.host.tcp_fastopen = Some(3);
         f
     }
 
@@ -476,6 +495,28 @@ mod tests {
         assert!(!v.is_limited(), "{:?}", v.findings);
         assert!(v.findings.is_empty(), "{:?}", ids(&v));
         assert!(v.sysctl_d.is_empty());
+    }
+
+    #[test]
+    fn a_host_whose_server_cannot_take_data_in_syns_is_told_how() {
+        let v = analyse(&stock(100.0), &Targets::default());
+        let tfo = v
+            .findings
+            .iter()
+            .find(|f| f.id == "tcp_fastopen")
+            .unwrap_or_else(|| panic!("no tcp_fastopen in {:?}", ids(&v)));
+        assert_eq!(tfo.severity, Severity::Advice);
+        assert!(
+            tfo.message.contains("cannot take data in SYNs"),
+            "{}",
+            tfo.message
+        );
+        assert_eq!(
+            tfo.fix,
+            vec!["sysctl -w net.ipv4.tcp_fastopen=3".to_string()]
+        );
+        assert!(v.sysctl_d.contains("net.ipv4.tcp_fastopen = 3\n"));
+        assert!(!ids(&analyse(&tuned(100.0), &Targets::default())).contains(&"tcp_fastopen"));
     }
 
     #[test]

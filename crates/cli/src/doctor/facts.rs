@@ -28,6 +28,8 @@ pub struct HostFacts {
     pub route_mtu: Option<u32>,
     /// Root or `CAP_NET_ADMIN`: `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE` may pass `*mem_max`.
     pub can_force_buffers: bool,
+    /// `net.ipv4.tcp_fastopen`: 0x1 clients send data in SYNs, 0x2 servers take it.
+    pub tcp_fastopen: Option<u32>,
 }
 
 /// What a few connections to the URL's host showed.

@@ -43,6 +43,7 @@ pub fn host_facts(dest: Option<IpAddr>) -> HostFacts {
         route_dev,
         route_mtu,
         can_force_buffers: can_force_buffers(),
+        tcp_fastopen: sysctl("net.ipv4.tcp_fastopen").and_then(|s| s.parse().ok()),
     }
 }
 

@@ -203,6 +203,17 @@ fn render(facts: &Facts, v: &Verdict) -> String {
         h.route_mtu.map_or("?".into(), |m| m.to_string()),
         if h.can_force_buffers { "yes" } else { "no" }
     ));
+    s.push_str(&format!(
+        "  tcp_fastopen {}\n",
+        match h.tcp_fastopen {
+            None => "?".to_string(),
+            Some(v) => format!(
+                "{v} (client {}, server {})",
+                if v & 1 != 0 { "on" } else { "off" },
+                if v & 2 != 0 { "on" } else { "off" }
+            ),
+        }
+    ));
     if let Some(p) = &facts.path {
         s.push_str(&format!(
             "path to {} ({})\n",

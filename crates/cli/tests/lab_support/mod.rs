@@ -2,6 +2,7 @@
 //! (skip with the reason, never under CI=true), a guard that stops the server, and waiting
 //! until it listens.
 
+use std::ffi::OsStr;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -37,11 +38,18 @@ impl Drop for Server {
 /// Starts `xfer serve DIR --plain --listen ADDR` in the server namespace and waits until it
 /// listens; stopped when the guard drops.
 pub fn serve_plain(lab: &Lab, dir: &Path, addr: SocketAddr) -> Server {
+    serve(lab, dir, addr, &["--plain".as_ref()])
+}
+
+/// Starts `xfer serve DIR --listen ADDR ARGS` in the server namespace and waits until it
+/// listens; stopped when the guard drops.
+pub fn serve(lab: &Lab, dir: &Path, addr: SocketAddr, args: &[&OsStr]) -> Server {
     let child = lab
         .command_in_server(env!("CARGO_BIN_EXE_xfer"))
         .arg("serve")
         .arg(dir)
-        .args(["--plain", "--listen", &addr.to_string()])
+        .args(["--listen", &addr.to_string()])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -49,6 +57,26 @@ pub fn serve_plain(lab: &Lab, dir: &Path, addr: SocketAddr) -> Server {
     let server = Server(child);
     wait_for_listener(lab, addr);
     server
+}
+
+/// Runs `xfer get ARGS --json --quiet` in the client namespace, checks it succeeded, and
+/// returns its report.
+#[allow(dead_code)] // not every lab test downloads
+pub fn get_json(lab: &Lab, args: &[&OsStr]) -> serde_json::Value {
+    let o = lab
+        .command_in_client(env!("CARGO_BIN_EXE_xfer"))
+        .arg("get")
+        .args(args)
+        .args(["--json", "--quiet"])
+        .output()
+        .unwrap_or_else(|e| panic!("running xfer get: {e}"));
+    assert!(
+        o.status.success(),
+        "xfer get {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("xfer get {args:?} printed no JSON report: {e}"))
 }
 
 /// Waits until something accepts TCP connections at `addr`, seen from the client namespace.

@@ -34,6 +34,12 @@ pub struct HttpClientConfig {
     pub tcp: TcpConfig,
     /// Which CAs to trust for `https://`.
     pub tls: ClientTlsOptions,
+    /// TLS 1.3 early data (0-RTT): a connection that resumes a session whose ticket allows it
+    /// sends its first request with the ClientHello, one round trip sooner. Only reads (`GET`,
+    /// `HEAD`) go early, since early data can be replayed; other requests on such a connection
+    /// wait for its handshake. Not used with [`HttpVersion::Auto`] (the request would be
+    /// written before ALPN picks the protocol). Default on.
+    pub early_data: bool,
     /// Deadline for TCP connect plus TLS handshake, per attempt. Default 10 s; must be
     /// 1 ms to 10 min.
     pub connect_timeout: Duration,
@@ -63,6 +69,7 @@ impl Default for HttpClientConfig {
             h2_loss_connections: 4,
             tcp: TcpConfig::default(),
             tls: ClientTlsOptions::default(),
+            early_data: true,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             max_redirects: 10,
@@ -74,6 +81,12 @@ impl Default for HttpClientConfig {
 }
 
 impl HttpClientConfig {
+    /// Whether any request may go as TLS early data: asked for, and the protocol known
+    /// before the handshake ends.
+    pub(crate) fn early_data_possible(&self) -> bool {
+        self.early_data && self.version != HttpVersion::Auto
+    }
+
     /// Connections HTTP/2 may spread over once loss is seen: [`Self::h2_loss_connections`]
     /// with the default layout, else the layout's own (no spreading).
     pub(crate) fn h2_loss_target(&self) -> usize {

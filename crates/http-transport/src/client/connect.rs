@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use xfer_core::transport::{RoundTrips, TlsStart};
 use xfer_core::TransferError;
 
+use crate::client::early::{EarlyTls, Outcome};
 use crate::client::errors::{chain, from_hyper, from_tcp, from_tls_handshake};
 use crate::client::stats::{MeteredTcp, SocketRecord};
 use crate::client::target::{Origin, Security};
@@ -71,10 +72,15 @@ pub(crate) struct Connection {
 }
 
 /// What setting a connection up cost, in round trips, and when it was ready.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Setup {
     pub handshakes: RoundTrips,
     pub ready: std::time::Instant,
+    /// The connection began with TLS early data: how its handshake ended, once it has.
+    pub early: Option<Outcome>,
+    /// The socket asked for TCP Fast Open: whether its SYN carried data the server took is
+    /// known from `TCP_INFO` once the SYN-ACK is in.
+    pub fast_open: Option<Arc<Mutex<SocketRecord>>>,
 }
 
 impl Setup {
@@ -82,12 +88,41 @@ impl Setup {
     /// connection's set-up counts when the lane had to wait for it.
     pub fn request(&self, since: std::time::Instant, requests: u8) -> RoundTrips {
         let mut rt = if self.ready >= since {
-            self.handshakes
+            self.handshakes()
         } else {
             RoundTrips::default()
         };
         rt.requests = requests;
         rt
+    }
+
+    /// The set-up's round trips as far as they are known: a handshake with early data costs
+    /// none when the server took the data, and a whole one when it refused it.
+    fn handshakes(&self) -> RoundTrips {
+        let mut rt = self.handshakes;
+        if let Some(record) = &self.fast_open {
+            // The SYN carried the ClientHello and the server took it: TCP's round trip was
+            // TLS's.
+            if record.lock().is_ok_and(|r| r.syn_data_acked()) {
+                rt.tcp = 0;
+            }
+        }
+        if let Some(ended) = self.early.as_ref().and_then(Outcome::get) {
+            (rt.handshake, rt.tls) = match ended {
+                e if e.accepted => (0, TlsStart::EarlyData),
+                e if e.retried_hello => (2, TlsStart::EarlyDataRefused),
+                _ => (1, TlsStart::EarlyDataRefused),
+            };
+        }
+        rt
+    }
+
+    /// Wait until the connection's handshake is complete, for a request that must not ride
+    /// in early data (on HTTP/2 it shares the connection with reads that may).
+    pub async fn confirmed(&self) {
+        if let Some(early) = &self.early {
+            early.ended().await;
+        }
     }
 }
 
@@ -100,6 +135,10 @@ pub(crate) struct ConnectParams<'a> {
     pub streams_per_connection: usize,
     pub tls: &'a Arc<rustls::ClientConfig>,
     pub connect_timeout: Duration,
+    /// Send the first request as TLS early data when a ticket allows it: only when the
+    /// request that makes the connection is a read and the protocol is fixed in advance (the
+    /// bytes are written before ALPN has answered).
+    pub early_data: bool,
 }
 
 /// hyper reads HTTP/1.1 bodies into a buffer that grows up to this size; larger reads mean fewer
@@ -136,7 +175,9 @@ pub(crate) async fn connect(
         if left.is_zero() {
             break;
         }
-        match tcp::connect(addr, p.tcp, left).await {
+        // Fast Open only under TLS: a ClientHello delivered twice does no harm.
+        let fast_open = origin.security == Security::Tls;
+        match tcp::connect_fast_open(addr, p.tcp, left, fast_open).await {
             Ok(ok) => {
                 connected = Some(ok);
                 break;
@@ -156,11 +197,13 @@ pub(crate) async fn connect(
     };
     let metered = MeteredTcp::new(stream, peer.clone(), applied);
     let record = metered.record();
+    let fast_open = (origin.security == Security::Tls && p.tcp.fast_open).then(|| record.clone());
 
     let mut handshakes = RoundTrips {
         tcp: 1,
         ..RoundTrips::default()
     };
+    let mut early = None;
     let (sender, raw) = match origin.security {
         Security::Plain => {
             let h2 = p.version == HttpVersion::Http2;
@@ -168,15 +211,26 @@ pub(crate) async fn connect(
                 .await
                 .map_err(|_| timeout("http handshake"))??
         }
-        Security::Tls => {
+        Security::Tls => 'tls: {
             let name = ServerName::try_from(origin.host.clone()).map_err(|e| {
                 TransferError::Config(format!("invalid tls server name {:?}: {e}", origin.host))
             })?;
-            let tls = tokio_rustls::TlsConnector::from(p.tls.clone());
+            let tls = tokio_rustls::TlsConnector::from(p.tls.clone()).early_data(p.early_data);
             let stream = tokio::time::timeout_at(deadline, tls.connect(name, metered))
                 .await
                 .map_err(|_| timeout("tls handshake"))?
                 .map_err(|e| from_tls_handshake(&peer, e))?;
+            if stream.get_ref().1.is_handshaking() {
+                // A ticket allowed early data: the connection is handed over at once and its
+                // first request goes with the ClientHello.
+                let h2 = p.version == HttpVersion::Http2;
+                let (io, outcome) = EarlyTls::new(stream, h2);
+                (handshakes.handshake, handshakes.tls) = (1, TlsStart::Resumed);
+                early = Some(outcome);
+                break 'tls tokio::time::timeout_at(deadline, handshake(p, &peer, io, h2))
+                    .await
+                    .map_err(|_| timeout("http handshake"))??;
+            }
             (handshakes.handshake, handshakes.tls) = match stream.get_ref().1.handshake_kind() {
                 Some(HandshakeKind::Resumed) => (1, TlsStart::Resumed),
                 Some(HandshakeKind::FullWithHelloRetryRequest) => (2, TlsStart::Full),
@@ -206,6 +260,8 @@ pub(crate) async fn connect(
         setup: Setup {
             handshakes,
             ready: std::time::Instant::now(),
+            early,
+            fast_open,
         },
     })
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderName, HeaderValue, Method, Request, Response, Version};
+use http::{header, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use xfer_core::digest::{SHA256_KEY, WANT_CONTENT_DIGEST};
@@ -13,6 +13,7 @@ use xfer_core::TransferError;
 
 use crate::client::body::HttpRangeBody;
 use crate::client::connect::{self, Connection, Sender, Setup};
+use crate::client::early;
 use crate::client::errors::from_hyper;
 use crate::client::pipeline::PipedLane;
 use crate::client::req_body::{BodySource, ReqBody};
@@ -75,7 +76,7 @@ impl HttpLane {
     /// is up).
     pub async fn connect_now(&mut self) -> Result<(), TransferError> {
         let target = self.inner.target();
-        self.sender_for(&target, false).await.map(|_| ())
+        self.sender_for(&target, false, false).await.map(|_| ())
     }
 
     /// Hand over the lane's own connection (the transport parks it for reuse).
@@ -195,8 +196,12 @@ impl HttpLane {
         let peer = target.origin.peer();
         let inner = self.inner.clone();
         let mut fresh_only = false;
+        let mut early = early::may_ride_early(method);
         loop {
-            let (mut sender, fresh, setup) = self.sender_for(target, fresh_only).await?;
+            let (mut sender, fresh, setup) = self.sender_for(target, fresh_only, early).await?;
+            if !early::may_ride_early(method) {
+                setup.confirmed().await;
+            }
             let ticket = match &sender {
                 SenderRef::Shared(_, t) => Some(*t),
                 SenderRef::Own(_) => None,
@@ -215,6 +220,13 @@ impl HttpLane {
                 inner.retire_shared(t).await;
             }
             match result {
+                Ok(resp) if resp.status() == StatusCode::TOO_EARLY && early => {
+                    // RFC 8470: the server (or a proxy) would not act on it as early data.
+                    tracing::debug!(%peer, "425 too early; sending again after the handshake");
+                    drain(resp.into_body(), &inner).await;
+                    early = false;
+                    fresh_only = true;
+                }
                 Ok(resp) => return Ok((resp, peer, ticket, setup)),
                 Err(SendError::BeforeAnswer(e)) if !fresh && !fresh_only => {
                     tracing::debug!(%peer, error = %e, "reused connection failed; reconnecting");
@@ -243,6 +255,7 @@ impl HttpLane {
         &mut self,
         target: &Target,
         fresh_only: bool,
+        early: bool,
     ) -> Result<(SenderRef<'_>, bool, Setup), TransferError> {
         let shared_origin =
             self.inner.mode() != Some(Mode::H1) && target.origin == self.inner.target().origin;
@@ -251,13 +264,17 @@ impl HttpLane {
         }
         let conn_index = self.connection_index();
         if shared_origin {
-            match self.inner.shared_sender(conn_index, self.index).await? {
+            match self
+                .inner
+                .shared_sender(conn_index, self.index, early)
+                .await?
+            {
                 SharedPick::H2(s, fresh, ticket, setup) => {
                     return Ok((SenderRef::Shared(s, ticket), fresh, setup))
                 }
                 SharedPick::H1(conn) => {
                     // Auto over TLS and the server picked HTTP/1.1: the lane keeps it.
-                    let setup = conn.setup;
+                    let setup = conn.setup.clone();
                     self.own = Some(conn);
                     return Ok((SenderRef::Own(self.own_sender()?), true, setup));
                 }
@@ -270,7 +287,9 @@ impl HttpLane {
         let fresh = !usable || fresh_only;
         if fresh {
             self.own = None;
-            let conn = connect::connect(&self.inner.params(), &target.origin).await?;
+            let mut params = self.inner.params();
+            params.early_data &= early;
+            let conn = connect::connect(&params, &target.origin).await?;
             self.inner.learn_mode(&conn);
             self.inner.register(self.connection_index(), &conn);
             self.own = Some(conn);
@@ -278,7 +297,7 @@ impl HttpLane {
         let setup = self
             .own
             .as_ref()
-            .map(|c| c.setup)
+            .map(|c| c.setup.clone())
             .ok_or_else(|| TransferError::Config("lane has no connection".into()))?;
         Ok((SenderRef::Own(self.own_sender()?), fresh, setup))
     }

@@ -34,6 +34,7 @@
 mod body;
 mod config;
 mod connect;
+mod early;
 mod errors;
 mod first;
 mod lane;

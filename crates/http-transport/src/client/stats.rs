@@ -30,6 +30,16 @@ pub(crate) struct SocketRecord {
 }
 
 impl SocketRecord {
+    /// Whether the SYN carried data the server acknowledged (TCP Fast Open); false once the
+    /// socket is closed.
+    pub fn syn_data_acked(&self) -> bool {
+        self.live_fd.is_some_and(|fd| {
+            // SAFETY: as in `snapshot`: set only while the socket is open, under this lock.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            crate::tcp::syn_data_acked(&fd)
+        })
+    }
+
     fn snapshot(&mut self) -> Option<TcpInfoSnapshot> {
         if let Some(fd) = self.live_fd {
             // SAFETY: `live_fd` is only set while the owning `MeteredTcp` holds the socket open,

@@ -150,6 +150,7 @@ impl Inner {
             streams_per_connection: self.cfg.layout(Mode::H2).streams_per_connection,
             tls: &self.pool.tls,
             connect_timeout: self.cfg.connect_timeout,
+            early_data: self.cfg.early_data_possible(),
         }
     }
 
@@ -197,6 +198,7 @@ impl Inner {
         &self,
         index: usize,
         lane: usize,
+        early: bool,
     ) -> Result<SharedPick, TransferError> {
         let origin = self.target().origin;
         let slot_index = index % self.pool.slots.len();
@@ -207,11 +209,18 @@ impl Inner {
                     slot: slot_index,
                     generation: s.generation,
                 };
-                return Ok(SharedPick::H2(s.sender.clone(), false, ticket, s.setup));
+                return Ok(SharedPick::H2(
+                    s.sender.clone(),
+                    false,
+                    ticket,
+                    s.setup.clone(),
+                ));
             }
         }
         *slot = None;
-        let conn = connect::connect(&self.params(), &origin).await?;
+        let mut params = self.params();
+        params.early_data &= early;
+        let conn = connect::connect(&params, &origin).await?;
         self.learn_mode(&conn);
         match conn.sender {
             Sender::H2(ref s) => {
@@ -222,7 +231,7 @@ impl Inner {
                     origin,
                     sender: sender.clone(),
                     generation,
-                    setup: conn.setup,
+                    setup: conn.setup.clone(),
                 });
                 let ticket = ShareTicket {
                     slot: slot_index,
@@ -324,8 +333,9 @@ impl HttpTransport {
             HttpVersion::Http2 => &[b"h2"],
             HttpVersion::Auto => &[b"h2", b"http/1.1"],
         };
-        let tls = xfer_common::tls::client_config(&cfg.tls, alpn)
+        let mut tls = xfer_common::tls::client_config(&cfg.tls, alpn)
             .map_err(|e| TransferError::Config(e.to_string()))?;
+        tls.enable_early_data = cfg.early_data_possible();
         let mode = OnceLock::new();
         match (cfg.version, target.origin.security) {
             (HttpVersion::Http1, _) | (HttpVersion::Auto, Security::Plain) => {
@@ -617,7 +627,7 @@ impl HttpTransport {
             // Auto over TLS before any connection: connect now so the lane knows whether it
             // shares an HTTP/2 connection or owns an HTTP/1.1 one.
             let slot = inner.h2_layout().connection_of(index);
-            match inner.shared_sender(slot, index).await? {
+            match inner.shared_sender(slot, index, false).await? {
                 SharedPick::H2(..) => {}
                 SharedPick::H1(conn) => lane.adopt(conn),
             }

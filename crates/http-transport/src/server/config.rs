@@ -13,6 +13,9 @@ use xfer_core::checksum::ChecksumAlgorithm;
 
 use crate::config::{ConfigError, Http2Config, TcpConfig};
 
+/// Default [`ServerConfig::max_early_data_size`]: 16 KiB.
+pub const DEFAULT_MAX_EARLY_DATA: u32 = 16 << 10;
+
 /// Settings of an [`super::HttpServer`]. All fields but `root` have a [`Default`].
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -29,6 +32,14 @@ pub struct ServerConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Socket options; default [`TcpConfig::server_default`] (32 MiB send buffer, bbr).
     pub tcp: TcpConfig,
+    /// TLS 1.3 early data (0-RTT) a client resuming a session may send before the handshake
+    /// completes, in bytes; 0 turns early data off. Default 16 KiB: a few request heads, or
+    /// the HTTP/2 preface and a request, while bounding what an unconfirmed client makes the
+    /// server hold. Reads in early data are answered at once (before the client's `Finished`);
+    /// other requests get `425 Too Early` until the handshake completes (RFC 8470). Tickets
+    /// are single-use, so early data cannot be replayed to the same server. Set it to 0 when
+    /// clients authenticate with certificates (`xfer serve --client-ca` does).
+    pub max_early_data_size: u32,
     /// HTTP/2 settings; the server applies frame size, windows, adaptive window, concurrent
     /// streams cap and send buffer. Default [`Http2Config::default`].
     pub http2: Http2Config,
@@ -112,6 +123,7 @@ impl ServerConfig {
             listen: SocketAddr::from((Ipv6Addr::UNSPECIFIED, 8443)),
             tls: None,
             tcp: TcpConfig::server_default(),
+            max_early_data_size: DEFAULT_MAX_EARLY_DATA,
             http2: Http2Config::default(),
             header_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
@@ -201,6 +213,13 @@ impl ServerConfig {
                 "shutdown_grace",
                 secs(self.shutdown_grace),
                 "at most 1 h",
+            ));
+        }
+        if self.max_early_data_size > (1 << 20) {
+            return Err(ConfigError::new(
+                "max_early_data_size",
+                self.max_early_data_size,
+                "0 (off) to 1 MiB",
             ));
         }
         if let Some(tpc) = &self.tpc {

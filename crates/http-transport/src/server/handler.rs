@@ -26,6 +26,7 @@ use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{Body, ContentRange, Credentials, Method, ResponsePlan, Secret};
 
 use super::body::ServeBody;
+use super::early_tls::EarlyState;
 use super::Shared;
 
 /// Per-connection facts the codec needs.
@@ -37,6 +38,8 @@ pub(crate) struct ConnCtx {
     pub refusing: bool,
     /// The client certificate the TLS handshake verified, when the server asks for one.
     pub client_certificate: Option<Arc<Vec<u8>>>,
+    /// The connection began with TLS early data.
+    pub early: Option<Arc<EarlyState>>,
     pub shared: Arc<Shared>,
 }
 
@@ -49,6 +52,10 @@ pub(crate) async fn handle(
     }
     let request = decode(&req, &ctx);
     let version = req.version();
+    if !request.method.replay_safe() && too_early(&req, &ctx) {
+        tracing::debug!(peer = %ctx.peer, method = request.method.as_str(), "425 too early");
+        return Ok(too_early_answer(version));
+    }
     let mut body = RequestBody(req.into_body());
     let plan = ctx
         .shared
@@ -68,6 +75,35 @@ pub(crate) async fn handle(
 const DISCARD_LIMIT: u64 = 8 << 20;
 /// How long reading a refused body may take.
 const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A request that may have come in TLS early data not yet confirmed by the end of the
+/// handshake, or that a proxy says came so (`Early-Data: 1`, RFC 8470 §5.1).
+fn too_early(req: &Request<Incoming>, ctx: &ConnCtx) -> bool {
+    ctx.early.as_ref().is_some_and(|e| e.unconfirmed())
+        || req
+            .headers()
+            .get_all("early-data")
+            .iter()
+            .any(|v| v.as_bytes() == b"1")
+}
+
+/// 425: send it again once the handshake is complete (RFC 8470 §5.2). The body, if any, is
+/// not read; an HTTP/1.1 connection is closed after the answer.
+fn too_early_answer(version: Version) -> Response<ServeBody> {
+    let mut r = Response::new(ServeBody::message(
+        "request arrived in TLS early data; send it again after the handshake\n",
+    ));
+    *r.status_mut() = StatusCode::TOO_EARLY;
+    let h = r.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if version < Version::HTTP_2 {
+        h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
 
 /// 503 for a client the server has no slot for: try again in a second, on a new connection.
 fn busy(version: Version) -> Response<ServeBody> {

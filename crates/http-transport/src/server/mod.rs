@@ -26,6 +26,7 @@
 mod admission;
 mod body;
 mod config;
+mod early_tls;
 mod handler;
 mod io;
 mod stall;
@@ -52,11 +53,12 @@ use tokio_rustls::TlsAcceptor;
 use xfer_common::DigestCache;
 use xfer_service::{ChecksumCache, Service, ServiceConfig};
 
-pub use config::ServerConfig;
+pub use config::{ServerConfig, DEFAULT_MAX_EARLY_DATA};
 
 use crate::config::ConfigError;
 use crate::tcp::TcpError;
 use body::ServeBody;
+use early_tls::{Accepted, EarlyState};
 use handler::ConnCtx;
 use io::ServerIo;
 use stall::{StallClock, StallExecutor, StreamWatch};
@@ -71,6 +73,11 @@ const MAX_HEADERS: usize = 100;
 /// h2's default (20) is kept explicit here because it is the CVE-2023-44487 ("rapid reset")
 /// defence.
 const H2_MAX_PENDING_ACCEPT_RESETS: usize = 20;
+/// TLS 1.3 tickets sent per connection when early data is on (rustls' default is 2).
+const TICKETS_PER_CONNECTION: usize = 8;
+/// Sessions the server remembers for resumption when early data is on (rustls' default is
+/// 256; each ticket is one): 512 connections' worth of tickets, a few hundred KiB.
+const SESSION_CACHE: usize = 4096;
 /// HTTP/2 streams the server may reset because of peer errors before it sends GOAWAY.
 const H2_MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
@@ -151,6 +158,16 @@ impl HttpServer {
         let tls = cfg.tls.as_ref().map(|tls| {
             let mut tls = (**tls).clone();
             tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            if cfg.max_early_data_size > 0 {
+                tls.max_early_data_size = cfg.max_early_data_size;
+                // Answer early reads in the server's first flight.
+                tls.send_half_rtt_data = true;
+                // Early data needs single-use tickets from a session cache (rustls refuses it
+                // with stateless tickets): one per connection a client may open after its
+                // first, so each of 8 lanes can resume.
+                tls.send_tls13_tickets = TICKETS_PER_CONNECTION;
+                tls.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
+            }
             TlsAcceptor::from(Arc::new(tls))
         });
         let digests = DigestCache::new(cfg.digest_cache.clone()).map_err(|e| {
@@ -293,6 +310,17 @@ fn listen(addr: SocketAddr, cfg: &ServerConfig) -> Result<TcpListener, ServerErr
     }
     crate::tcp::apply_listener(&socket, &cfg.tcp)
         .map_err(|source| ServerError::Tcp { addr, source })?;
+    // Under TLS only: what rides in a SYN is then a ClientHello, harmless if delivered twice.
+    if cfg.tls.is_some() && cfg.tcp.fast_open && cfg.tcp.fast_open_queue > 0 {
+        match crate::tcp::enable_fast_open_listener(&socket, cfg.tcp.fast_open_queue) {
+            Ok(()) if !crate::tcp::fast_open_server_enabled() => tracing::info!(
+                "TCP Fast Open is asked for but net.ipv4.tcp_fastopen lacks 0x2 (server): \
+                 clients pay TCP's round trip (sysctl -w net.ipv4.tcp_fastopen=3)"
+            ),
+            Ok(()) => {}
+            Err(e) => tracing::warn!(error = %e, "TCP Fast Open not available on the listener"),
+        }
+    }
     socket.bind(&addr.into()).map_err(bind_err)?;
     socket.listen(1024).map_err(bind_err)?;
     socket.set_nonblocking(true).map_err(bind_err)?;
@@ -326,7 +354,7 @@ async fn serve_connection(
         Some(acceptor) => {
             let io = ServerIo::new(Bytes::new(), stream, progress.clone());
             let accepted = tokio::select! {
-                r = tokio::time::timeout(handshake_timeout, acceptor.accept(io)) => r,
+                r = tokio::time::timeout(handshake_timeout, early_tls::accept(&acceptor, io)) => r,
                 _ = &mut evicted => {
                     tracing::debug!(%peer, "closing a silent connection to make room");
                     return;
@@ -343,20 +371,27 @@ async fn serve_connection(
                     return;
                 }
             };
-            let session = tls.get_ref().1;
+            let session = tls.session();
             let h2 = session.alpn_protocol() == Some(b"h2".as_slice());
             let protocol = if h2 { "h2" } else { "http/1.1" };
             let client_certificate = session
                 .peer_certificates()
                 .and_then(|chain| chain.first())
                 .map(|c| Arc::new(c.as_ref().to_vec()));
-            let conn = Conn {
+            let mut conn = Conn {
                 protocol,
                 peer,
                 client_certificate,
                 admitted,
+                early: None,
             };
-            drive(tls, h2, conn, shared, stop, progress).await;
+            match tls {
+                Accepted::Complete(tls) => drive(tls, h2, conn, shared, stop, progress).await,
+                Accepted::Early(tls) => {
+                    conn.early = Some(tls.state());
+                    drive(tls, h2, conn, shared, stop, progress).await
+                }
+            }
         }
         None => {
             let sniffed = tokio::select! {
@@ -385,6 +420,7 @@ async fn serve_connection(
                 peer,
                 client_certificate: None,
                 admitted,
+                early: None,
             };
             drive(io, h2, conn, shared, stop, progress).await;
         }
@@ -454,6 +490,8 @@ struct Conn {
     peer: SocketAddr,
     client_certificate: Option<Arc<Vec<u8>>>,
     admitted: Admitted,
+    /// The connection began with TLS early data.
+    early: Option<Arc<EarlyState>>,
 }
 
 async fn drive<I>(
@@ -471,6 +509,7 @@ async fn drive<I>(
         peer,
         client_certificate,
         admitted,
+        early,
     } = conn;
     let (evict, refusing, idle_override) = match &admitted {
         Admitted::Slot(t) => (Some(t.evict.clone()), false, None),
@@ -485,6 +524,7 @@ async fn drive<I>(
         protocol,
         refusing,
         client_certificate,
+        early,
         shared: shared.clone(),
     });
     let service = service_fn(move |req| handler::handle(req, ctx.clone()));

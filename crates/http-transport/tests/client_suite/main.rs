@@ -4,6 +4,7 @@
 mod support;
 
 mod basics;
+mod early_data;
 mod failures;
 mod pipelining;
 mod startup;

@@ -75,6 +75,9 @@ pub struct Script {
     pub resumed: AtomicUsize,
     /// Wait this long before answering each request (a long path's round trip).
     pub head_delay: Option<std::time::Duration>,
+    /// Answer this many requests `425 Too Early` first, as a proxy that will not forward early
+    /// data does.
+    pub too_early: AtomicUsize,
 }
 
 impl Script {
@@ -96,6 +99,7 @@ impl Script {
             connections: AtomicUsize::new(0),
             resumed: AtomicUsize::new(0),
             head_delay: None,
+            too_early: AtomicUsize::new(0),
         }
     }
 
@@ -246,6 +250,11 @@ fn handle(script: &Script, req: Request<Incoming>, conn_no: usize) -> Response<B
     }
     if let Some(status) = script.statuses.get(&path) {
         return text(*status, "nope");
+    }
+    let left = script.too_early.load(Ordering::SeqCst);
+    if left > 0 {
+        script.too_early.store(left - 1, Ordering::SeqCst);
+        return text(425, "too early");
     }
     if let Some(loc) = script.redirects.get(&path) {
         let mut r = text(302, "moved");

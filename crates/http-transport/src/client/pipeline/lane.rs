@@ -37,7 +37,8 @@ impl Drop for SlotState {
         let Some(conn) = self.conn.take().and_then(Arc::into_inner) else {
             return;
         };
-        let (origin, setup, record) = (conn.origin.clone(), conn.setup, conn.record.clone());
+        let (origin, setup, record) =
+            (conn.origin.clone(), conn.setup.clone(), conn.record.clone());
         let Some(io) = conn.into_idle_stream() else {
             return;
         };
@@ -197,7 +198,7 @@ impl PipedLane {
             match answer {
                 Ok((resp, reader)) => {
                     if self.first.is_none() {
-                        self.first = Some(match conn.setup {
+                        self.first = Some(match &conn.setup {
                             setup if conn.made_here && seq == 0 => setup.request(self.created, 1),
                             _ => RoundTrips {
                                 requests: 1,
