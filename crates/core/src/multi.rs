@@ -40,7 +40,8 @@ use crate::error::TransferError;
 use crate::progress::SourceReport;
 use crate::transport::RoundTrips;
 use crate::transport::{
-    BoxFuture, ConnectionStats, Lane, RangeBody, RangeRequest, RemoteInfo, Transport,
+    BoxFuture, ConnectionStats, FirstRequest, Lane, Opened, RangeBody, RangeRequest, RemoteInfo,
+    Transport,
 };
 
 /// Most sources one download uses; more (from the command line or `Link` headers) are ignored.
@@ -301,6 +302,67 @@ impl MultiSource {
         Ok(info)
     }
 
+    /// One source: its first range request is the stat, as for a plain download (no `HEAD`
+    /// round trip before the data). `None` when its answer named mirrors (`Link:
+    /// rel=duplicate`), which the general path states and weighs.
+    async fn open_first_single(
+        &self,
+        index: usize,
+        first: FirstRequest,
+    ) -> Option<Result<Opened, TransferError>> {
+        let (slot, transport, url) = {
+            let mut pool = self.lock();
+            pool.lanes = pool.lanes.max(index + 1);
+            let src = pool.sources.first_mut()?;
+            let slot = src.take_slot();
+            (slot, Arc::clone(&src.transport), src.url.clone())
+        };
+        let release = |this: &Self| {
+            if let Some(s) = this.lock().sources[0].slots.get_mut(slot) {
+                *s = false;
+            }
+        };
+        let opened = match transport.open_first(slot, first).await {
+            Ok(o) => o,
+            Err(e) => {
+                release(self);
+                return Some(Err(e));
+            }
+        };
+        if self.discover.is_some() && !transport.duplicates().is_empty() {
+            release(self);
+            return None;
+        }
+        let stats = [Some(Ok(opened.info.clone()))];
+        if let Some(Err(why)) = agree(&stats, self.expect_sha256).into_iter().next() {
+            release(self);
+            tracing::warn!(%url, reason = %why, "source dropped");
+            self.lock().sources[0].dropped = Some(why.clone());
+            return Some(Err(TransferError::Config(format!(
+                "no source can be used: {url}: {why}"
+            ))));
+        }
+        {
+            let mut pool = self.lock();
+            pool.sources[0].info = Some(opened.info.clone());
+            pool.sources[0].dropped = None;
+        }
+        let lane = MultiLane {
+            multi: self.clone(),
+            source: 0,
+            slot,
+            inner: opened.lane,
+            validator: opened.info.range_validator().map(str::to_string),
+            req: None,
+            twin: false,
+        };
+        Some(Ok(Opened {
+            info: opened.info,
+            lane: Box::new(lane),
+            first: opened.first,
+        }))
+    }
+
     fn transports(&self) -> Vec<(String, Arc<dyn Transport>)> {
         self.lock()
             .sources
@@ -368,7 +430,13 @@ impl MultiSource {
                 if let Some(i) = index {
                     pool.lanes = pool.lanes.max(i + 1);
                 }
-                let Some(s) = pool.pick(&tried, avoid) else {
+                // One source not yet stated (the first request is learning it): its lanes
+                // connect now, in parallel with that request.
+                let only = match pool.sources.as_slice() {
+                    [s] if s.info.is_none() && s.dropped.is_none() && tried.is_empty() => Some(0),
+                    _ => None,
+                };
+                let Some(s) = only.or_else(|| pool.pick(&tried, avoid)) else {
                     break;
                 };
                 let slot = pool.sources[s].take_slot();
@@ -609,6 +677,27 @@ impl Transport for MultiSource {
         Box::pin(self.stat_all())
     }
 
+    fn open_first(
+        &self,
+        index: usize,
+        first: FirstRequest,
+    ) -> BoxFuture<'_, Result<Opened, TransferError>> {
+        Box::pin(async move {
+            if self.lock().sources.len() == 1 {
+                if let Some(opened) = self.open_first_single(index, first).await {
+                    return opened;
+                }
+            }
+            let info = self.stat_all().await?;
+            let lane = self.open_best(Some(index), None).await?;
+            Ok(Opened {
+                info,
+                lane: Box::new(lane),
+                first: None,
+            })
+        })
+    }
+
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
         Box::pin(async move {
             let lane = self.open_best(Some(index), None).await?;
@@ -682,7 +771,14 @@ impl Transport for MultiSource {
 
     fn default_lanes(&self) -> usize {
         let pool = self.lock();
-        let usable: Vec<&Src> = pool.sources.iter().filter(|s| s.usable()).collect();
+        // Before any stat, every source not dropped counts: the lanes are opened (and
+        // connect) while the first request learns the resource.
+        let stated = pool.sources.iter().any(|s| s.info.is_some());
+        let usable: Vec<&Src> = pool
+            .sources
+            .iter()
+            .filter(|s| s.usable() || (!stated && s.dropped.is_none()))
+            .collect();
         let per = usable
             .iter()
             .map(|s| s.transport.default_lanes())
@@ -782,6 +878,14 @@ impl Lane for MultiLane {
                 ..
             } = self;
             let source = *source;
+            // A lane opened before its source's stat (connecting while the first request
+            // learned the resource) takes the validator the stat found.
+            if validator.is_none() {
+                *validator = multi.lock().sources[source]
+                    .info
+                    .as_ref()
+                    .and_then(|i| i.range_validator().map(str::to_string));
+            }
             let mine: &'a RangeRequest = mine.insert(RangeRequest {
                 validator: validator.clone(),
                 ..req.clone()

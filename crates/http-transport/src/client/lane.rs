@@ -378,8 +378,14 @@ impl Lane for HttpLane {
                     .own
                     .take()
                     .filter(|c| c.origin == self.inner.target().origin);
-                self.piped
-                    .insert(PipedLane::new(self.inner.clone(), self.index, own))
+                let fresh = self.first.is_none();
+                self.piped.insert(PipedLane::new(
+                    self.inner.clone(),
+                    self.index,
+                    own,
+                    fresh,
+                    self.created,
+                ))
             }
         };
         Some(Box::new(piped.share()))

@@ -60,8 +60,8 @@ struct Writer {
 pub(crate) struct PipeConn {
     pub origin: Origin,
     pub peer: String,
-    /// What setting the connection up cost, and whether it was made for pipelining (not
-    /// taken over from a lane's first request).
+    /// What setting the connection up cost, and whether that counts for the lane's first
+    /// request here (the connection carried no request before).
     pub setup: Setup,
     pub made_here: bool,
     /// The socket's statistics, kept for a hyper connection made again over the stream.

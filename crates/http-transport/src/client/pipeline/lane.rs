@@ -24,6 +24,9 @@ struct SlotState {
     conn: Option<Arc<PipeConn>>,
     /// The lane's hyper connection, taken over once hyper has read its last response.
     pending: Option<Connection>,
+    /// Whether `pending` has carried no request yet (it was opened ahead for this lane): its
+    /// set-up then counts in the lane's first round trips.
+    pending_fresh: bool,
 }
 
 impl Drop for SlotState {
@@ -73,9 +76,16 @@ pub(crate) struct PipedLane {
 }
 
 impl PipedLane {
-    /// A lane on `pending` (a hyper HTTP/1.1 connection, possibly still reading a body), or on
-    /// a connection of its own made when first needed.
-    pub fn new(inner: Arc<Inner>, index: usize, pending: Option<Connection>) -> Self {
+    /// A lane on `pending` (a hyper HTTP/1.1 connection, possibly still reading a body; `fresh`
+    /// when it has carried no request), or on a connection of its own made when first needed.
+    /// `created`: when the lane was made, for its round-trip count.
+    pub fn new(
+        inner: Arc<Inner>,
+        index: usize,
+        pending: Option<Connection>,
+        fresh: bool,
+        created: std::time::Instant,
+    ) -> Self {
         Self {
             inner: inner.clone(),
             index,
@@ -83,8 +93,9 @@ impl PipedLane {
                 inner,
                 conn: None,
                 pending,
+                pending_fresh: fresh,
             })),
-            created: std::time::Instant::now(),
+            created,
             first: None,
         }
     }
@@ -117,7 +128,8 @@ impl PipedLane {
         slot.conn = None;
         if let Some(pending) = slot.pending.take().filter(|p| p.origin == origin) {
             if let Some(taken) = take_over(pending, idle).await {
-                let conn = Arc::new(PipeConn::new(origin.clone(), taken, false));
+                let fresh = slot.pending_fresh;
+                let conn = Arc::new(PipeConn::new(origin.clone(), taken, fresh));
                 slot.conn = Some(conn.clone());
                 return Ok(conn);
             }
