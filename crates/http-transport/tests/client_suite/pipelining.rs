@@ -315,3 +315,39 @@ async fn a_body_dropped_part_way_does_not_misalign_the_next_answer() -> TestResu
     assert_eq!(srv.connections.load(Ordering::SeqCst), 2);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_lane_that_ends_leaves_its_pipelined_connection_to_the_next() -> TestResult {
+    let data = pattern(600_000);
+    let srv = RawServer::start(data.clone(), Behaviour::Length).await?;
+    let url = srv.url();
+    let t = HttpTransport::new(&url, client_cfg(HttpVersion::Http1))?;
+    let info = described(&url, data.len() as u64);
+    {
+        let mut a = t.open_lane(0).await?;
+        let mut b = a.twin().ok_or("an HTTP/1.1 lane has a twin")?;
+        let (first, second) = (
+            range_req(&info, 0..300_000),
+            range_req(&info, 300_000..600_000),
+        );
+        let (x, y) = tokio::join!(fetch(a.as_mut(), &first), fetch(b.as_mut(), &second));
+        assert_eq!([x?.0, y?.0].concat(), data.to_vec());
+    }
+    // The lane's handles are gone: its connection becomes a hyper connection again (a task
+    // with no I/O to wait for, which runs when this single-threaded runtime's test yields;
+    // hyper's connection task then runs once more to declare itself ready) and waits in the
+    // idle pool.
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    let mut next = t.open_lane(1).await?;
+    let head = range_req(&info, 0..1000);
+    let (again, _) = fetch(next.as_mut(), &head).await?;
+    assert_eq!(again, data[..1000].to_vec());
+    assert_eq!(
+        srv.connections.load(Ordering::SeqCst),
+        1,
+        "the connection was reused"
+    );
+    Ok(())
+}
