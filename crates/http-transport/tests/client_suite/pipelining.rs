@@ -27,6 +27,9 @@ enum Behaviour {
     CloseAfterFirst { announce: bool },
     /// Every request for `/file` after the first is redirected (to the same bytes elsewhere).
     RedirectSecond,
+    /// Whatever follows a request in the buffer is discarded once it is answered (a server
+    /// that mishandles pipelining): the pipelined request is never answered.
+    DropPipelined,
 }
 
 struct RawServer {
@@ -203,6 +206,9 @@ async fn serve(
         }
         s.flush().await?;
         served += 1;
+        if behaviour == Behaviour::DropPipelined {
+            buf.clear();
+        }
         if close {
             return s.shutdown().await;
         }
@@ -231,7 +237,10 @@ async fn two_halves(
     url: &str,
     size: u64,
 ) -> Result<(Got, Got), Box<dyn std::error::Error + Send + Sync>> {
-    let t = HttpTransport::new(url, client_cfg(HttpVersion::Http1))?;
+    let mut cfg = client_cfg(HttpVersion::Http1);
+    // Short, for the server that never answers a pipelined request.
+    cfg.idle_timeout = Duration::from_secs(1);
+    let t = HttpTransport::new(url, cfg)?;
     let info = described(url, size);
     let mut a = t.open_lane(0).await?;
     let mut b = a.twin().ok_or("an HTTP/1.1 lane has a twin")?;
@@ -276,6 +285,16 @@ async fn a_server_closing_after_an_answer_costs_a_fresh_connection_not_data() ->
             "announce {announce}"
         );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pipelined_request_the_server_never_answers_is_sent_again() -> TestResult {
+    let data = pattern(400_000);
+    let srv = RawServer::start(data.clone(), Behaviour::DropPipelined).await?;
+    let ((one, _), (two, _)) = two_halves(&srv.url(), data.len() as u64).await?;
+    assert_eq!([one, two].concat(), data.to_vec());
+    assert_eq!(srv.connections.load(Ordering::SeqCst), 2);
     Ok(())
 }
 

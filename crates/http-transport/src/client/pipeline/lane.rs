@@ -233,6 +233,17 @@ impl PipedLane {
                     tracing::debug!(peer = %conn.peer, %why, "pipelined request lost; sending it again on a fresh connection");
                     fresh = true;
                 }
+                Err(HeadError::Timeout) if seq > 0 => {
+                    // Silence after the answers before it: a server that discards what follows
+                    // a request in its buffer never answers a pipelined one. It counts against
+                    // pipelining to this server; once more on a fresh connection.
+                    self.inner.note_pipeline_loss();
+                    if fresh {
+                        return Err(HeadError::Timeout.into_transfer(&conn.peer, &what, idle));
+                    }
+                    tracing::debug!(peer = %conn.peer, "no answer to a pipelined request; sending it again on a fresh connection");
+                    fresh = true;
+                }
                 Err(e) => return Err(e.into_transfer(&conn.peer, &what, idle)),
             }
         }

@@ -8,8 +8,9 @@
 //! and from then on writes request heads and reads answers itself (`wire.rs`), strictly in
 //! order (`conn.rs`). Anything unusual gives the connection up and sends the requests behind
 //! again on a fresh one: a redirect (followed by a plain lane), an error status, a body
-//! abandoned part-way, the server closing. A server that drops pipelined requests without
-//! saying `Connection: close` three times is served one request at a time from then on.
+//! abandoned part-way, the server closing. A server that drops pipelined requests three times
+//! (closing without `Connection: close`, or never answering them) is served one request at a
+//! time from then on.
 
 mod body;
 mod conn;
