@@ -228,6 +228,19 @@ fn described(url: &str, size: u64) -> RemoteInfo {
     }
 }
 
+/// 600,000 bytes behind a server with `Content-Length` answers, an HTTP/1.1 transport for
+/// them, and their description.
+async fn plain_setup(
+) -> Result<(Bytes, RawServer, HttpTransport, RemoteInfo), Box<dyn std::error::Error + Send + Sync>>
+{
+    let data = pattern(600_000);
+    let srv = RawServer::start(data.clone(), Behaviour::Length).await?;
+    let url = srv.url();
+    let t = HttpTransport::new(&url, client_cfg(HttpVersion::Http1))?;
+    let info = described(&url, data.len() as u64);
+    Ok((data, srv, t, info))
+}
+
 /// Bytes and trailer digest of one body.
 type Got = (Vec<u8>, Option<Sha256Digest>);
 
@@ -314,11 +327,7 @@ async fn a_redirected_pipelined_request_is_followed() -> TestResult {
 
 #[tokio::test]
 async fn a_body_dropped_part_way_does_not_misalign_the_next_answer() -> TestResult {
-    let data = pattern(600_000);
-    let srv = RawServer::start(data.clone(), Behaviour::Length).await?;
-    let url = srv.url();
-    let t = HttpTransport::new(&url, client_cfg(HttpVersion::Http1))?;
-    let info = described(&url, data.len() as u64);
+    let (data, srv, t, info) = plain_setup().await?;
     let mut a = t.open_lane(0).await?;
     let mut b = a.twin().ok_or("an HTTP/1.1 lane has a twin")?;
     let first = range_req(&info, 0..300_000);
@@ -337,11 +346,7 @@ async fn a_body_dropped_part_way_does_not_misalign_the_next_answer() -> TestResu
 
 #[tokio::test]
 async fn a_lane_that_ends_leaves_its_pipelined_connection_to_the_next() -> TestResult {
-    let data = pattern(600_000);
-    let srv = RawServer::start(data.clone(), Behaviour::Length).await?;
-    let url = srv.url();
-    let t = HttpTransport::new(&url, client_cfg(HttpVersion::Http1))?;
-    let info = described(&url, data.len() as u64);
+    let (data, srv, t, info) = plain_setup().await?;
     {
         let mut a = t.open_lane(0).await?;
         let mut b = a.twin().ok_or("an HTTP/1.1 lane has a twin")?;
