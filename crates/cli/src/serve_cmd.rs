@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// once and other requests get 425 Too Early). Off anyway with --client-ca.
     #[arg(long)]
     pub no_early_data: bool,
+    /// Do not start a returning client's first TCP connection from the path its last visit
+    /// measured (TCP resume: a sock_ops BPF program sets the initial window; needs root).
+    #[arg(long)]
+    pub no_tcp_resume: bool,
     /// TCP congestion control for served connections.
     #[arg(long, value_name = "NAME")]
     pub congestion: Option<String>,
@@ -224,6 +228,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         cfg.http.tcp.congestion = Some(cc.clone());
     }
     cfg.http.tcp.fast_open = !args.no_tcp_fastopen;
+    cfg.http.tcp_resume.enabled = !args.no_tcp_resume;
     if args.no_early_data {
         cfg.http.max_early_data_size = 0;
     }

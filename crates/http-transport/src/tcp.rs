@@ -431,6 +431,35 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
     })
 }
 
+/// What TCP resume samples of a sending connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PathSample {
+    /// The kernel's latest delivery rate sample, bytes per second (kernel 4.9+).
+    pub delivery_rate: u64,
+    /// Smallest RTT seen, microseconds (kernel 4.10+).
+    pub min_rtt_us: u32,
+    /// Sending segment size, bytes.
+    pub mss: u32,
+    /// Congestion window, segments.
+    pub cwnd: u32,
+}
+
+/// One `getsockopt(TCP_INFO)`, nothing else: cheap enough to call every 100 ms per connection.
+#[cfg(target_os = "linux")]
+pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
+    use std::mem::offset_of;
+    let (raw, len) = raw_tcp_info(fd)?;
+    if len < offset_of!(libc::tcp_info, tcpi_delivery_rate) + 8 {
+        return None;
+    }
+    Some(PathSample {
+        delivery_rate: raw.tcpi_delivery_rate,
+        min_rtt_us: raw.tcpi_min_rtt,
+        mss: raw.tcpi_snd_mss,
+        cwnd: raw.tcpi_snd_cwnd,
+    })
+}
+
 /// The kernel's `struct tcp_info`, as libc declares it, and how many of its bytes the kernel
 /// filled (older kernels fill a prefix).
 #[cfg(target_os = "linux")]

@@ -59,6 +59,34 @@ pub fn serve(lab: &Lab, dir: &Path, addr: SocketAddr, args: &[&OsStr]) -> Server
     server
 }
 
+/// As [`serve`], with `RUST_LOG=filter` and the server's stderr written to `log`.
+#[allow(dead_code)] // not every lab test reads the server's log
+pub fn serve_logged(
+    lab: &Lab,
+    dir: &Path,
+    addr: SocketAddr,
+    args: &[&OsStr],
+    log: &Path,
+    filter: &str,
+) -> Server {
+    let file =
+        std::fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+    let child = lab
+        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
+        .env("RUST_LOG", filter)
+        .arg("serve")
+        .arg(dir)
+        .args(["--listen", &addr.to_string()])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(file))
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting xfer serve: {e}"));
+    let server = Server(child);
+    wait_for_listener(lab, addr);
+    server
+}
+
 /// Runs `xfer get ARGS --json --quiet` in the client namespace, checks it succeeded, and
 /// returns its report.
 #[allow(dead_code)] // not every lab test downloads

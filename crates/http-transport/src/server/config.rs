@@ -13,6 +13,8 @@ use xfer_core::checksum::ChecksumAlgorithm;
 
 use crate::config::{ConfigError, Http2Config, TcpConfig};
 
+use super::tcp_resume::TcpResumeConfig;
+
 /// Default [`ServerConfig::max_early_data_size`]: 16 KiB.
 pub const DEFAULT_MAX_EARLY_DATA: u32 = 16 << 10;
 
@@ -106,6 +108,10 @@ pub struct ServerConfig {
     /// (`Link: <base/path>; rel=duplicate`, RFC 6249), which clients may fetch from as well.
     /// Default none.
     pub mirrors: Vec<String>,
+    /// TCP resume: start a returning peer's next connection from half its measured
+    /// bandwidth-delay product instead of 10 segments ([`super::tcp_resume`]). Default on;
+    /// needs root, and without it the server logs why and starts every connection as usual.
+    pub tcp_resume: TcpResumeConfig,
 }
 
 impl Default for ServerConfig {
@@ -143,6 +149,7 @@ impl ServerConfig {
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
             tpc: None,
             mirrors: Vec::new(),
+            tcp_resume: TcpResumeConfig::default(),
         }
     }
 
@@ -150,6 +157,7 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tcp.validate()?;
         self.http2.validate()?;
+        self.tcp_resume.validate()?;
         let secs = |d: Duration| format!("{d:?}");
         if !(Duration::from_millis(100)..=Duration::from_secs(3600))
             .contains(&self.header_read_timeout)

@@ -15,6 +15,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// moved bytes, which the connection's idle watchdog samples.
 pub(crate) struct ServerIo<T> {
     prefix: Bytes,
+    /// Declared before `inner`: it reads `inner`'s socket, so it must be dropped first.
+    #[cfg(target_os = "linux")]
+    probe: Option<super::tcp_resume::ConnProbe>,
     inner: T,
     progress: Arc<AtomicU64>,
 }
@@ -23,13 +26,39 @@ impl<T> ServerIo<T> {
     pub(crate) fn new(prefix: Bytes, inner: T, progress: Arc<AtomicU64>) -> Self {
         Self {
             prefix,
+            #[cfg(target_os = "linux")]
+            probe: None,
             inner,
             progress,
         }
     }
 
+    /// Measure the path while this connection sends (TCP resume).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn with_probe(mut self, probe: Option<super::tcp_resume::ConnProbe>) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    /// The socket under this wrapper, for the probe.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd
+    where
+        T: std::os::fd::AsRawFd,
+    {
+        self.inner.as_raw_fd()
+    }
+
     fn bump(&self) {
         self.progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn wrote(&mut self) {
+        self.bump();
+        #[cfg(target_os = "linux")]
+        if let Some(p) = &mut self.probe {
+            p.wrote();
+        }
     }
 }
 
@@ -62,7 +91,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ServerIo<T> {
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.bump();
+            self.wrote();
         }
         res
     }
@@ -74,7 +103,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ServerIo<T> {
     ) -> Poll<io::Result<usize>> {
         let res = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.bump();
+            self.wrote();
         }
         res
     }

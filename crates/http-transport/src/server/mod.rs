@@ -30,6 +30,7 @@ mod early_tls;
 mod handler;
 mod io;
 mod stall;
+pub mod tcp_resume;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -112,6 +113,8 @@ pub(crate) struct Shared {
     pub service: Service,
     cfg: ServerConfig,
     tls: Option<TlsAcceptor>,
+    #[cfg(target_os = "linux")]
+    tcp_resume: Option<Arc<tcp_resume::TcpResume>>,
 }
 
 /// A bound, not yet serving, HTTP server.
@@ -177,6 +180,8 @@ impl HttpServer {
                 e.allowed,
             )
         })?;
+        #[cfg(target_os = "linux")]
+        let tcp_resume = start_tcp_resume(local_addr.port(), &cfg.tcp_resume);
         tracing::info!(%local_addr, root = %root.display(), tls = tls.is_some(), "http server listening");
         Ok(Self {
             listener,
@@ -198,6 +203,8 @@ impl HttpServer {
                 }),
                 cfg,
                 tls,
+                #[cfg(target_os = "linux")]
+                tcp_resume,
             }),
         })
     }
@@ -295,6 +302,26 @@ impl HttpServer {
     }
 }
 
+#[cfg(target_os = "linux")]
+fn start_tcp_resume(
+    port: u16,
+    cfg: &tcp_resume::TcpResumeConfig,
+) -> Option<Arc<tcp_resume::TcpResume>> {
+    if !cfg.enabled {
+        return None;
+    }
+    match tcp_resume::TcpResume::start(port, cfg) {
+        Ok(r) => {
+            tracing::info!(port, "tcp resume on: returning peers skip slow start");
+            Some(r)
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "tcp resume unavailable; connections start from the kernel's initial window");
+            None
+        }
+    }
+}
+
 fn listen(addr: SocketAddr, cfg: &ServerConfig) -> Result<TcpListener, ServerError> {
     let bind_err = |source| ServerError::Bind { addr, source };
     let socket = socket2::Socket::new(
@@ -327,6 +354,28 @@ fn listen(addr: SocketAddr, cfg: &ServerConfig) -> Result<TcpListener, ServerErr
     TcpListener::from_std(socket.into()).map_err(bind_err)
 }
 
+/// The I/O under hyper for an accepted connection, measured for TCP resume when it is on.
+fn server_io(
+    shared: &Shared,
+    prefix: Bytes,
+    stream: TcpStream,
+    peer: SocketAddr,
+    progress: &Arc<AtomicU64>,
+) -> ServerIo<TcpStream> {
+    let io = ServerIo::new(prefix, stream, progress.clone());
+    #[cfg(target_os = "linux")]
+    let io = {
+        let probe = shared
+            .tcp_resume
+            .as_ref()
+            .map(|r| r.probe(peer.ip(), io.raw_fd()));
+        io.with_probe(probe)
+    };
+    #[cfg(not(target_os = "linux"))]
+    let _ = (shared, peer);
+    io
+}
+
 async fn serve_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -352,7 +401,7 @@ async fn serve_connection(
     tokio::pin!(evicted);
     match shared.tls.clone() {
         Some(acceptor) => {
-            let io = ServerIo::new(Bytes::new(), stream, progress.clone());
+            let io = server_io(&shared, Bytes::new(), stream, peer, &progress);
             let accepted = tokio::select! {
                 r = tokio::time::timeout(handshake_timeout, early_tls::accept(&acceptor, io)) => r,
                 _ = &mut evicted => {
@@ -414,7 +463,7 @@ async fn serve_connection(
                 }
             };
             let protocol = if h2 { "h2c" } else { "http/1.1" };
-            let io = ServerIo::new(prefix, stream, progress.clone());
+            let io = server_io(&shared, prefix, stream, peer, &progress);
             let conn = Conn {
                 protocol,
                 peer,

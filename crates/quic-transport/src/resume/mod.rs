@@ -98,28 +98,16 @@ impl Default for CarefulResume {
 impl CarefulResume {
     /// Reject values out of range, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(Duration::from_secs(1)..=Duration::from_secs(7 * 86_400)).contains(&self.lifetime) {
-            return Err(ConfigError::new(
-                "careful_resume.lifetime",
-                format!("{:?}", self.lifetime),
-                "1 s to 7 days",
-            ));
-        }
-        if !(64 << 10..=1 << 32).contains(&self.max_jump) {
-            return Err(ConfigError::new(
-                "careful_resume.max_jump",
-                self.max_jump,
-                "64 KiB to 4 GiB",
-            ));
-        }
-        if !(1..=1_000_000).contains(&self.max_paths) {
-            return Err(ConfigError::new(
-                "careful_resume.max_paths",
-                self.max_paths,
-                "1 to 1000000",
-            ));
-        }
-        Ok(())
+        xfer_core::path_resume::validate_resume_knobs(
+            xfer_core::path_resume::ResumeFieldNames {
+                lifetime: "careful_resume.lifetime",
+                max_jump: "careful_resume.max_jump",
+                max_paths: "careful_resume.max_paths",
+            },
+            self.lifetime,
+            self.max_jump,
+            self.max_paths as u64,
+        )
     }
 
     /// The cache these knobs describe, loaded from [`CarefulResume::file`] when set.

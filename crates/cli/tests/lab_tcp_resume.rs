@@ -1,0 +1,134 @@
+//! TCP resume through an emulated link (200 Mbit/s, 40 ms): the server measures the path
+//! while it sends a download, saves it when the client's last connection closes, and the
+//! client's next run starts with a larger initial congestion window, as the server's log
+//! reports (its `TCP_INFO` at accept). The kernel half (exact windows granted, RTT check,
+//! expiry) is tested on loopback in the HTTP crate (`tcp_resume`).
+//!
+//! Needs root, /dev/net/tun and iproute2. Without them the test prints why and passes, except
+//! under CI=true, where it fails.
+
+#[allow(dead_code)]
+mod lab_support;
+
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lab_support::{get_json, prerequisites, serve_logged};
+use xfer_lab::{cleanup, HostProfile, Lab, LabConfig, LinkConfig};
+
+const PORT: u16 = 9452;
+const SIZE: u64 = 32 << 20;
+
+/// Wait up to 10 s for a line of the server's log containing `what`; the matching lines.
+fn log_lines(log: &std::path::Path, what: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(String::from)
+            .collect();
+        if !found.is_empty() || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The integer after `key=` in a log line.
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+}
+
+#[test]
+fn a_returning_client_starts_from_the_saved_window() {
+    if !prerequisites("TCP resume lab test") {
+        return;
+    }
+    let prefix = "xfertest-tr";
+    let _ = cleanup(prefix);
+    let config = LabConfig {
+        profile: HostProfile::tuned(),
+        ..LabConfig::new(
+            prefix,
+            LinkConfig::new(200_000_000, Duration::from_millis(40)),
+        )
+    };
+    let lab = Lab::start(config).unwrap_or_else(|e| panic!("lab: {e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let certs = dir.path().join("certs");
+    let log = dir.path().join("serve.log");
+    let addr = SocketAddr::new(lab.server_addr(), PORT);
+    let args: [&OsStr; 4] = [
+        "--self-signed".as_ref(),
+        "--no-quic".as_ref(),
+        "--cert-dir".as_ref(),
+        certs.as_os_str(),
+    ];
+    let _server = serve_logged(
+        &lab,
+        dir.path(),
+        addr,
+        &args,
+        &log,
+        "info,xfer_http::server::tcp_resume=debug",
+    );
+    assert!(
+        !log_lines(&log, "tcp resume on").is_empty(),
+        "the server did not start TCP resume: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let url = format!("https://{addr}/.xfer/synthetic?size={SIZE}&seed=5");
+    let ca = certs.join("cert.pem");
+    let out = dir.path().join("out.bin");
+    let get: Vec<&OsStr> = vec![
+        url.as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--ca-cert".as_ref(),
+        ca.as_os_str(),
+        "--overwrite".as_ref(),
+        "-c".as_ref(),
+        "2".as_ref(),
+    ];
+
+    get_json(&lab, &get);
+    let saved = log_lines(&log, "tcp resume: path saved");
+    let line = saved.last().unwrap_or_else(|| {
+        panic!(
+            "no path saved after the first run: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    // 200 Mbit/s × 40 ms = 1 MB; half of it is ~345 segments of 1,448 bytes. Allow for a
+    // delivery rate measured below the link's and an RTT above the emulated one.
+    let segments = field(line, "segments");
+    assert!((100..=1500).contains(&segments), "{line}");
+    let rtt_us = field(line, "rtt_us");
+    assert!((39_000..=80_000).contains(&rtt_us), "{line}");
+    assert!(
+        log_lines(&log, "starts from the saved path").is_empty(),
+        "a jump before anything was saved"
+    );
+
+    get_json(&lab, &get);
+    let jumps = log_lines(&log, "starts from the saved path");
+    assert!(
+        !jumps.is_empty(),
+        "the second run's connections started cold"
+    );
+    // The first connection takes half the budget, the next half of what is left (the lanes
+    // connect together, so their log lines may come in either order).
+    let mut windows: Vec<u64> = jumps.iter().map(|l| field(l, "cwnd")).collect();
+    windows.sort_unstable();
+    assert_eq!(
+        windows.last(),
+        Some(&(segments / 2)),
+        "{jumps:?} of {segments}"
+    );
+}
