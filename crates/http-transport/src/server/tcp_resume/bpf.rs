@@ -415,3 +415,29 @@ pub(crate) fn program(map_fd: RawFd, port: u16) -> Vec<Insn> {
     a.exit();
     a.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_jump_lands_inside_the_program_and_it_ends_in_exit() {
+        let p = program(7, 8443);
+        assert!(p.len() < 80, "{} instructions", p.len());
+        assert_eq!(p.last().map(|i| i.code), Some(JMP | EXIT));
+        for (at, insn) in p.iter().enumerate() {
+            let class = insn.code & 0x07;
+            let op = insn.code & 0xf0;
+            if class == JMP && op != CALL && op != EXIT {
+                let to = at as i64 + 1 + i64::from(insn.off);
+                assert!((0..p.len() as i64).contains(&to), "jump at {at} to {to}");
+            }
+        }
+        // The map reference: a two-slot load with the map's descriptor.
+        let load = p.iter().position(|i| i.code == LD | DW | IMM).expect("a map load");
+        assert_eq!((p[load].regs >> 4, p[load].imm), (PSEUDO_MAP_FD, 7));
+        assert_eq!(p[load + 1], Insn { code: 0, regs: 0, off: 0, imm: 0 });
+        // The port is compared as the kernel stores it (host order).
+        assert!(p.iter().any(|i| i.code == JMP | JNE | K && i.imm == 8443));
+    }
+}
