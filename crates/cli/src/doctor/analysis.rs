@@ -21,6 +21,10 @@ const MIN_ADVISED_BUFFER: u64 = 16 << 20;
 const QUIC_UDP_BUFFER: u64 = 32 << 20;
 /// What `xfer serve` asks for its send buffer by default, bytes.
 const SERVE_SEND_BUFFER: u64 = 32 << 20;
+/// The default receive buffer (`tcp_rmem`'s middle value) advised for long paths, bytes.
+const ADVISED_RMEM_DEFAULT: u64 = 16 << 20;
+/// Paths shorter than this are not told about the first receive window, milliseconds.
+const INITIAL_WINDOW_MIN_RTT_MS: f64 = 20.0;
 
 /// What the analysis is asked to check against.
 #[derive(Debug, Clone, PartialEq)]
@@ -198,6 +202,33 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
     let recv_cap_bps = h
         .tcp_rmem
         .map(|r| window_rate_bps(advertised(r[2], h.tcp_adv_win_scale), rtt_ms));
+    let recv_capped = recv_cap_bps.is_some_and(|cap| cap < goal);
+    // A new connection's receive window starts at the advertised share of the default buffer
+    // and doubles per round trip as data arrives: on a long path that is a slow start of its
+    // own, which a sender starting from a saved window (TCP resume) cannot skip.
+    let initial_window = h.tcp_rmem.and_then(|r| {
+        let first = advertised(r[1], h.tcp_adv_win_scale).max(1);
+        let rounds = (goal_bdp as f64 / first as f64).log2().ceil();
+        (rtt_ms >= INITIAL_WINDOW_MIN_RTT_MS && r[1] < ADVISED_RMEM_DEFAULT && rounds >= 4.0)
+            .then_some((first, rounds as u32))
+    });
+    let rmem_line = |r: [u64; 3]| {
+        let default = if initial_window.is_some() {
+            ADVISED_RMEM_DEFAULT
+        } else {
+            r[1]
+        };
+        let max = if recv_capped {
+            advised.saturating_mul(2)
+        } else {
+            r[2]
+        };
+        format!(
+            "sysctl -w net.ipv4.tcp_rmem=\"{} {default} {}\"",
+            r[0],
+            max.max(default)
+        )
+    };
     if let (Some(r), Some(cap)) = (h.tcp_rmem, recv_cap_bps) {
         if cap < goal {
             findings.push(Finding {
@@ -212,14 +243,26 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
                     format_bps(goal),
                     mib(goal_bdp)
                 ),
-                fix: vec![format!(
-                    "sysctl -w net.ipv4.tcp_rmem=\"{} {} {}\"",
-                    r[0],
-                    r[1],
-                    advised.saturating_mul(2)
-                )],
+                fix: vec![rmem_line(r)],
             });
         }
+    }
+    if let (Some(r), Some((first, rounds))) = (h.tcp_rmem, initial_window) {
+        findings.push(Finding {
+            id: "initial_recv_window",
+            severity: Severity::Advice,
+            message: format!(
+                "tcp_rmem default {}: a new connection's receive window starts at about {} and \
+                 doubles per round trip, so at {at} every connection needs {rounds} round trips \
+                 ({:.1} s) before it may carry {}, even from a server that skips slow start \
+                 (xfer serve's TCP resume); the default is a limit, not an allocation",
+                mib(r[1]),
+                mib(first),
+                f64::from(rounds) * rtt_ms / 1000.0,
+                format_bps(goal),
+            ),
+            fix: vec![rmem_line(r)],
+        });
     }
     // Explicit buffers (QUIC's UDP sockets, `xfer serve`'s SO_SNDBUF) stop at *mem_max unless
     // forced, which needs CAP_NET_ADMIN.
@@ -443,7 +486,7 @@ mod tests {
     fn tuned(rtt: f64) -> Facts {
         let mut f = stock(rtt);
         let max = 64 << 20;
-        f.host.tcp_rmem = Some([4096, 131072, max]);
+        f.host.tcp_rmem = Some([4096, 16 << 20, max]);
         f.host.tcp_wmem = Some([4096, 16384, max]);
         f.host.rmem_max = Some(max);
         f.host.wmem_max = Some(max);
@@ -487,6 +530,51 @@ mod tests {
             .contains("net.ipv4.tcp_wmem = 4096 16384 33554432\n"));
         assert!(v.is_limited());
         assert_eq!(v.bdp[0].bytes, 12_500_000);
+    }
+
+    #[test]
+    fn a_small_default_receive_buffer_on_a_long_path_is_advised_up() {
+        let mut f = tuned(100.0);
+        f.host.tcp_rmem = Some([4096, 131072, 64 << 20]);
+        let v = analyse(&f, &Targets::default());
+        let w = v
+            .findings
+            .iter()
+            .find(|f| f.id == "initial_recv_window")
+            .unwrap_or_else(|| panic!("no initial_recv_window in {:?}", ids(&v)));
+        assert_eq!(w.severity, Severity::Advice);
+        // 64 KiB to 12.5 MB: 8 doublings, 0.8 s at 100 ms.
+        assert!(w.message.contains("8 round trips (0.8 s)"), "{}", w.message);
+        assert_eq!(
+            w.fix,
+            vec!["sysctl -w net.ipv4.tcp_rmem=\"4096 16777216 67108864\"".to_string()]
+        );
+        assert!(!v.is_limited());
+        // A LAN is not told.
+        let v = analyse(
+            &{
+                let mut f = f.clone();
+                f.path = Some(PathFacts {
+                    host: "lan".into(),
+                    connect_ms: vec![0.3],
+                    ..PathFacts::default()
+                });
+                f
+            },
+            &Targets::default(),
+        );
+        assert!(!ids(&v).contains(&"initial_recv_window"));
+        // With a capped maximum too, one tcp_rmem line carries both fixes.
+        let v = analyse(&stock(100.0), &Targets::default());
+        let lines: Vec<&String> = v
+            .sysctl_lines
+            .iter()
+            .filter(|l| l.contains("tcp_rmem"))
+            .collect();
+        assert_eq!(
+            lines,
+            vec!["sysctl -w net.ipv4.tcp_rmem=\"4096 16777216 67108864\""]
+        );
     }
 
     #[test]

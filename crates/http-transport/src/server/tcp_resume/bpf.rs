@@ -434,9 +434,20 @@ mod tests {
             }
         }
         // The map reference: a two-slot load with the map's descriptor.
-        let load = p.iter().position(|i| i.code == LD | DW | IMM).expect("a map load");
+        let load = p
+            .iter()
+            .position(|i| i.code == LD | DW | IMM)
+            .expect("a map load");
         assert_eq!((p[load].regs >> 4, p[load].imm), (PSEUDO_MAP_FD, 7));
-        assert_eq!(p[load + 1], Insn { code: 0, regs: 0, off: 0, imm: 0 });
+        assert_eq!(
+            p[load + 1],
+            Insn {
+                code: 0,
+                regs: 0,
+                off: 0,
+                imm: 0
+            }
+        );
         // The port is compared as the kernel stores it (host order).
         assert!(p.iter().any(|i| i.code == JMP | JNE | K && i.imm == 8443));
     }
