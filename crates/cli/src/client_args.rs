@@ -101,6 +101,11 @@ pub struct ClientArgs {
     /// TCP receive buffer (SO_RCVBUF); default: kernel autotuning.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub tcp_recv_buffer: Option<u64>,
+    /// Largest receive window each TCP connection advertises (TCP_WINDOW_CLAMP), keeping
+    /// autotuning; default: the kernel's. Lanes whose windows together stay near the path's
+    /// bandwidth-delay product cannot overflow the bottleneck's queue.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub tcp_window_clamp: Option<u64>,
     /// TCP congestion control (bbr, cubic, reno...). Default bbr when the kernel has it.
     #[arg(long, value_name = "NAME")]
     pub congestion: Option<String>,
@@ -264,6 +269,7 @@ impl ClientArgs {
         }
         h.tcp.send_buffer = self.tcp_send_buffer.or(h.tcp.send_buffer);
         h.tcp.recv_buffer = self.tcp_recv_buffer.or(h.tcp.recv_buffer);
+        h.tcp.window_clamp = self.tcp_window_clamp.or(h.tcp.window_clamp);
         if let Some(cc) = &self.congestion {
             h.tcp.congestion = Some(cc.clone());
         }

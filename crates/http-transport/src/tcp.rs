@@ -143,6 +143,13 @@ fn apply(socket: &Socket, cfg: &TcpConfig, recv: bool) -> Result<AppliedTcp, Tcp
         Some(req) => Some(set_buffer(socket, Direction::Recv, req, cfg.force_buffers)?),
         None => None,
     };
+    if let Some(clamp) = cfg.window_clamp.filter(|_| recv) {
+        let v = libc::c_int::try_from(clamp).unwrap_or(libc::c_int::MAX);
+        set_int(socket, libc::TCP_WINDOW_CLAMP, v).map_err(|source| TcpError::Option {
+            option: "TCP_WINDOW_CLAMP",
+            source,
+        })?;
+    }
     let congestion = set_congestion(socket, cfg.congestion.as_deref())?;
     socket
         .set_nodelay(cfg.nodelay)
@@ -531,6 +538,37 @@ mod tests {
         assert_eq!(applied.recv_buffer, Some(2 << 20));
         assert!(applied.nodelay);
         assert!(s.nodelay()?);
+        Ok(())
+    }
+
+    #[test]
+    fn the_window_clamp_is_set_before_connect() -> Result<(), Box<dyn std::error::Error>> {
+        let s = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        let c = TcpConfig {
+            window_clamp: Some(2_000_000),
+            ..cfg()
+        };
+        apply_before_connect(&s, &c)?;
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: v is a c_int of the size passed.
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_WINDOW_CLAMP,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(v, 2_000_000);
+        assert!(TcpConfig {
+            window_clamp: Some(100),
+            ..cfg()
+        }
+        .validate()
+        .is_err());
         Ok(())
     }
 
