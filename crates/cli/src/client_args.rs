@@ -116,6 +116,11 @@ pub struct ClientArgs {
     /// once the kernel holds a cookie from an earlier connection to the server).
     #[arg(long)]
     pub no_tcp_fastopen: bool,
+    /// Do not cap the receive windows of a transfer's TCP connections (by default, once a
+    /// queue stands at the bottleneck of a path of 5 ms or more, together they may hold 5/4 of
+    /// goodput x RTT, so that several senders do not overflow it).
+    #[arg(long)]
+    pub no_window_cap: bool,
     /// Do not send reads as TLS 1.3 early data over TCP (by default a connection that resumes
     /// a session sends its first GET with the ClientHello). QUIC's 0-RTT is not affected.
     #[arg(long)]
@@ -278,6 +283,9 @@ impl ClientArgs {
         }
         if self.no_tcp_fastopen {
             h.tcp.fast_open = false;
+        }
+        if self.no_window_cap {
+            h.tcp.window_cap = false;
         }
         if self.no_early_data {
             h.early_data = false;

@@ -68,6 +68,12 @@ pub struct TcpConfig {
     /// Server: connections whose SYN data the kernel may hold before they are accepted; more
     /// fall back to the ordinary handshake. Default 256 connections. Ignored by the client.
     pub fast_open_queue: u32,
+    /// Client: once a queue stands at the bottleneck (the receivers' RTT a quarter above the
+    /// path's minimum), clamp the receive windows of a transfer's connections together to 5/4
+    /// of goodput x minimum RTT (`TCP_WINDOW_CLAMP`), so that several senders cannot overflow
+    /// its queue; the cap follows goodput up. Paths under 5 ms are left alone, and so is a
+    /// fixed [`TcpConfig::window_clamp`]. Default on. Ignored by the server.
+    pub window_cap: bool,
 }
 
 impl Default for TcpConfig {
@@ -83,6 +89,7 @@ impl Default for TcpConfig {
             nodelay: true,
             fast_open: true,
             fast_open_queue: 256,
+            window_cap: true,
         }
     }
 }

@@ -467,6 +467,28 @@ pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
     })
 }
 
+/// Payload bytes received, the smallest RTT seen and the receiver's current RTT estimate
+/// (both microseconds, 0 when unknown) of a socket: one `getsockopt(TCP_INFO)`, for the
+/// receive-window cap.
+#[cfg(target_os = "linux")]
+pub(crate) fn recv_sample(fd: &impl AsFd) -> Option<(u64, u32, u32)> {
+    use std::mem::offset_of;
+    let (raw, len) = raw_tcp_info(fd)?;
+    (len >= offset_of!(libc::tcp_info, tcpi_bytes_received) + 8).then_some((
+        raw.tcpi_bytes_received,
+        raw.tcpi_min_rtt,
+        raw.tcpi_rcv_rtt,
+    ))
+}
+
+/// Bound the window a socket advertises (`TCP_WINDOW_CLAMP`), bytes; the kernel raises it
+/// again when asked, and never shrinks a window it has already offered.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_window_clamp(fd: &impl AsFd, bytes: u64) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int(fd, libc::TCP_WINDOW_CLAMP, v)
+}
+
 /// The kernel's `struct tcp_info`, as libc declares it, and how many of its bytes the kernel
 /// filled (older kernels fill a prefix).
 #[cfg(target_os = "linux")]

@@ -47,6 +47,7 @@ mod stats;
 mod target;
 mod transport;
 mod upload;
+mod window;
 
 pub use config::HttpClientConfig;
 pub use connect::h2_builder as h2_client_builder;

@@ -27,6 +27,11 @@ pub(crate) struct SocketRecord {
     /// owner clears it under the same lock before closing, so it never names a reused fd.
     live_fd: Option<RawFd>,
     last: Option<TcpInfoSnapshot>,
+    /// Bytes received at the receive-window cap's last look, and when they last grew.
+    cap_seen: u64,
+    cap_active: Option<std::time::Instant>,
+    /// The window clamp last set, bytes.
+    cap_set: Option<u64>,
 }
 
 impl SocketRecord {
@@ -67,6 +72,9 @@ impl MeteredTcp {
             applied,
             live_fd: Some(stream.as_raw_fd()),
             last: None,
+            cap_seen: 0,
+            cap_active: None,
+            cap_set: None,
         }));
         Self { stream, record }
     }
@@ -185,6 +193,78 @@ impl StatsRegistry {
             out.push(stats);
         }
         out
+    }
+}
+
+impl StatsRegistry {
+    /// One step of the receive-window cap ([`super::window`]): read every open socket's bytes
+    /// received and RTT, ask `policy`, and clamp the windows of the sockets that received
+    /// since the last step. Closed sockets count with their last reading.
+    #[cfg(target_os = "linux")]
+    pub fn cap_windows(&self, policy: &mut super::window::WindowPolicy, now: std::time::Instant) {
+        let all = lock(&self.by_index);
+        let mut received = 0u64;
+        let mut min_rtt_us = u32::MAX;
+        let mut current_rtt_us = u32::MAX;
+        let mut active = Vec::new();
+        for rec in all.iter().flatten() {
+            let mut r = lock(rec);
+            let Some(fd) = r.live_fd else {
+                received += r.last.as_ref().and_then(|s| s.bytes_received).unwrap_or(0);
+                continue;
+            };
+            // SAFETY: as in `snapshot`: set only while the socket is open, under this lock.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            let Some((bytes, rtt, rcv_rtt)) = crate::tcp::recv_sample(&fd) else {
+                continue;
+            };
+            received += bytes;
+            if rtt > 0 {
+                min_rtt_us = min_rtt_us.min(rtt);
+            }
+            if bytes > r.cap_seen {
+                r.cap_seen = bytes;
+                r.cap_active = Some(now);
+                if rcv_rtt > 0 {
+                    current_rtt_us = current_rtt_us.min(rcv_rtt);
+                }
+            }
+            // Active: received within the last two round trips (a lane between two bodies, or in
+            // loss recovery, still holds its share).
+            let span = std::time::Duration::from_micros(2 * u64::from(rtt.max(50_000)));
+            if r.cap_active
+                .is_some_and(|t| now.saturating_duration_since(t) <= span)
+            {
+                active.push(rec.clone());
+            }
+        }
+        let us = |v: u32| (v != u32::MAX).then(|| std::time::Duration::from_micros(u64::from(v)));
+        let Some(cap) = policy.step(
+            now,
+            received,
+            active.len(),
+            us(min_rtt_us),
+            us(current_rtt_us),
+        ) else {
+            return;
+        };
+        for rec in active {
+            let mut r = lock(&rec);
+            // Re-set only on a change of more than an eighth: each call is a system call.
+            if r.cap_set.is_some_and(|old| old.abs_diff(cap) <= old / 8) {
+                continue;
+            }
+            let Some(fd) = r.live_fd else { continue };
+            // SAFETY: as above.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            match crate::tcp::set_window_clamp(&fd, cap) {
+                Ok(()) => {
+                    tracing::trace!(peer = %r.peer, cap, "receive window capped");
+                    r.cap_set = Some(cap);
+                }
+                Err(e) => tracing::debug!(peer = %r.peer, error = %e, "TCP_WINDOW_CLAMP failed"),
+            }
+        }
     }
 }
 

@@ -63,6 +63,20 @@ pub(crate) enum SharedPick {
 
 /// What every transport made by [`HttpTransport::sibling`] shares with the one it came from:
 /// the connections, so a tree of files pays one handshake per connection, not per file.
+/// Run the receive-window cap over a pool's sockets until the pool is gone.
+#[cfg(target_os = "linux")]
+async fn cap_windows(pool: std::sync::Weak<Pool>) {
+    let mut policy = super::window::WindowPolicy::default();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(pool) = pool.upgrade() else { return };
+        pool.stats
+            .cap_windows(&mut policy, std::time::Instant::now());
+    }
+}
+
 pub(crate) struct Pool {
     tls: Arc<rustls::ClientConfig>,
     mode: OnceLock<Mode>,
@@ -76,6 +90,8 @@ pub(crate) struct Pool {
     spread: LossSpread,
     /// HTTP/1.1: pipelined requests the server dropped without announcing it.
     pipeline_losses: std::sync::atomic::AtomicU32,
+    /// The receive-window cap's task runs (started with the first connection).
+    window_cap: std::sync::atomic::AtomicBool,
 }
 
 /// Pipelined requests lost (the server closed without `Connection: close`) before the lanes
@@ -156,6 +172,19 @@ impl Inner {
 
     pub fn register(&self, index: usize, conn: &Connection) {
         self.pool.stats.register(index, conn.record.clone());
+        // A fixed clamp the user set is theirs: the cap would move it.
+        #[cfg(target_os = "linux")]
+        if self.cfg.tcp.window_cap
+            && self.cfg.tcp.window_clamp.is_none()
+            && !self
+                .pool
+                .window_cap
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(cap_windows(Arc::downgrade(&self.pool)));
+            }
+        }
     }
 
     /// The connection lane `lane` rides on: its own for HTTP/1.1, one of the M shared ones for
@@ -394,6 +423,7 @@ impl HttpTransport {
                     stats: StatsRegistry::default(),
                     spread,
                     pipeline_losses: Default::default(),
+                    window_cap: Default::default(),
                 }),
             }),
             duplicates: Arc::default(),
