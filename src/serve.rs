@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use xfer_common::tls::{self, CertOrigin, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
+use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{CarefulResume, QuicServer, QuicServerConfig, QuicTuning};
 use xfer_service::{AccessControl, AccessFileError, TpcConfig, UploadConfig, Uploads};
@@ -115,6 +116,8 @@ pub struct Servers {
     pub self_signed: Option<SelfSigned>,
     /// Whether that certificate was reused or generated (and why).
     pub cert_origin: Option<CertOrigin>,
+    /// Whether HTTP connections start from their client's saved path (TCP resume), or why not.
+    pub tcp_resume: TcpResumeStatus,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -179,6 +182,7 @@ impl Servers {
         }
         let http = HttpServer::bind(http_cfg).await?;
         let http_addr = http.local_addr();
+        let tcp_resume = http.tcp_resume().clone();
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let mut quic_addr = None;
@@ -213,6 +217,7 @@ impl Servers {
             tls: server_tls.is_some(),
             self_signed,
             cert_origin,
+            tcp_resume,
             stop,
             tasks,
         })

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 use xfer::crates::common::tls::{self, CertOrigin};
+use xfer::crates::http::server::tcp_resume::TcpResumeStatus;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{ChecksumAlgorithm, Http2Config, QuicTuning};
 
@@ -295,6 +296,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(q) => eprintln!("                 and {q}"),
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),
         None => {}
+    }
+    match &servers.tcp_resume {
+        TcpResumeStatus::On => {
+            eprintln!("TCP resume on: a returning client's connections start from its saved path")
+        }
+        TcpResumeStatus::Unavailable(why) => eprintln!(
+            "TCP resume unavailable ({why}): every TCP connection pays slow start \
+             (it needs root; --no-tcp-resume silences this)"
+        ),
+        TcpResumeStatus::Off => {}
     }
     let signal = crate::interrupt::stop_signal().await;
     eprintln!("{signal}: shutting down; letting transfers in flight finish");

@@ -122,6 +122,7 @@ pub struct HttpServer {
     listener: TcpListener,
     local_addr: SocketAddr,
     shared: Arc<Shared>,
+    tcp_resume: tcp_resume::TcpResumeStatus,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -181,11 +182,18 @@ impl HttpServer {
             )
         })?;
         #[cfg(target_os = "linux")]
-        let tcp_resume = start_tcp_resume(local_addr.port(), &cfg.tcp_resume);
+        let (tcp_resume, tcp_resume_status) = start_tcp_resume(local_addr.port(), &cfg.tcp_resume);
+        #[cfg(not(target_os = "linux"))]
+        let tcp_resume_status = if cfg.tcp_resume.enabled {
+            tcp_resume::TcpResumeStatus::Unavailable("needs Linux".into())
+        } else {
+            tcp_resume::TcpResumeStatus::Off
+        };
         tracing::info!(%local_addr, root = %root.display(), tls = tls.is_some(), "http server listening");
         Ok(Self {
             listener,
             local_addr,
+            tcp_resume: tcp_resume_status,
             shared: Arc::new(Shared {
                 service: Service::new(ServiceConfig {
                     checksums: Default::default(),
@@ -212,6 +220,11 @@ impl HttpServer {
     /// The address actually bound (the port when `listen` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Whether TCP resume runs, or why not.
+    pub fn tcp_resume(&self) -> &tcp_resume::TcpResumeStatus {
+        &self.tcp_resume
     }
 
     /// The server's whole-file digest cache, to share with another server on the same root
@@ -306,18 +319,24 @@ impl HttpServer {
 fn start_tcp_resume(
     port: u16,
     cfg: &tcp_resume::TcpResumeConfig,
-) -> Option<Arc<tcp_resume::TcpResume>> {
+) -> (
+    Option<Arc<tcp_resume::TcpResume>>,
+    tcp_resume::TcpResumeStatus,
+) {
     if !cfg.enabled {
-        return None;
+        return (None, tcp_resume::TcpResumeStatus::Off);
     }
     match tcp_resume::TcpResume::start(port, cfg) {
         Ok(r) => {
             tracing::info!(port, "tcp resume on: returning peers skip slow start");
-            Some(r)
+            (Some(r), tcp_resume::TcpResumeStatus::On)
         }
         Err(e) => {
             tracing::info!(error = %e, "tcp resume unavailable; connections start from the kernel's initial window");
-            None
+            (
+                None,
+                tcp_resume::TcpResumeStatus::Unavailable(e.to_string()),
+            )
         }
     }
 }

@@ -85,6 +85,17 @@ impl TcpResumeConfig {
     }
 }
 
+/// Whether a server runs TCP resume, for its start-up banner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpResumeStatus {
+    /// Turned off in the configuration.
+    Off,
+    /// The program is linked: returning clients start from their saved path.
+    On,
+    /// Asked for but not possible here (not root, no BPF, no cgroup v2), and why.
+    Unavailable(String),
+}
+
 /// A peer's saved path as the kernel program sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SavedTcpPath {
