@@ -438,7 +438,7 @@ pub fn tcp_info(fd: &impl AsFd) -> Option<TcpInfoSnapshot> {
     })
 }
 
-/// What TCP resume samples of a sending connection.
+/// What TCP resume (sender) and the receive-window cap (receiver) read of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PathSample {
     /// The kernel's latest delivery rate sample, bytes per second (kernel 4.9+).
@@ -449,9 +449,13 @@ pub(crate) struct PathSample {
     pub mss: u32,
     /// Congestion window, segments.
     pub cwnd: u32,
+    /// Payload bytes received (kernel 4.1+).
+    pub bytes_received: u64,
+    /// The receiver's current RTT estimate, microseconds; 0 when unknown.
+    pub rcv_rtt_us: u32,
 }
 
-/// One `getsockopt(TCP_INFO)`, nothing else: cheap enough to call every 100 ms per connection.
+/// One `getsockopt(TCP_INFO)`, nothing else: cheap enough to call every few milliseconds.
 #[cfg(target_os = "linux")]
 pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
     use std::mem::offset_of;
@@ -464,21 +468,9 @@ pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
         min_rtt_us: raw.tcpi_min_rtt,
         mss: raw.tcpi_snd_mss,
         cwnd: raw.tcpi_snd_cwnd,
+        bytes_received: raw.tcpi_bytes_received,
+        rcv_rtt_us: raw.tcpi_rcv_rtt,
     })
-}
-
-/// Payload bytes received, the smallest RTT seen and the receiver's current RTT estimate
-/// (both microseconds, 0 when unknown) of a socket: one `getsockopt(TCP_INFO)`, for the
-/// receive-window cap.
-#[cfg(target_os = "linux")]
-pub(crate) fn recv_sample(fd: &impl AsFd) -> Option<(u64, u32, u32)> {
-    use std::mem::offset_of;
-    let (raw, len) = raw_tcp_info(fd)?;
-    (len >= offset_of!(libc::tcp_info, tcpi_bytes_received) + 8).then_some((
-        raw.tcpi_bytes_received,
-        raw.tcpi_min_rtt,
-        raw.tcpi_rcv_rtt,
-    ))
 }
 
 /// Bound the window a socket advertises (`TCP_WINDOW_CLAMP`), bytes; the kernel raises it

@@ -215,9 +215,11 @@ impl StatsRegistry {
             };
             // SAFETY: as in `snapshot`: set only while the socket is open, under this lock.
             let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            let Some((bytes, rtt, rcv_rtt)) = crate::tcp::recv_sample(&fd) else {
+            let Some(sample) = crate::tcp::path_sample(&fd) else {
                 continue;
             };
+            let (bytes, rtt, rcv_rtt) =
+                (sample.bytes_received, sample.min_rtt_us, sample.rcv_rtt_us);
             received += bytes;
             if rtt > 0 {
                 min_rtt_us = min_rtt_us.min(rtt);
