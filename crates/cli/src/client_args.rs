@@ -101,6 +101,11 @@ pub struct ClientArgs {
     /// TCP receive buffer (SO_RCVBUF); default: kernel autotuning.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub tcp_recv_buffer: Option<u64>,
+    /// Receive buffer each TCP connection starts with before autotuning grows it (0: the
+    /// kernel's `tcp_rmem` default, 128 KiB stock). Beyond `net.core.rmem_max` only with
+    /// CAP_NET_ADMIN. Default 16MiB.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    pub tcp_initial_recv_buffer: Option<u64>,
     /// Largest receive window each TCP connection advertises (TCP_WINDOW_CLAMP), keeping
     /// autotuning; default: the kernel's. Lanes whose windows together stay near the path's
     /// bandwidth-delay product cannot overflow the bottleneck's queue.
@@ -275,6 +280,9 @@ impl ClientArgs {
         h.tcp.send_buffer = self.tcp_send_buffer.or(h.tcp.send_buffer);
         h.tcp.recv_buffer = self.tcp_recv_buffer.or(h.tcp.recv_buffer);
         h.tcp.window_clamp = self.tcp_window_clamp.or(h.tcp.window_clamp);
+        if let Some(v) = self.tcp_initial_recv_buffer {
+            h.tcp.initial_recv_buffer = (v > 0).then_some(v);
+        }
         if let Some(cc) = &self.congestion {
             h.tcp.congestion = Some(cc.clone());
         }

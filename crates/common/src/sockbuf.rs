@@ -30,16 +30,96 @@ pub fn request(socket: &Socket, dir: Direction, size: usize, force: bool) -> io:
 /// `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE`: beyond the sysctl maxima, with `CAP_NET_ADMIN`.
 #[cfg(target_os = "linux")]
 pub fn set_forced(socket: &Socket, dir: Direction, size: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-
     let opt = match dir {
         Direction::Send => libc::SO_SNDBUFFORCE,
         Direction::Recv => libc::SO_RCVBUFFORCE,
     };
     let value = libc::c_int::try_from(size)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "buffer size exceeds c_int"))?;
-    // SAFETY: the fd is open for the lifetime of `socket`, and the option value points to a
-    // c_int whose size is passed alongside it.
+    set_sol_socket(socket, opt, value)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn set_forced(_socket: &Socket, _dir: Direction, _size: usize) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "forced socket buffers are linux-only",
+    ))
+}
+
+/// Start the buffer at `size` bytes and leave the kernel's autotuning free to grow it from
+/// there: request it (forced when `force` and allowed), then clear the lock that setting a
+/// size puts on it (`SO_BUF_LOCK`, Linux 5.14+). Returns the usable size granted, or `None`,
+/// with the socket untouched, on a kernel without `SO_BUF_LOCK`: a size the kernel could not
+/// unlock again would cap the connection for its whole life.
+#[cfg(target_os = "linux")]
+pub fn start_at(
+    socket: &Socket,
+    dir: Direction,
+    size: usize,
+    force: bool,
+) -> io::Result<Option<usize>> {
+    let Ok(locks) = get_sol_socket(socket, libc::SO_BUF_LOCK) else {
+        return Ok(None);
+    };
+    request(socket, dir, size, force)?;
+    let bit = match dir {
+        Direction::Send => SNDBUF_LOCK,
+        Direction::Recv => RCVBUF_LOCK,
+    };
+    // Keep the other direction's lock as it was (a fixed size the caller set on purpose).
+    set_sol_socket(socket, libc::SO_BUF_LOCK, locks & !bit)?;
+    let granted = match dir {
+        Direction::Send => socket.send_buffer_size()?,
+        Direction::Recv => socket.recv_buffer_size()?,
+    };
+    Ok(Some(granted / 2))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn start_at(
+    _socket: &Socket,
+    _dir: Direction,
+    _size: usize,
+    _force: bool,
+) -> io::Result<Option<usize>> {
+    Ok(None)
+}
+
+/// `SOCK_SNDBUF_LOCK` and `SOCK_RCVBUF_LOCK`, the bits of `SO_BUF_LOCK` (include/net/sock.h).
+#[cfg(target_os = "linux")]
+const SNDBUF_LOCK: libc::c_int = 1;
+#[cfg(target_os = "linux")]
+const RCVBUF_LOCK: libc::c_int = 2;
+
+#[cfg(target_os = "linux")]
+fn get_sol_socket(socket: &Socket, opt: libc::c_int) -> io::Result<libc::c_int> {
+    use std::os::fd::AsRawFd;
+
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live for the call and `len` holds `value`'s size.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            std::ptr::addr_of_mut!(value).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn set_sol_socket(socket: &Socket, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+
+    // SAFETY: the option value points to a live c_int whose size is passed alongside it.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
@@ -56,14 +136,6 @@ pub fn set_forced(socket: &Socket, dir: Direction, size: usize) -> io::Result<()
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-pub fn set_forced(_socket: &Socket, _dir: Direction, _size: usize) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "forced socket buffers are linux-only",
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +147,21 @@ mod tests {
         request(&s, Direction::Recv, 64 << 10, false).unwrap();
         // Linux reports twice the accepted value.
         assert!(s.recv_buffer_size().unwrap() >= 64 << 10);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_started_buffer_is_left_unlocked_and_the_other_lock_kept() {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.set_send_buffer_size(256 << 10).unwrap();
+        let Some(granted) = start_at(&s, Direction::Recv, 128 << 10, false).unwrap() else {
+            assert!(std::env::var_os("CI").is_none(), "no SO_BUF_LOCK under CI");
+            eprintln!("skipped: this kernel has no SO_BUF_LOCK (Linux 5.14+)");
+            return;
+        };
+        assert!(granted >= 64 << 10, "granted {granted}");
+        let locks = get_sol_socket(&s, libc::SO_BUF_LOCK).unwrap();
+        assert_eq!(locks & RCVBUF_LOCK, 0, "receive buffer still locked");
+        assert_eq!(locks & SNDBUF_LOCK, SNDBUF_LOCK, "send buffer lock lost");
     }
 }

@@ -41,6 +41,15 @@ pub struct TcpConfig {
     /// `SO_RCVBUF` in bytes; `None` leaves autotuning (bounded by `tcp_rmem[2]`, 6 MiB stock).
     /// Set before connect/listen so the window scale is negotiated for it.
     pub recv_buffer: Option<u64>,
+    /// Receive buffer a connection starts with, bytes, after which the kernel's autotuning
+    /// goes on growing it (`SO_RCVBUF`, forced past `net.core.rmem_max` like the other
+    /// buffers, then unlocked with `SO_BUF_LOCK`, Linux 5.14+). Autotuning alone starts from
+    /// `tcp_rmem[1]` (128 KiB stock) and at best doubles it per round trip, so on a long path
+    /// the receive window, not the sender, holds the first second of a connection back. Clamped
+    /// silently to `rmem_max` without `CAP_NET_ADMIN`; ignored when
+    /// [`TcpConfig::recv_buffer`] fixes the size. Default 16 MiB (one BDP of 1 Gbit/s at
+    /// 130 ms); `None` leaves the kernel's start.
+    pub initial_recv_buffer: Option<u64>,
     /// `TCP_WINDOW_CLAMP` in bytes: the most a connection advertises as its receive window,
     /// whatever its buffer; `None` (the default) leaves the kernel's bound. Unlike
     /// [`TcpConfig::recv_buffer`] it keeps autotuning and is not capped by
@@ -83,6 +92,7 @@ impl Default for TcpConfig {
         Self {
             send_buffer: None,
             recv_buffer: None,
+            initial_recv_buffer: Some(16 << 20),
             window_clamp: None,
             force_buffers: true,
             congestion: Some("bbr".to_string()),
@@ -109,6 +119,7 @@ impl TcpConfig {
         for (field, v) in [
             ("send_buffer", self.send_buffer),
             ("recv_buffer", self.recv_buffer),
+            ("initial_recv_buffer", self.initial_recv_buffer),
             ("window_clamp", self.window_clamp),
         ] {
             if let Some(v) = v {

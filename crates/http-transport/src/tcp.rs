@@ -143,6 +143,12 @@ fn apply(socket: &Socket, cfg: &TcpConfig, recv: bool) -> Result<AppliedTcp, Tcp
         Some(req) => Some(set_buffer(socket, Direction::Recv, req, cfg.force_buffers)?),
         None => None,
     };
+    if let Some(start) = cfg
+        .initial_recv_buffer
+        .filter(|_| recv && recv_buffer.is_none())
+    {
+        start_recv_buffer(socket, start, cfg.force_buffers)?;
+    }
     if let Some(clamp) = cfg.window_clamp.filter(|_| recv) {
         let v = libc::c_int::try_from(clamp).unwrap_or(libc::c_int::MAX);
         set_int(socket, libc::TCP_WINDOW_CLAMP, v).map_err(|source| TcpError::Option {
@@ -383,6 +389,39 @@ fn set_buffer(
         );
     }
     Ok(granted)
+}
+
+/// [`TcpConfig::initial_recv_buffer`]: a head start for autotuning. Quiet when the kernel grants
+/// less (no `CAP_NET_ADMIN`: `rmem_max`) or cannot unlock the size again (before 5.14): this is a
+/// default, not something the user asked for.
+fn start_recv_buffer(
+    socket: &Socket,
+    requested: u64,
+    force: bool,
+) -> Result<Option<u64>, TcpError> {
+    let req = usize::try_from(requested.min(i32::MAX as u64 / 2)).unwrap_or(usize::MAX / 2);
+    let granted = sockbuf::start_at(socket, Direction::Recv, req, force).map_err(|source| {
+        TcpError::Option {
+            option: "SO_RCVBUF",
+            source,
+        }
+    })?;
+    tracing::trace!(requested = req, ?granted, "receive buffer head start");
+    Ok(granted.map(|g| g as u64))
+}
+
+/// The usable receive buffer a new connection made with `cfg` starts with on this host and
+/// with this process's privileges ([`TcpConfig::initial_recv_buffer`] as the kernel grants it),
+/// bytes: what `xfer doctor` reasons from. `None` when there is no head start (none asked for,
+/// or a kernel that could not unlock it).
+pub fn recv_head_start(cfg: &TcpConfig) -> Option<u64> {
+    let start = cfg
+        .initial_recv_buffer
+        .filter(|_| cfg.recv_buffer.is_none())?;
+    let socket = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+    start_recv_buffer(&socket, start, cfg.force_buffers)
+        .ok()
+        .flatten()
 }
 
 /// Read `TCP_INFO`, the congestion control and the buffer sizes of a connected socket. `None`
@@ -640,6 +679,84 @@ mod tests {
         assert_eq!(Some(info.recv_buffer), applied.recv_buffer);
         assert!(!info.congestion.is_empty());
         assert!(info.cwnd_bytes > 0);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_connection_starts_with_its_head_start_and_autotuning_free(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let accept = tokio::spawn(async move {
+            let first = listener.accept().await?;
+            let second = listener.accept().await?;
+            Ok::<_, io::Error>((first, second))
+        });
+        let start: u64 = 8 << 20;
+        let c = TcpConfig {
+            recv_buffer: None,
+            initial_recv_buffer: Some(start),
+            ..cfg()
+        };
+        let (stream, applied) = connect(addr, &c, Duration::from_secs(5)).await?;
+        assert_eq!(
+            applied.recv_buffer, None,
+            "a head start is not a fixed size"
+        );
+        let mut locks: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `locks` and `len` are live for the call and `len` holds `locks`' size.
+        let rc = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_BUF_LOCK,
+                (&mut locks as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            assert!(std::env::var_os("CI").is_none(), "no SO_BUF_LOCK under CI");
+            eprintln!("skipped: this kernel has no SO_BUF_LOCK (Linux 5.14+)");
+            return Ok(());
+        }
+        assert_eq!(
+            locks & 2,
+            0,
+            "receive buffer left locked: autotuning is off"
+        );
+        let info = tcp_info(&stream).ok_or("no tcp_info on a connected socket")?;
+        // Forced as root; otherwise what rmem_max allows.
+        let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")?
+            .trim()
+            .parse()?;
+        let expect = if info.recv_buffer >= start {
+            start
+        } else {
+            start.min(rmem_max)
+        };
+        assert!(
+            info.recv_buffer >= expect,
+            "receive buffer {} below the head start {expect}",
+            info.recv_buffer
+        );
+        // Without a head start the kernel's default applies (tcp_rmem[1], far below 8 MiB).
+        let (plain, _) = connect(
+            addr,
+            &TcpConfig {
+                initial_recv_buffer: None,
+                ..c
+            },
+            Duration::from_secs(5),
+        )
+        .await?;
+        let _servers = accept.await??;
+        let plain = tcp_info(&plain).ok_or("no tcp_info")?;
+        assert!(
+            plain.recv_buffer < expect,
+            "{} without a head start",
+            plain.recv_buffer
+        );
         Ok(())
     }
 

@@ -203,17 +203,24 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
         .tcp_rmem
         .map(|r| window_rate_bps(advertised(r[2], h.tcp_adv_win_scale), rtt_ms));
     let recv_capped = recv_cap_bps.is_some_and(|cap| cap < goal);
-    // A new connection's receive window starts at the advertised share of the default buffer
+    // A new connection's receive window starts at the advertised share of its first buffer
     // and doubles per round trip as data arrives: on a long path that is a slow start of its
-    // own, which a sender starting from a saved window (TCP resume) cannot skip.
+    // own, which a sender starting from a saved window (TCP resume) cannot skip. The first
+    // buffer is tcp_rmem's default, or xfer's head start where the kernel granted a larger one
+    // (the kernel reports a buffer at half what it accounts, tcp_rmem counts the whole).
+    let head_start = h.recv_head_start.map_or(0, |g| g.saturating_mul(2));
     let initial_window = h.tcp_rmem.and_then(|r| {
-        let first = advertised(r[1], h.tcp_adv_win_scale).max(1);
+        let start = r[1].max(head_start);
+        let first = advertised(start, h.tcp_adv_win_scale).max(1);
         let rounds = (goal_bdp as f64 / first as f64).log2().ceil();
-        (rtt_ms >= INITIAL_WINDOW_MIN_RTT_MS && r[1] < ADVISED_RMEM_DEFAULT && rounds >= 4.0)
+        (rtt_ms >= INITIAL_WINDOW_MIN_RTT_MS && start < ADVISED_RMEM_DEFAULT && rounds >= 4.0)
             .then_some((first, rounds as u32))
     });
+    // Without CAP_NET_ADMIN the head start stops at rmem_max; raising that is the narrower fix
+    // (it changes nothing for other programs, which do not ask for a size).
+    let head_start_capped = h.recv_head_start.is_some() && !h.can_force_buffers;
     let rmem_line = |r: [u64; 3]| {
-        let default = if initial_window.is_some() {
+        let default = if initial_window.is_some() && !head_start_capped {
             ADVISED_RMEM_DEFAULT
         } else {
             r[1]
@@ -248,20 +255,30 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
         }
     }
     if let (Some(r), Some((first, rounds))) = (h.tcp_rmem, initial_window) {
+        let (what, fix) = match h.rmem_max.filter(|_| head_start_capped) {
+            Some(max) => (
+                format!(
+                    "rmem_max {} and no CAP_NET_ADMIN: xfer's receive-buffer head start is held \
+                     to it",
+                    mib(max)
+                ),
+                format!("sysctl -w net.core.rmem_max={advised}"),
+            ),
+            None => (format!("tcp_rmem default {}", mib(r[1])), rmem_line(r)),
+        };
         findings.push(Finding {
             id: "initial_recv_window",
             severity: Severity::Advice,
             message: format!(
-                "tcp_rmem default {}: a new connection's receive window starts at about {} and \
-                 doubles per round trip, so at {at} every connection needs {rounds} round trips \
-                 ({:.1} s) before it may carry {}, even from a server that skips slow start \
-                 (xfer serve's TCP resume); the default is a limit, not an allocation",
-                mib(r[1]),
+                "{what}: a new connection's receive window starts at about {} and doubles per \
+                 round trip, so at {at} every connection needs {rounds} round trips ({:.1} s) \
+                 before it may carry {}, even from a server that skips slow start (xfer serve's \
+                 TCP resume); buffers are limits, not allocations",
                 mib(first),
                 f64::from(rounds) * rtt_ms / 1000.0,
                 format_bps(goal),
             ),
-            fix: vec![rmem_line(r)],
+            fix: vec![fix],
         });
     }
     // Explicit buffers (QUIC's UDP sockets, `xfer serve`'s SO_SNDBUF) stop at *mem_max unless
@@ -473,6 +490,8 @@ mod tests {
                 route_mtu: Some(1500),
                 can_force_buffers: false,
                 tcp_fastopen: Some(1),
+                // The head start as a stock kernel grants it without CAP_NET_ADMIN: rmem_max.
+                recv_head_start: Some(212992),
             },
             path: Some(PathFacts {
                 host: "example".into(),
@@ -494,6 +513,7 @@ mod tests {
         f.host.congestion_available.push("bbr".into());
         f.host.default_qdisc = Some("fq".into());
         f.host.tcp_fastopen = Some(3);
+        f.host.recv_head_start = Some(16 << 20);
         f
     }
 
@@ -536,6 +556,8 @@ mod tests {
     fn a_small_default_receive_buffer_on_a_long_path_is_advised_up() {
         let mut f = tuned(100.0);
         f.host.tcp_rmem = Some([4096, 131072, 64 << 20]);
+        // A kernel that cannot unlock a buffer again (before 5.14): no head start.
+        f.host.recv_head_start = None;
         let v = analyse(&f, &Targets::default());
         let w = v
             .findings
@@ -565,7 +587,9 @@ mod tests {
         );
         assert!(!ids(&v).contains(&"initial_recv_window"));
         // With a capped maximum too, one tcp_rmem line carries both fixes.
-        let v = analyse(&stock(100.0), &Targets::default());
+        let mut f = stock(100.0);
+        f.host.recv_head_start = None;
+        let v = analyse(&f, &Targets::default());
         let lines: Vec<&String> = v
             .sysctl_lines
             .iter()
@@ -575,6 +599,42 @@ mod tests {
             lines,
             vec!["sysctl -w net.ipv4.tcp_rmem=\"4096 16777216 67108864\""]
         );
+    }
+
+    #[test]
+    fn a_head_start_held_to_rmem_max_is_advised_through_rmem_max() {
+        let v = analyse(&stock(100.0), &Targets::default());
+        let w = v
+            .findings
+            .iter()
+            .find(|f| f.id == "initial_recv_window")
+            .unwrap_or_else(|| panic!("no initial_recv_window in {:?}", ids(&v)));
+        // 416 KiB accounted, 208 KiB advertised, to 12.5 MB: 6 doublings.
+        assert!(w.message.contains("rmem_max 208.00 KiB"), "{}", w.message);
+        assert!(w.message.contains("6 round trips (0.6 s)"), "{}", w.message);
+        assert_eq!(
+            w.fix,
+            vec!["sysctl -w net.core.rmem_max=33554432".to_string()]
+        );
+        // The same line as rmem_max_cap's, once; tcp_rmem's default is left alone.
+        let rmem_max: Vec<&String> = v
+            .sysctl_lines
+            .iter()
+            .filter(|l| l.contains("rmem_max"))
+            .collect();
+        assert_eq!(rmem_max, vec!["sysctl -w net.core.rmem_max=33554432"]);
+        assert!(
+            v.sysctl_lines
+                .contains(&"sysctl -w net.ipv4.tcp_rmem=\"4096 131072 67108864\"".to_string()),
+            "{:?}",
+            v.sysctl_lines
+        );
+        // With CAP_NET_ADMIN the whole head start is granted and there is nothing to advise.
+        let mut f = stock(100.0);
+        f.host.can_force_buffers = true;
+        f.host.recv_head_start = Some(16 << 20);
+        let v = analyse(&f, &Targets::default());
+        assert!(!ids(&v).contains(&"initial_recv_window"), "{:?}", ids(&v));
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct HostFacts {
     pub can_force_buffers: bool,
     /// `net.ipv4.tcp_fastopen`: 0x1 clients send data in SYNs, 0x2 servers take it.
     pub tcp_fastopen: Option<u32>,
+    /// The usable receive buffer an xfer connection starts with here, bytes: its head start
+    /// (`TcpConfig::initial_recv_buffer`) as this kernel and these privileges grant it. `None`
+    /// without one (a kernel before 5.14 cannot unlock it for autotuning).
+    pub recv_head_start: Option<u64>,
 }
 
 /// What a few connections to the URL's host showed.

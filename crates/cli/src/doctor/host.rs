@@ -44,6 +44,7 @@ pub fn host_facts(dest: Option<IpAddr>) -> HostFacts {
         route_mtu,
         can_force_buffers: can_force_buffers(),
         tcp_fastopen: sysctl("net.ipv4.tcp_fastopen").and_then(|s| s.parse().ok()),
+        recv_head_start: xfer::crates::http::tcp::recv_head_start(&xfer::TcpConfig::default()),
     }
 }
 

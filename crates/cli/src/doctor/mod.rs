@@ -204,6 +204,13 @@ fn render(facts: &Facts, v: &Verdict) -> String {
         if h.can_force_buffers { "yes" } else { "no" }
     ));
     s.push_str(&format!(
+        "  receive buffer a connection starts with: {}\n",
+        h.recv_head_start.map_or_else(
+            || "tcp_rmem's default (no head start: this kernel cannot unlock a set buffer)".into(),
+            |b| format!("{} (head start, then autotuning)", HumanBytes(b)),
+        )
+    ));
+    s.push_str(&format!(
         "  tcp_fastopen {}\n",
         match h.tcp_fastopen {
             None => "?".to_string(),
