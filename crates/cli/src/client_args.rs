@@ -170,6 +170,10 @@ pub struct ClientArgs {
     /// QUIC congestion controller.
     #[arg(long, value_enum)]
     pub quic_congestion: Option<QuicCongestion>,
+    /// Let QUIC's BBR ignore loss as quinn's does (for uploads, where the client sends),
+    /// instead of bounding its window when a round trip loses more than 2%.
+    #[arg(long)]
+    pub no_quic_loss_bound: bool,
     /// QUIC initial RTT estimate (`300ms`; a unit is required).
     #[arg(long, value_parser = duration_with_unit_arg, value_name = "DURATION")]
     pub quic_initial_rtt: Option<Duration>,
@@ -318,6 +322,9 @@ impl ClientArgs {
         }
         if let Some(cc) = self.quic_congestion {
             t.congestion = cc.into();
+        }
+        if self.no_quic_loss_bound {
+            t.loss_bound = false;
         }
         if let Some(rtt) = self.quic_initial_rtt {
             t.initial_rtt = rtt;

@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// experimental in quinn).
     #[arg(long, value_enum)]
     pub quic_congestion: Option<QuicCongestion>,
+    /// Let QUIC's BBR ignore loss as quinn's does, instead of bounding its window when a round
+    /// trip loses more than 2% (docs/design.md, "QUIC loss bound").
+    #[arg(long)]
+    pub no_quic_loss_bound: bool,
     /// QUIC send window: unacknowledged bytes per connection. Default 64MiB.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub quic_send_window: Option<u64>,
@@ -254,6 +258,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(cc) = args.quic_congestion {
         quic.congestion = cc.into();
     }
+    quic.loss_bound = !args.no_quic_loss_bound;
     if let Some(v) = args.quic_send_window {
         quic.send_window = v;
     }

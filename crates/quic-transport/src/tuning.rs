@@ -26,6 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig};
+
+use crate::loss_bound::LossBoundFactory;
 use quinn::{MtuDiscoveryConfig, TransportConfig, VarInt};
 
 pub use xfer_core::error::ConfigError;
@@ -98,6 +100,12 @@ pub struct QuicTuning {
     /// Congestion controller of the sending side. Default BBR, measured far ahead of CUBIC under
     /// random loss (see [`CongestionControl`]; quinn marks its BBR experimental).
     pub congestion: CongestionControl,
+    /// Bound BBR's window when a round trip loses more than 2 % of what it settled, at 5/4 of
+    /// what the path delivered per minimum RTT, raised again while no loss follows
+    /// ([`crate::loss_bound`]). quinn's BBR ignores loss, and through a one-BDP queue it lost
+    /// 0.4-1.6 million datagrams per 2 GiB. Default on; only BBR is affected (CUBIC and
+    /// NewReno back off on loss themselves).
+    pub loss_bound: bool,
     /// RTT assumed before the first sample, which sets the first retransmission timers.
     /// Default 333 ms (RFC 9002 §6.2.2): shorter recovers a lost handshake packet sooner but
     /// retransmits spuriously on paths longer than it. Allowed 1 ms to 10 s.
@@ -155,6 +163,7 @@ impl Default for QuicTuning {
             connection_receive_window: 64 << 20,
             send_window: 64 << 20,
             congestion: CongestionControl::default(),
+            loss_bound: true,
             initial_rtt: Duration::from_millis(333),
             initial_mtu: 1200,
             mtu_discovery: true,
@@ -187,6 +196,7 @@ impl QuicTuning {
             connection_receive_window: (1 << 32) - 1,
             send_window: 10_000_000,
             congestion: CongestionControl::Cubic,
+            loss_bound: false,
             initial_rtt: Duration::from_millis(333),
             initial_mtu: 1200,
             mtu_discovery: true,
@@ -341,6 +351,9 @@ impl QuicTuning {
         match self.congestion {
             CongestionControl::Cubic => Arc::new(CubicConfig::default()),
             CongestionControl::NewReno => Arc::new(NewRenoConfig::default()),
+            CongestionControl::Bbr if self.loss_bound => Arc::new(LossBoundFactory {
+                inner: Arc::new(BbrConfig::default()),
+            }),
             CongestionControl::Bbr => Arc::new(BbrConfig::default()),
         }
     }
