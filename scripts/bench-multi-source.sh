@@ -73,14 +73,7 @@ row() {
     start=$(date +%s.%N)
     "$XFER" get "$@" "$WORK/out" "${CA[@]}" --overwrite --json ${XFER_ARGS:-} >"$WORK/report.json"
     end=$(date +%s.%N)
-    python3 - "$name" "$start" "$end" "$SIZE" "$WORK/report.json" <<'PY'
-import json, sys
-name, start, end, size, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-r = json.load(open(path))
-srcs = ", ".join(f"{s['url'].split('/')[2]} {s['bytes'] / 2**20:.0f} MiB up to {s['lanes_max']} lanes {s['errors']} errors"
-                 for s in r.get("sources", []))
-print(f"{name:<12} {size * 8 / (end - start) / 1e6:8.1f} Mbit/s  {len(r['lanes'])} lanes  {srcs}")
-PY
+    python3 scripts/lib/multi_source_row.py "$name" "$start" "$end" "$SIZE" "$WORK/report.json"
     rm -f "$WORK/out"
 }
 

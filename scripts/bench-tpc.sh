@@ -40,25 +40,16 @@ done
 
 WORK=$(mktemp -d "${WORKDIR:-$PWD/target}/xfer-bench-tpc.XXXXXX")
 PIDS=()
-LAB_IN=
+# shellcheck source=lib/lab-hold.sh
+source scripts/lib/lab-hold.sh
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    [[ -n "$LAB_IN" ]] && { echo stop >&"$LAB_IN"; exec {LAB_IN}>&-; } || true
-    wait 2>/dev/null || true
+    wait "${PIDS[@]}" 2>/dev/null || true
+    lab_hold_stop
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-# The lab stays up while its stdin is open.
-mkfifo "$WORK/lab.in"
-"$HOLD" --prefix "$PREFIX" --rtt-ms "$RTT_MS" --rate-mbit "$RATE_MBIT" --profile tuned \
-    <"$WORK/lab.in" >"$WORK/lab.out" 2>"$WORK/lab.err" &
-PIDS+=($!)
-exec {LAB_IN}>"$WORK/lab.in"
-for _ in $(seq 100); do grep -q '^ready' "$WORK/lab.out" 2>/dev/null && break; sleep 0.1; done
-grep -q '^ready' "$WORK/lab.out" || { cat "$WORK/lab.err" >&2; exit 1; }
-SRV=$PREFIX-srv
-CLI=$PREFIX-cli
+lab_hold_start "$PREFIX" "$RTT_MS" "$RATE_MBIT" tuned
 
 mkdir -p "$WORK/a" "$WORK/b" "$WORK/ca"
 BYTES=$(python3 -c "

@@ -25,7 +25,21 @@ impl RateRelay {
     /// Relay connections made to the returned address to `upstream`, at most `bits_per_sec`
     /// from `upstream` in all.
     pub async fn start(upstream: SocketAddr, bits_per_sec: u64) -> io::Result<Self> {
-        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        Self::start_on(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            upstream,
+            bits_per_sec,
+        )
+        .await
+    }
+
+    /// [`RateRelay::start`], listening on `listen` (an emulated link's address, say).
+    pub async fn start_on(
+        listen: SocketAddr,
+        upstream: SocketAddr,
+        bits_per_sec: u64,
+    ) -> io::Result<Self> {
+        let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let pace = Arc::new(Pace {
             bytes_per_sec: (bits_per_sec / 8).max(1) as f64,
