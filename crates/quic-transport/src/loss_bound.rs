@@ -246,7 +246,15 @@ mod tests {
     /// A one-BDP queue standing: smoothed RTT twice the minimum, the link delivering 12.5 MB
     /// per 100 ms (1 Gbit/s), and 40 % of what is sent lost, for three rounds.
     fn congest(b: &mut InflightBound) -> Instant {
-        run(b, Instant::now(), 3, 25_000_000, 10_000_000, 200 * MS, 60_000_000)
+        run(
+            b,
+            Instant::now(),
+            3,
+            25_000_000,
+            10_000_000,
+            200 * MS,
+            60_000_000,
+        )
     }
 
     #[test]
