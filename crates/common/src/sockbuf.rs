@@ -49,9 +49,11 @@ pub fn set_forced(_socket: &Socket, _dir: Direction, _size: usize) -> io::Result
 
 /// Start the buffer at `size` bytes and leave the kernel's autotuning free to grow it from
 /// there: request it (forced when `force` and allowed), then clear the lock that setting a
-/// size puts on it (`SO_BUF_LOCK`, Linux 5.14+). Returns the usable size granted, or `None`,
-/// with the socket untouched, on a kernel without `SO_BUF_LOCK`: a size the kernel could not
-/// unlock again would cap the connection for its whole life.
+/// size puts on it (`SO_BUF_LOCK`, Linux 5.14+). Returns the usable size the socket starts
+/// with, or `None`, with the socket untouched, on a kernel without `SO_BUF_LOCK`: a size the
+/// kernel could not unlock again would cap the connection for its whole life. A socket whose
+/// default (`tcp_rmem[1]`/`tcp_wmem[1]`) is already as large, or larger than what the plain
+/// option may grant (`net.core.[rw]mem_max` without `CAP_NET_ADMIN`), is left as it is.
 #[cfg(target_os = "linux")]
 pub fn start_at(
     socket: &Socket,
@@ -62,18 +64,48 @@ pub fn start_at(
     let Ok(locks) = get_sol_socket(socket, libc::SO_BUF_LOCK) else {
         return Ok(None);
     };
-    request(socket, dir, size, force)?;
+    // The kernel reports (and accounts) twice the usable size.
+    let current = || match dir {
+        Direction::Send => socket.send_buffer_size(),
+        Direction::Recv => socket.recv_buffer_size(),
+    };
+    let before = current()?;
+    if before / 2 >= size {
+        return Ok(Some(before / 2));
+    }
+    if !(force && set_forced(socket, dir, size).is_ok()) {
+        if mem_max(dir).is_some_and(|max| max.min(size).saturating_mul(2) <= before) {
+            return Ok(Some(before / 2));
+        }
+        request(socket, dir, size, false)?;
+    }
     let bit = match dir {
         Direction::Send => SNDBUF_LOCK,
         Direction::Recv => RCVBUF_LOCK,
     };
     // Keep the other direction's lock as it was (a fixed size the caller set on purpose).
     set_sol_socket(socket, libc::SO_BUF_LOCK, locks & !bit)?;
-    let granted = match dir {
-        Direction::Send => socket.send_buffer_size()?,
-        Direction::Recv => socket.recv_buffer_size()?,
-    };
-    Ok(Some(granted / 2))
+    Ok(Some(current()? / 2))
+}
+
+/// `net.core.wmem_max` / `rmem_max`, read once: the most the plain options grant.
+#[cfg(target_os = "linux")]
+fn mem_max(dir: Direction) -> Option<usize> {
+    use std::sync::OnceLock;
+
+    fn read(key: &str) -> Option<usize> {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{key}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+    static SEND: OnceLock<Option<usize>> = OnceLock::new();
+    static RECV: OnceLock<Option<usize>> = OnceLock::new();
+    match dir {
+        Direction::Send => *SEND.get_or_init(|| read("wmem_max")),
+        Direction::Recv => *RECV.get_or_init(|| read("rmem_max")),
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -163,5 +195,24 @@ mod tests {
         let locks = get_sol_socket(&s, libc::SO_BUF_LOCK).unwrap();
         assert_eq!(locks & RCVBUF_LOCK, 0, "receive buffer still locked");
         assert_eq!(locks & SNDBUF_LOCK, SNDBUF_LOCK, "send buffer lock lost");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_head_start_below_the_default_changes_nothing() {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        let before = s.recv_buffer_size().unwrap();
+        let got = start_at(&s, Direction::Recv, 4096, true).unwrap();
+        if got.is_none() {
+            assert!(std::env::var_os("CI").is_none(), "no SO_BUF_LOCK under CI");
+            return;
+        }
+        assert_eq!(got, Some(before / 2));
+        assert_eq!(
+            s.recv_buffer_size().unwrap(),
+            before,
+            "default buffer replaced"
+        );
+        assert_eq!(get_sol_socket(&s, libc::SO_BUF_LOCK).unwrap(), 0);
     }
 }
