@@ -42,13 +42,7 @@ WORK=$(mktemp -d "${WORKDIR:-$PWD/target}/xfer-bench-tpc.XXXXXX")
 PIDS=()
 # shellcheck source=lib/lab-hold.sh
 source scripts/lib/lab-hold.sh
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait "${PIDS[@]}" 2>/dev/null || true
-    lab_hold_stop
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap lab_hold_cleanup EXIT
 lab_hold_start "$PREFIX" "$RTT_MS" "$RATE_MBIT" tuned
 
 mkdir -p "$WORK/a" "$WORK/b" "$WORK/ca"

@@ -1,9 +1,11 @@
 # Sourced by benches that run their own processes across one emulated link, held open by
 # crates/lab/examples/lab_hold.rs for as long as its stdin is. Expects WORK (a scratch
-# directory) and HOLD (the lab_hold binary).
+# directory), HOLD (the lab_hold binary) and PIDS (an array of the bench's own processes).
 #
 #   lab_hold_start PREFIX RTT_MS RATE_MBIT PROFILE   start it, wait until ready; sets SRV, CLI
 #   lab_hold_stop                                    close it: the lab removes its namespaces
+#   lab_hold_cleanup                                 for `trap ... EXIT`: stop the bench's
+#                                                    processes, then the lab; remove WORK
 
 lab_hold_start() {
     mkfifo "$WORK/lab.in"
@@ -24,4 +26,11 @@ lab_hold_stop() {
         LAB_IN=
         wait "$HOLD_PID" 2>/dev/null || true
     fi
+}
+
+lab_hold_cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait "${PIDS[@]}" 2>/dev/null || true
+    lab_hold_stop
+    rm -rf "$WORK"
 }
