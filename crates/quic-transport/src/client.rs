@@ -625,14 +625,14 @@ impl Drop for Slot {
             return;
         };
         let s = live.connection.stats();
-        // The receiving side of a download: datagram size, and datagrams per receive call
-        // (above 1 with GRO or batched receives).
+        // The receiving side of a download: datagram size reached. (quinn counts received
+        // datagrams per packet it handles, not per system call, so its statistics cannot tell
+        // whether GRO coalesced them; the UDP `InDatagrams` counter of /proc/net/snmp can.)
         tracing::debug!(
             peer = %live.connection.remote_address(),
             mtu = s.path.current_mtu,
             rtt = ?s.path.rtt,
             datagrams_received = s.udp_rx.datagrams,
-            datagrams_per_receive = s.udp_rx.datagrams as f64 / s.udp_rx.ios.max(1) as f64,
             "quic connection done"
         );
         // Tell the server now rather than let it wait out its idle timeout: it counts a

@@ -413,7 +413,8 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
             Err(e) => {
                 let s = connection.stats();
                 // What a slow download's sender did: datagram size reached, losses, and how
-                // many datagrams each send call carried (above 1 only with GSO).
+                // many datagrams each send call carried (above 1 only with GSO). quinn counts
+                // received datagrams per packet, not per system call: no GRO figure here.
                 tracing::debug!(
                     %peer,
                     reason = %e,
@@ -423,7 +424,6 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
                     lost_packets = s.path.lost_packets,
                     congestion_events = s.path.congestion_events,
                     datagrams_per_send = s.udp_tx.datagrams as f64 / s.udp_tx.ios.max(1) as f64,
-                    datagrams_per_receive = s.udp_rx.datagrams as f64 / s.udp_rx.ios.max(1) as f64,
                     "quic connection ended"
                 );
                 return;

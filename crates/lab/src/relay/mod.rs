@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::LinkConfig;
 use crate::error::LabError;
-use gso::{TcpSuper, VnetHdr, VNET_HDR_LEN};
+use gso::{Super, VnetHdr, GSO_NONE, VNET_HDR_LEN};
 use model::{Fate, LinkModel};
 use ring::{Ring, Span};
 use stats::{bump, Counters, RelayStats};
@@ -452,8 +452,14 @@ impl Pump {
             else {
                 return;
             };
-            if let Some(sup) = TcpSuper::parse(&vnet, ip) {
+            if let Some(sup) = Super::parse(&vnet, ip) {
                 self.handle_super(off, n, sup, now);
+                return;
+            }
+            if vnet.gso_type != GSO_NONE && vnet.gso_size > 0 {
+                let (hdr, gso) = (usize::from(vnet.hdr_len), usize::from(vnet.gso_size));
+                let (ip_len, segments) = (ip.len(), ip.len().saturating_sub(hdr).div_ceil(gso));
+                self.handle_uncut(off, n, ip_len, segments.max(1), now);
                 return;
             }
             ip.len() as u64
@@ -476,6 +482,41 @@ impl Pump {
         }
     }
 
+    /// An offloaded packet the relay cannot cut (IPv6): its wire packets meet the model one by
+    /// one, and it is delivered whole when all of them are, else dropped whole (the packets the
+    /// model would have delivered count as relay drops).
+    fn handle_uncut(&mut self, off: usize, n: usize, ip_len: usize, segments: usize, now: u64) {
+        let mut last = None;
+        let mut lost = 0;
+        for i in 0..segments {
+            let wire = (ip_len / segments + usize::from(i < ip_len % segments)) as u64;
+            bump(&self.counters.packets_in, 1);
+            bump(&self.counters.bytes_in, wire);
+            match self.model.offer(now, wire as u32) {
+                Fate::Deliver(at) => last = Some(at),
+                fate => {
+                    self.count_drop(fate, 1, wire);
+                    lost += 1;
+                }
+            }
+        }
+        match last {
+            Some(at) if lost == 0 => {
+                let span = self.ring.commit(off, n);
+                self.fifo.push_back(Entry {
+                    span,
+                    at,
+                    segments: segments as u64,
+                    wire_bytes: ip_len as u64,
+                });
+            }
+            _ => bump(
+                &self.counters.packets_dropped_relay,
+                (segments - lost) as u64,
+            ),
+        }
+    }
+
     fn count_drop(&self, fate: Fate, packets: u64, bytes: u64) {
         let c = &self.counters;
         match fate {
@@ -493,7 +534,7 @@ impl Pump {
 
     /// A super-packet: every wire packet in it meets the model on its own; runs of delivered
     /// ones whose delivery times lie within [`MAX_COALESCE_NS`] travel as one piece.
-    fn handle_super(&mut self, off: usize, n: usize, sup: TcpSuper, now: u64) {
+    fn handle_super(&mut self, off: usize, n: usize, sup: Super, now: u64) {
         let segments = sup.segments();
         self.fates.clear();
         for i in 0..segments {
