@@ -512,6 +512,16 @@ pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
     })
 }
 
+/// Bytes the kernel holds for the application that it has not read yet (`SIOCINQ`).
+#[cfg(target_os = "linux")]
+pub(crate) fn unread_bytes(fd: &impl AsFd) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD (SIOCINQ for TCP) writes one int through the pointer; the fd is borrowed
+    // for the call.
+    let rc = unsafe { libc::ioctl(fd.as_fd().as_raw_fd(), libc::FIONREAD, &mut n) };
+    (rc == 0).then(|| u64::try_from(n).unwrap_or(0))
+}
+
 /// Bound the window a socket advertises (`TCP_WINDOW_CLAMP`), bytes; the kernel raises it
 /// again when asked, and never shrinks a window it has already offered.
 #[cfg(target_os = "linux")]

@@ -207,6 +207,7 @@ impl StatsRegistry {
         let mut min_rtt_us = u32::MAX;
         let mut current_rtt_us = u32::MAX;
         let mut active = Vec::new();
+        let mut app_limited = false;
         for rec in all.iter().flatten() {
             let mut r = lock(rec);
             let Some(fd) = r.live_fd else {
@@ -220,6 +221,8 @@ impl StatsRegistry {
             };
             let (bytes, rtt, rcv_rtt) =
                 (sample.bytes_received, sample.min_rtt_us, sample.rcv_rtt_us);
+            app_limited |= crate::tcp::unread_bytes(&fd)
+                .is_some_and(|n| n >= super::window::APP_LIMITED_UNREAD);
             received += bytes;
             if rtt > 0 {
                 min_rtt_us = min_rtt_us.min(rtt);
@@ -247,6 +250,7 @@ impl StatsRegistry {
             active.len(),
             us(min_rtt_us),
             us(current_rtt_us),
+            app_limited,
         ) else {
             return;
         };

@@ -10,6 +10,15 @@
 //! clamped; a cap follows the best goodput of the last windows upwards, [`HEADROOM`] per round
 //! trip, so capacity freed by other traffic is taken.
 //!
+//! Goodput measures the path only while the application keeps reading. When it does not (the
+//! disk or the CPU is behind), data waits unread in the socket, the window closes, goodput
+//! drops and the receiver's RTT estimate rises, none of it the path's doing; a cap that
+//! followed such a window down held the transfer at a fraction of the link for seconds after
+//! the reader caught up (HTTP/2 at 100 ms: 600 Mbit/s for 5 s after a 250 ms stall). So, as
+//! BBR treats its application-limited samples, a window in which any socket held
+//! [`APP_LIMITED_UNREAD`] unread counts only if it raises the estimate, and it never engages
+//! the cap.
+//!
 //! [`WindowPolicy`] is the decision, pure and tested with time passed in; the transport's
 //! statistics registry applies it to the live sockets.
 
@@ -34,6 +43,9 @@ const RECENT: usize = 4;
 const QUEUED: (u128, u128) = (5, 4);
 /// A measurement window is at least this long, whatever the RTT.
 const MIN_WINDOW_SPAN: Duration = Duration::from_millis(50);
+/// A socket holding this many unread bytes waits for its reader, not for the path: a reader
+/// that keeps up leaves less than one 20 ms step of a connection's share unread.
+pub(crate) const APP_LIMITED_UNREAD: u64 = 512 << 10;
 
 /// Goodput over windows of one RTT, and the cap once it has stopped growing.
 #[derive(Debug, Default)]
@@ -42,13 +54,16 @@ pub(crate) struct WindowPolicy {
     window: Option<(Instant, u64)>,
     rates: VecDeque<u64>,
     capped: bool,
+    /// Some socket waited for its reader during the current window.
+    window_app_limited: bool,
 }
 
 impl WindowPolicy {
     /// Feed the bytes received so far over all the transfer's connections, the connections
     /// that received since the last call, the smallest RTT any has seen and the receivers'
-    /// current RTT estimate (the smallest over the active connections). Returns the window
-    /// each active connection may advertise, or `None` while uncapped.
+    /// current RTT estimate (the smallest over the active connections), and whether a socket
+    /// waits for its reader now. Returns the window each active connection may advertise, or
+    /// `None` while uncapped.
     pub fn step(
         &mut self,
         now: Instant,
@@ -56,9 +71,13 @@ impl WindowPolicy {
         active: usize,
         min_rtt: Option<Duration>,
         current_rtt: Option<Duration>,
+        app_limited: bool,
     ) -> Option<u64> {
         let rtt = min_rtt.filter(|r| *r >= MIN_RTT)?;
-        if current_rtt.is_some_and(|c| c.as_micros() * QUEUED.1 >= rtt.as_micros() * QUEUED.0) {
+        self.window_app_limited |= app_limited;
+        if !app_limited
+            && current_rtt.is_some_and(|c| c.as_micros() * QUEUED.1 >= rtt.as_micros() * QUEUED.0)
+        {
             self.capped = true;
         }
         let Some((start, at_start)) = self.window else {
@@ -70,23 +89,30 @@ impl WindowPolicy {
             let bytes = received.saturating_sub(at_start);
             let rate = (u128::from(bytes) * 1_000_000 / span.as_micros().max(1)) as u64;
             self.window = Some((now, received));
-            self.rates.push_back(rate);
-            if self.rates.len() > HISTORY {
-                self.rates.pop_front();
+            if !std::mem::take(&mut self.window_app_limited) || rate > self.goodput() {
+                self.rates.push_back(rate);
+                if self.rates.len() > HISTORY {
+                    self.rates.pop_front();
+                }
             }
         }
         if !self.capped || self.rates.is_empty() {
             return None;
         }
-        // The mean of the last windows: a single window can count a loss's recovered bytes
-        // twice over (they become in-order at once), which a maximum would keep for 8 RTTs.
-        let last: Vec<u64> = self.rates.iter().rev().take(RECENT).copied().collect();
-        let recent = last.iter().sum::<u64>() / last.len().max(1) as u64;
-        let recent = recent.max(self.rates.back().copied().unwrap_or(0));
+        let recent = self.goodput();
         let total = u128::from(recent) * rtt.as_micros() / 1_000_000 * u128::from(HEADROOM.0)
             / u128::from(HEADROOM.1);
         let each = u64::try_from(total / active.max(1) as u128).unwrap_or(u64::MAX);
         Some(each.max(MIN_WINDOW))
+    }
+
+    /// The goodput the cap is computed from, bytes/s: the mean of the last windows, or the
+    /// latest when higher. (A single window can count a loss's recovered bytes twice over, as
+    /// they become in-order at once, which a maximum would keep for 8 RTTs.)
+    fn goodput(&self) -> u64 {
+        let last: Vec<u64> = self.rates.iter().rev().take(RECENT).copied().collect();
+        let mean = last.iter().sum::<u64>() / last.len().max(1) as u64;
+        mean.max(self.rates.back().copied().unwrap_or(0))
     }
 }
 
@@ -96,8 +122,9 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// Feed `rate` bytes/s for `windows` RTTs of `rtt` with the receivers seeing `current`,
-    /// one call per 10 ms; the last answer.
+    /// Feed `rate` bytes/s for `windows` RTTs of `rtt` with the receivers seeing `current` and
+    /// the sockets holding unread data (`app_limited`) or not, one call per 10 ms; the last
+    /// answer.
     #[allow(clippy::too_many_arguments)]
     fn run(
         p: &mut WindowPolicy,
@@ -108,15 +135,70 @@ mod tests {
         rtt: Duration,
         current: Duration,
         active: usize,
+        app_limited: bool,
     ) -> Option<u64> {
         let mut last = None;
         let ticks = windows * (rtt.as_millis() as u32 / 10);
         for _ in 0..ticks {
             *t += 10 * MS;
             *total += rate / 100;
-            last = p.step(*t, *total, active, Some(rtt), Some(current));
+            last = p.step(*t, *total, active, Some(rtt), Some(current), app_limited);
         }
         last
+    }
+
+    #[test]
+    fn a_reader_falling_behind_neither_lowers_nor_engages_the_cap() {
+        let rtt = 100 * MS;
+        // Engaged at 1 Gbit/s, then the reader stalls for three round trips: the path did not
+        // get slower, so the cap stays where it was.
+        let mut p = WindowPolicy::default();
+        let (mut t, mut total) = (Instant::now(), 0);
+        let before = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            125_000_000,
+            4,
+            rtt,
+            150 * MS,
+            1,
+            false,
+        )
+        .expect("capped");
+        let stalled = run(&mut p, &mut t, &mut total, 0, 3, rtt, 400 * MS, 1, true);
+        assert_eq!(stalled, Some(before));
+        // The same fall in goodput with the reader keeping up is the path's: the cap follows.
+        let slower = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            20_000_000,
+            4,
+            rtt,
+            150 * MS,
+            1,
+            false,
+        );
+        assert!(
+            slower.is_some_and(|c| c < before / 2),
+            "{slower:?} vs {before}"
+        );
+        // An RTT raised while data waits unread is not a queue at the bottleneck.
+        let mut q = WindowPolicy::default();
+        let (mut t, mut total) = (Instant::now(), 0);
+        let r = run(
+            &mut q,
+            &mut t,
+            &mut total,
+            125_000_000,
+            4,
+            rtt,
+            300 * MS,
+            1,
+            true,
+        );
+        assert_eq!(r, None);
     }
 
     #[test]
@@ -127,18 +209,45 @@ mod tests {
         // Slow start, and a first request's idle round trip: no queue, no cap.
         let mut rate = 1_000_000;
         while rate < 125_000_000 {
-            assert_eq!(run(&mut p, &mut t, &mut total, rate, 1, rtt, rtt, 8), None);
-            assert_eq!(run(&mut p, &mut t, &mut total, 0, 1, rtt, rtt, 8), None);
+            assert_eq!(
+                run(&mut p, &mut t, &mut total, rate, 1, rtt, rtt, 8, false),
+                None
+            );
+            assert_eq!(
+                run(&mut p, &mut t, &mut total, 0, 1, rtt, rtt, 8, false),
+                None
+            );
             rate *= 2;
         }
         // The link is full and a queue of 0.9 BDP stands: capped.
-        let cap =
-            run(&mut p, &mut t, &mut total, 125_000_000, 2, rtt, 190 * MS, 8).expect("capped");
+        let cap = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            125_000_000,
+            2,
+            rtt,
+            190 * MS,
+            8,
+            false,
+        )
+        .expect("capped");
         // 1.25 x 12.5 MB / 8 lanes.
         let want = 125_000_000 / 10 * 5 / 4 / 8;
         assert!(cap.abs_diff(want) < want / 50, "{cap} vs {want}");
         // Fewer lanes active: each may carry more.
-        let cap2 = run(&mut p, &mut t, &mut total, 125_000_000, 1, rtt, rtt, 2).expect("capped");
+        let cap2 = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            125_000_000,
+            1,
+            rtt,
+            rtt,
+            2,
+            false,
+        )
+        .expect("capped");
         assert!(cap2.abs_diff(want * 4) < want / 10, "{cap2}");
     }
 
@@ -147,10 +256,32 @@ mod tests {
         let mut p = WindowPolicy::default();
         let (mut t, mut total) = (Instant::now(), 0);
         let rtt = 50 * MS;
-        let low = run(&mut p, &mut t, &mut total, 10_000_000, 3, rtt, 80 * MS, 1).expect("capped");
+        let low = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            10_000_000,
+            3,
+            rtt,
+            80 * MS,
+            1,
+            false,
+        )
+        .expect("capped");
         // 10 MB/s x 50 ms x 1.25 = 625 KB: below the floor.
         assert_eq!(low, MIN_WINDOW);
-        let high = run(&mut p, &mut t, &mut total, 100_000_000, 2, rtt, rtt, 1).expect("capped");
+        let high = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            100_000_000,
+            2,
+            rtt,
+            rtt,
+            1,
+            false,
+        )
+        .expect("capped");
         assert!(high > 6_000_000, "{high}");
     }
 
@@ -162,8 +293,11 @@ mod tests {
         for _ in 0..200 {
             t += 10 * MS;
             total += 1_000_000;
-            assert_eq!(p.step(t, total, 8, Some(short), Some(10 * short)), None);
-            assert_eq!(p.step(t, total, 8, None, Some(100 * MS)), None);
+            assert_eq!(
+                p.step(t, total, 8, Some(short), Some(10 * short), false),
+                None
+            );
+            assert_eq!(p.step(t, total, 8, None, Some(100 * MS), false), None);
         }
     }
 }
