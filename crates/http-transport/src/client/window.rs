@@ -56,6 +56,8 @@ pub(crate) struct WindowPolicy {
     capped: bool,
     /// Some socket waited for its reader during the current window.
     window_app_limited: bool,
+    /// The last cap, over all active connections, bytes.
+    total: Option<u128>,
 }
 
 impl WindowPolicy {
@@ -75,11 +77,9 @@ impl WindowPolicy {
     ) -> Option<u64> {
         let rtt = min_rtt.filter(|r| *r >= MIN_RTT)?;
         self.window_app_limited |= app_limited;
-        if !app_limited
-            && current_rtt.is_some_and(|c| c.as_micros() * QUEUED.1 >= rtt.as_micros() * QUEUED.0)
-        {
-            self.capped = true;
-        }
+        let queue = !app_limited
+            && current_rtt.is_some_and(|c| c.as_micros() * QUEUED.1 >= rtt.as_micros() * QUEUED.0);
+        self.capped |= queue;
         let Some((start, at_start)) = self.window else {
             self.window = Some((now, received));
             return None;
@@ -96,12 +96,24 @@ impl WindowPolicy {
                 }
             }
         }
-        if !self.capped || self.rates.is_empty() {
+        // One sender cannot overflow a one-BDP queue on its own (BBR keeps at most twice its
+        // BDP estimate in flight), and a connection's window, once lowered, is slow to grow
+        // back: a single connection is not capped, nor lowered once capped.
+        if !self.capped || self.rates.is_empty() || (self.total.is_none() && active < 2) {
             return None;
         }
         let recent = self.goodput();
-        let total = u128::from(recent) * rtt.as_micros() / 1_000_000 * u128::from(HEADROOM.0)
+        let mut total = u128::from(recent) * rtt.as_micros() / 1_000_000 * u128::from(HEADROOM.0)
             / u128::from(HEADROOM.1);
+        // Lower only while a queue stands. A clamp raised again does not open the window at
+        // once: the kernel regrows it by two segments per packet received (per 64 KiB
+        // super-packet under GRO), so a lowered window carries less than the cap, its goodput
+        // lowers the next cap, and without this rule the cap spiralled down to its floor (an
+        // HTTP/2 download at 50 ms held at 165 Mbit/s for a minute).
+        if let Some(prev) = self.total.filter(|p| *p > total && !(queue && active >= 2)) {
+            total = prev;
+        }
+        self.total = Some(total);
         let each = u64::try_from(total / active.max(1) as u128).unwrap_or(u64::MAX);
         Some(each.max(MIN_WINDOW))
     }
@@ -162,11 +174,11 @@ mod tests {
             4,
             rtt,
             150 * MS,
-            1,
+            2,
             false,
         )
         .expect("capped");
-        let stalled = run(&mut p, &mut t, &mut total, 0, 3, rtt, 400 * MS, 1, true);
+        let stalled = run(&mut p, &mut t, &mut total, 0, 3, rtt, 400 * MS, 2, true);
         assert_eq!(stalled, Some(before));
         // The same fall in goodput with the reader keeping up is the path's: the cap follows.
         let slower = run(
@@ -177,7 +189,7 @@ mod tests {
             4,
             rtt,
             150 * MS,
-            1,
+            2,
             false,
         );
         assert!(
@@ -195,7 +207,7 @@ mod tests {
             4,
             rtt,
             300 * MS,
-            1,
+            2,
             true,
         );
         assert_eq!(r, None);
@@ -264,7 +276,7 @@ mod tests {
             3,
             rtt,
             80 * MS,
-            1,
+            2,
             false,
         )
         .expect("capped");
@@ -278,11 +290,74 @@ mod tests {
             2,
             rtt,
             rtt,
-            1,
+            2,
             false,
         )
         .expect("capped");
-        assert!(high > 6_000_000, "{high}");
+        assert!(high > 3_000_000, "{high}");
+    }
+
+    #[test]
+    fn one_connection_is_never_capped_and_the_cap_falls_only_on_a_queue() {
+        let rtt = 50 * MS;
+        let mut p = WindowPolicy::default();
+        let (mut t, mut total) = (Instant::now(), 0);
+        let one = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            125_000_000,
+            4,
+            rtt,
+            90 * MS,
+            1,
+            false,
+        );
+        assert_eq!(one, None, "a single connection");
+        let cap = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            125_000_000,
+            4,
+            rtt,
+            90 * MS,
+            4,
+            false,
+        )
+        .expect("capped");
+        // Goodput falls (a window that regrows slowly) but no queue stands: the cap holds.
+        let held = run(
+            &mut p, &mut t, &mut total, 20_000_000, 8, rtt, rtt, 4, false,
+        );
+        assert_eq!(held, Some(cap));
+        // Down to one connection: still capped (a clamp once set stays until raised), never
+        // lowered, even with a queue.
+        let single = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            20_000_000,
+            4,
+            rtt,
+            90 * MS,
+            1,
+            false,
+        );
+        assert!(single.is_some_and(|c| c >= cap), "{single:?} vs {cap}");
+        // With a queue and several connections it follows goodput down.
+        let lower = run(
+            &mut p,
+            &mut t,
+            &mut total,
+            20_000_000,
+            4,
+            rtt,
+            90 * MS,
+            4,
+            false,
+        );
+        assert_eq!(lower, Some(MIN_WINDOW), "{cap}");
     }
 
     #[test]
