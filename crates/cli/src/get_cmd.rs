@@ -105,10 +105,9 @@ pub struct GetArgs {
     #[arg(long, default_value_t = 8)]
     pub retries: u32,
     /// Send each lane's next request before its current body ends (`on`) or only after
-    /// (`off`). Default: on for HTTP/2 and QUIC (another stream) when the connection window
-    /// holds two stream windows per lane (raise --h2-connection-window or
-    /// --quic-connection-window), never below that; off for HTTP/1.1, where it takes a second
-    /// connection per lane and measured slower.
+    /// (`off`). Default: on for HTTP/1.1 (pipelined on the lane's own connection); on for
+    /// HTTP/2 and QUIC (another stream) when the connection window holds two stream windows
+    /// per lane (raise --h2-connection-window or --quic-connection-window), never below that.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub request_ahead: Option<bool>,
     /// Print the final report as JSON on stdout.

@@ -431,10 +431,9 @@ pub trait Transport: Send + Sync {
 
     /// Whether lanes may send their next request before their body ends, and whether they
     /// should by default ([`crate::get::GetConfig::request_ahead`]). `Some(true)`: yes, one
-    /// more stream on a connection already open. `Some(false)`: possible but not by default
-    /// (HTTP/1.1, where it takes a second connection per lane, which starts in slow start and
-    /// idles between its chunks, and measured slower than the round trip it saves).
-    /// `None`: never, because the next bodies could starve the current ones: on a shared
+    /// more stream on a connection already open, or a request pipelined on it (HTTP/1.1).
+    /// `Some(false)`: possible but not by default (a transport whose protocol is not settled
+    /// until a connection's handshake). `None`: never, because the next bodies could starve the current ones: on a shared
     /// connection whose window is smaller than two stream windows per lane, unread next
     /// bodies may take the whole connection window and stall the bodies being read.
     fn request_ahead(&self) -> Option<bool> {

@@ -100,10 +100,10 @@ pub struct GetConfig {
     /// none. Default `None`.
     pub checksum: Option<ChecksumAlgorithm>,
     /// Send each lane's next request before its current body ends, on another stream
-    /// (HTTP/2, QUIC) or a second connection (HTTP/1.1), so no lane idles a round trip
-    /// between chunks. `None` (default) takes the transport's choice
-    /// ([`Transport::request_ahead`]: on for HTTP/2 and QUIC when their connection window
-    /// holds two stream windows per lane, off for HTTP/1.1); never where the windows are too
+    /// (HTTP/2, QUIC) or pipelined on the lane's connection (HTTP/1.1), so no lane idles a
+    /// round trip between chunks. `None` (default) takes the transport's choice
+    /// ([`Transport::request_ahead`]: on for HTTP/1.1, and for HTTP/2 and QUIC when their
+    /// connection window holds two stream windows per lane); never where the windows are too
     /// small.
     pub request_ahead: Option<bool>,
 }
