@@ -194,9 +194,14 @@ mod rtt {
             samples[0] >= 39.0,
             "reply faster than the path: {samples:?}"
         );
+        // The relay's own wake-up latency rides on every reply: 0.3 ms on an idle host, up to
+        // 2.7 ms on the median of a two-core VM whose memory the hypervisor takes back
+        // (2026-11-27: medians 41.1-42.7 ms here, with and without other lab traffic). The
+        // test is about the asymmetric split adding up, which a 3 ms bound still tells from
+        // either leg alone or both doubled.
         let median = (samples[4] + samples[5]) / 2.0;
         assert!(
-            (median - 40.0).abs() <= 1.0,
+            (median - 40.0).abs() <= 3.0,
             "median {median} ms: {samples:?}"
         );
     }
