@@ -15,6 +15,7 @@ use xfer_common::listing::{CaseFold, ListingEntry, RelPath};
 use xfer_core::adapt::AdaptConfig;
 use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
+use xfer_core::kept::Budget;
 use xfer_core::lane_sampler::{Counters, LaneSampler};
 use xfer_core::progress::Report;
 use xfer_core::transport::{RemoteInfo, Transport};
@@ -82,6 +83,9 @@ struct Driver {
     /// The lane controller, once the budget it starts from is known.
     sampler: Option<LaneSampler>,
     started: Instant,
+    /// Memory for whole-file hashes, shared by the files in flight (`get.hash_memory` for
+    /// them all, not for each).
+    hash_budget: Budget,
 }
 
 pub(super) async fn run(
@@ -98,7 +102,9 @@ pub(super) async fn run(
         Arc::clone(&format),
         tx,
     ));
+    let hash_budget = Budget::new(setup.config.get.hash_memory);
     let mut d = Driver {
+        hash_budget,
         report: TreeReport {
             url: setup.root_url.clone(),
             dest: setup.root.path().display().to_string(),
@@ -400,7 +406,8 @@ impl Driver {
             self.s.config.get.clone(),
             lanes.len(),
             job.sha256,
-        );
+        )
+        .share_hash_budget(self.hash_budget.clone());
         if let Some(info) = self.known_remote(&job, &url) {
             download = download.with_known_remote(info);
         }

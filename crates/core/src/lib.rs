@@ -25,6 +25,7 @@ pub mod duration;
 pub mod error;
 pub mod get;
 pub mod journal;
+pub mod kept;
 pub mod lane_sampler;
 pub mod layout;
 pub mod mem_transport;

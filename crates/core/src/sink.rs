@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::digest::Sha256Digest;
 use crate::journal::{ChunkRecord, JournalWriter};
+use crate::kept::{Budget, Kept, Sealed};
 use crate::plan::ChunkIndex;
 use crate::schedule::AttemptId;
 
@@ -42,7 +43,8 @@ pub enum WriteOp {
         data: Vec<Bytes>,
     },
     /// `chunk` is verified: write `buffered` (a winning duplicate's bytes) if any, after
-    /// dropping the `losers`' writes, then journal it and hand it to the whole-file hasher.
+    /// dropping the `losers`' writes, then journal it and hand it to the whole-file hasher
+    /// (with its bytes, when the writer kept them all).
     Seal {
         record: ChunkRecord,
         losers: Vec<AttemptId>,
@@ -91,13 +93,15 @@ pub struct Writer {
 
 impl Writer {
     /// Start the writer thread. `queue` bounds the messages in flight (each about one batch);
-    /// `sealed` receives each chunk after it is journalled (or, without a journal, sealed).
+    /// `sealed` receives each chunk after it is journalled (or, without a journal, sealed),
+    /// with the chunk's bytes when it kept them within `keep` ([`crate::kept`]).
     pub fn start(
         part: Box<dyn PartFile>,
         part_path: PathBuf,
         journal: Option<JournalWriter>,
         queue: usize,
-        sealed: std_mpsc::Sender<ChunkIndex>,
+        sealed: std_mpsc::Sender<Sealed>,
+        keep: Budget,
     ) -> Result<Self, SinkError> {
         let (tx, rx) = mpsc::channel(queue.max(1));
         let (failed_tx, failed_rx) = oneshot::channel();
@@ -110,6 +114,7 @@ impl Writer {
                     journal,
                     revoked: HashSet::new(),
                     sealed,
+                    kept: Kept::new(keep),
                     dirty: false,
                     last_sync: Instant::now(),
                 };
@@ -159,7 +164,8 @@ struct WriterThread {
     part_path: PathBuf,
     journal: Option<JournalWriter>,
     revoked: HashSet<AttemptId>,
-    sealed: std_mpsc::Sender<ChunkIndex>,
+    sealed: std_mpsc::Sender<Sealed>,
+    kept: Kept,
     dirty: bool,
     last_sync: Instant,
 }
@@ -190,8 +196,12 @@ impl WriterThread {
                         j.record(&record)
                             .map_err(|e| err(j.path(), "journalling chunk for", e))?;
                     }
+                    let bytes = self.kept.take(record.offset..record.offset + record.len);
                     // The hasher may have stopped (verification off or finished); not an error.
-                    let _ = self.sealed.send(record.chunk);
+                    let _ = self.sealed.send(Sealed {
+                        chunk: record.chunk,
+                        bytes,
+                    });
                     if self.last_sync.elapsed() >= SYNC_INTERVAL {
                         self.sync()?;
                     }
@@ -213,6 +223,7 @@ impl WriterThread {
                 path: self.part_path.clone(),
                 message: format!("at offset {offset}: {e}"),
             })?;
+            self.kept.wrote(offset, b);
             offset += b.len() as u64;
         }
         self.dirty = true;

@@ -415,6 +415,56 @@ fn failing_disk(
     }
 }
 
+/// A part file whose disk changes one byte of what is written at `offset` (bad memory or a
+/// broken filesystem): the write succeeds, the file differs.
+struct GarblingDisk {
+    file: std::fs::File,
+    offset: u64,
+}
+
+impl xfer_core::sink::PartFile for GarblingDisk {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let mut buf = buf.to_vec();
+        if let Some(b) = self
+            .offset
+            .checked_sub(offset)
+            .and_then(|i| buf.get_mut(usize::try_from(i).ok()?))
+        {
+            *b ^= 0x40;
+        }
+        std::os::unix::fs::FileExt::write_all_at(&self.file, &buf, offset)
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// With no memory for the whole-file hash, every chunk is read back from the part file: the
+/// whole-file digest is then that of the file as written, and a disk that garbles a write is
+/// caught even though every chunk matched its digest on arrival.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_every_chunk_back_catches_a_disk_that_garbles_a_write() {
+    let d = data(6 * CHUNK as usize, 23);
+    let t = Arc::new(MemTransport::new(d.clone(), 3));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let cfg = GetConfig {
+        hash_memory: 0,
+        expect_sha256: Some(Sha256Digest::of(&d)),
+        ..exact()
+    };
+    let dl = Download::new(t.clone(), "mem://resource", &dest, cfg).wrap_part_file(
+        |file| -> Box<dyn xfer_core::sink::PartFile> {
+            Box::new(GarblingDisk {
+                file,
+                offset: 4 * CHUNK + 17,
+            })
+        },
+    );
+    assert_refused_by_expected_digest(dl.run().await, &dest);
+}
+
 /// The hang this guards against was a driver that never heard of the writer's death; a
 /// generous bound turns such a hang into a failure instead of a stuck CI job.
 const NO_HANG: Duration = Duration::from_secs(60);

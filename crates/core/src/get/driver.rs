@@ -295,7 +295,14 @@ impl Driver {
                 },
                 ev = recv_opt(&mut inputs.hashes) => match ev {
                     Some(HashEvent::ChunkInvalid { chunk }) => self.chunk_invalid(chunk),
-                    Some(HashEvent::Done(d, c)) => whole_digest = Some((d, c)),
+                    Some(HashEvent::Done(d, c, sources)) => {
+                        tracing::debug!(
+                            from_memory = sources.from_memory,
+                            read_back = sources.read_back,
+                            "whole-file hash done"
+                        );
+                        whole_digest = Some((d, c));
+                    }
                     Some(HashEvent::Failed { path, message }) => {
                         break Ending::Failed(GetError::Io {
                             what: "reading back",

@@ -10,8 +10,9 @@
 //! 3. The driver owns the scheduler. Lanes fetch the assignments it hands them, hash each
 //!    chunk as bytes arrive and send batches to the writer thread; the driver checks digests,
 //!    retries, duplicates at the tail, and hears of every failure as an event. The whole-file
-//!    hasher reads sealed chunks back in order; a file of one chunk needs no such pass, as
-//!    its lane's digest is the whole file's.
+//!    hasher takes sealed chunks in order, from bytes the writer kept or read back from the
+//!    part file; a file of one chunk needs no such pass, as its lane's digest is the whole
+//!    file's.
 //! 4. When every chunk is verified: sync, compare the whole-file hash with `--expect-sha256`,
 //!    the server's `Repr-Digest` and the checksum `--checksum` asked the server for, rename `<dest>.part` to `<dest>`, sync the directory,
 //!    remove the journal (`finish`).
@@ -49,6 +50,7 @@ use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 use crate::journal::{self, JournalError, JournalHeader};
+use crate::kept::Budget;
 use crate::plan::{ChunkIndex, PlanError, DEFAULT_CHUNK_SIZE};
 use crate::progress::{LaneSnapshot, Progress, Report};
 use crate::schedule::{ScheduleConfig, ScheduleFailure, Scheduler};
@@ -92,6 +94,14 @@ pub struct GetConfig {
     pub write_batch: usize,
     /// Batches queued for the writer before lanes wait. Default 64 (64 MiB at the default batch).
     pub write_queue: usize,
+    /// Bytes the writer may keep in memory for the whole-file hash, so that chunks completed
+    /// out of order need not be read back from the part file ([`crate::kept`]). Default
+    /// 256 MiB: two chunks per lane at 8 lanes of 16 MiB, as each lane writes one chunk while
+    /// others wait sealed for the prefix before them (128 MiB still read 55-65% of a 2 GiB
+    /// file back over HTTP/1.1 x 8). A tree's files in flight share one such budget. 0
+    /// reads every chunk back, which also checks the bytes as the part file holds them, for
+    /// one more memory pass per byte.
+    pub hash_memory: u64,
     /// Attempts to (re)open a lane's connection before the lane is given up. Default 5.
     pub lane_open_attempts: u32,
     /// Ask the server for its checksum of the whole file with this algorithm (HTTP
@@ -122,6 +132,7 @@ impl Default for GetConfig {
             overwrite: false,
             write_batch: 1 << 20,
             write_queue: 64,
+            hash_memory: 256 << 20,
             lane_open_attempts: 5,
             checksum: None,
             request_ahead: None,
@@ -246,6 +257,7 @@ pub struct Download {
     progress: Progress,
     part_file: Option<PartFileWrapper>,
     known: Option<RemoteInfo>,
+    hash_budget: Option<Budget>,
 }
 
 /// Turns the opened part file into what the writer writes through.
@@ -268,7 +280,15 @@ impl Download {
             progress: Progress::new(),
             part_file: None,
             known: None,
+            hash_budget: None,
         }
+    }
+
+    /// Keep bytes for the whole-file hash against `budget`, shared with other downloads (a
+    /// tree's files in flight share one), instead of one of `GetConfig::hash_memory` of its own.
+    pub fn share_hash_budget(mut self, budget: Budget) -> Self {
+        self.hash_budget = Some(budget);
+        self
     }
 
     /// Take `info` for what `stat` would say, and skip it: a tree listing that already gave
@@ -431,9 +451,10 @@ impl Download {
             p.lanes = LaneSnapshot::fresh(lanes);
         });
 
-        // The whole-file hasher reads back each sealed chunk, in order. A file of one chunk,
-        // fetched now and hashed by its lane, needs no second pass: that chunk's digest is the
-        // whole file's (most files of a tree are one chunk).
+        // The whole-file hasher takes each sealed chunk in order, from the writer's memory or
+        // read back from the part file. A file of one chunk, fetched now and hashed by its
+        // lane, needs no second pass: that chunk's digest is the whole file's (most files of a
+        // tree are one chunk).
         let (sealed_tx, sealed_rx) = std::sync::mpsc::channel();
         let verify_whole = cfg.verify || cfg.expect_sha256.is_some() || cfg.checksum.is_some();
         let whole_from_chunk = cfg.verify
@@ -476,8 +497,20 @@ impl Download {
             Some(wrap) => wrap(prepared.part),
             None => Box::new(prepared.part),
         };
-        let mut writer =
-            Writer::start(part, part_path.clone(), journal, cfg.write_queue, sealed_tx)?;
+        // Without a hasher nothing would take the kept bytes.
+        let keep = match (&hasher, &self.hash_budget) {
+            (None, _) => Budget::new(0),
+            (Some(_), Some(shared)) => shared.clone(),
+            (Some(_), None) => Budget::new(cfg.hash_memory),
+        };
+        let mut writer = Writer::start(
+            part,
+            part_path.clone(),
+            journal,
+            cfg.write_queue,
+            sealed_tx,
+            keep,
+        )?;
 
         let done: Vec<ChunkIndex> = prepared.claimed.iter().map(|r| r.chunk).collect();
         let sched = Scheduler::new(plan, lanes, done, cfg.schedule.clone());
