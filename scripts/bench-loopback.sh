@@ -123,11 +123,14 @@ rows = [
     ("xfer h1 x8 plain digest",     "h1", False, True,  "PLAIN_PID", xget(plain_url, "--protocol", "http1")),
     ("xfer h1 x8 tls nodigest",     "h1", True,  False, "TLS_PID",   xget(tls_url, "--protocol", "http1", "--no-verify")),
     ("xfer h1 x8 tls digest",       "h1", True,  True,  "TLS_PID",   xget(tls_url, "--protocol", "http1")),
+    # The whole-file hash reading every chunk back from the part file, as before 2026-11-27.
+    ("xfer h1 x8 tls digest readback", "h1", True, True, "TLS_PID",   xget(tls_url, "--protocol", "http1", "--hash-memory", "0")),
     ("xfer h2 1x8 tls nodigest",    "h2", True,  False, "TLS_PID",   xget(tls_url, "--protocol", "http2", "--no-verify")),
     ("xfer h2 1x8 tls digest",      "h2", True,  True,  "TLS_PID",   xget(tls_url, "--protocol", "http2")),
     ("xfer h2 1x8 tls digest spec", "h2", True,  True,  "TLS_PID",   xget(tls_url, "--protocol", "http2", "--h2-spec-defaults")),
     ("xfer quic 2x4 nodigest",      "quic", True, False, "TLS_PID",  xget(quic_url, "--no-verify")),
     ("xfer quic 2x4 digest",        "quic", True, True,  "TLS_PID",  xget(quic_url)),
+    ("xfer quic 2x4 digest readback", "quic", True, True, "TLS_PID",  xget(quic_url, "--hash-memory", "0")),
 ]
 only = env.get("ROWS", "").strip()
 
