@@ -22,6 +22,16 @@ use bytes::Bytes;
 
 use crate::plan::ChunkIndex;
 
+/// The least a kept piece is charged. A piece may hold on to a larger receive buffer than its
+/// own length, and a peer that sends its body in tiny pieces must not be able to make the
+/// writer keep millions of them: at 16 KiB a piece (a TLS record, a default HTTP/2 frame), a
+/// 256 MiB budget keeps at most 16,384 pieces.
+const MIN_CHARGE: u64 = 16 << 10;
+
+fn charge(piece: &Bytes) -> u64 {
+    (piece.len() as u64).max(MIN_CHARGE)
+}
+
 /// A chunk the writer has sealed, with its bytes when it kept all of them.
 #[derive(Debug)]
 pub struct Sealed {
@@ -73,6 +83,7 @@ impl Budget {
 pub struct KeptChunk {
     pieces: Vec<Bytes>,
     len: u64,
+    charged: u64,
     budget: Budget,
 }
 
@@ -92,7 +103,7 @@ impl KeptChunk {
 
 impl Drop for KeptChunk {
     fn drop(&mut self) {
-        self.budget.release(self.len);
+        self.budget.release(self.charged);
     }
 }
 
@@ -121,14 +132,14 @@ impl Kept {
             return;
         };
         self.forget(offset..end);
-        let n = data.len() as u64;
+        let n = charge(data);
         // The hasher goes in order: when the budget is spent, bytes further on than these are
         // worth less, so they make room (and will be read back instead).
         while !self.budget.try_claim(n) {
             match self.pieces.last_key_value() {
                 Some((&s, _)) if s > offset => {
                     if let Some(b) = self.pieces.remove(&s) {
-                        self.budget.release(b.len() as u64);
+                        self.budget.release(charge(&b));
                     }
                 }
                 _ => return,
@@ -151,18 +162,20 @@ impl Kept {
         let mut pieces = Vec::with_capacity(starts.len());
         let mut at = range.start;
         let mut whole = !straddles;
-        let mut len = 0u64;
+        let (mut len, mut charged) = (0u64, 0u64);
         for s in starts {
             if let Some(b) = self.pieces.remove(&s) {
                 whole &= s == at;
                 at = s + b.len() as u64;
                 len += b.len() as u64;
+                charged += charge(&b);
                 pieces.push(b);
             }
         }
         let chunk = KeptChunk {
             pieces,
             len,
+            charged,
             budget: self.budget.clone(),
         };
         // Dropping `chunk` releases what it held.
@@ -183,7 +196,7 @@ impl Kept {
             let Some(b) = self.pieces.remove(&s) else {
                 break;
             };
-            self.budget.release(b.len() as u64);
+            self.budget.release(charge(&b));
             if s < range.start {
                 outside.push((s, b.slice(..(range.start - s) as usize)));
             }
@@ -192,8 +205,9 @@ impl Kept {
             }
         }
         for (s, b) in outside {
-            // Just released more than this: the claim succeeds unless the limit shrank.
-            if self.budget.try_claim(b.len() as u64) {
+            // Usually fits in what was just released; a trimmed piece under the least charge
+            // may not, and is then let go.
+            if self.budget.try_claim(charge(&b)) {
                 self.pieces.insert(s, b);
             }
         }
@@ -204,104 +218,141 @@ impl Kept {
 mod tests {
     use super::*;
 
-    fn bytes(v: u8, n: usize) -> Bytes {
-        Bytes::from(vec![v; n])
+    /// Sizes and offsets below are in units of the least charge, so a piece is charged its
+    /// length.
+    const U: u64 = MIN_CHARGE;
+
+    fn bytes(v: u8, units: u64) -> Bytes {
+        Bytes::from(vec![v; (units * U) as usize])
+    }
+
+    fn wrote(kept: &mut Kept, at: u64, data: &Bytes) {
+        kept.wrote(at * U, data);
+    }
+
+    fn take(kept: &mut Kept, r: Range<u64>) -> Option<KeptChunk> {
+        kept.take(r.start * U..r.end * U)
     }
 
     fn flat(k: &KeptChunk) -> Vec<u8> {
         k.pieces().iter().flat_map(|b| b.iter().copied()).collect()
     }
 
+    fn run(v: u8, units: u64) -> Vec<u8> {
+        vec![v; (units * U) as usize]
+    }
+
     #[test]
     fn a_chunk_written_in_pieces_comes_back_whole_and_releases_its_budget() {
-        let budget = Budget::new(1 << 20);
+        let budget = Budget::new(1000 * U);
         let mut kept = Kept::new(budget.clone());
-        kept.wrote(100, &bytes(1, 10));
-        kept.wrote(110, &bytes(2, 5));
-        kept.wrote(200, &bytes(9, 50)); // another chunk
-        assert_eq!(budget.used(), 65);
-        let k = kept.take(100..115).expect("all kept");
-        assert_eq!(flat(&k), [vec![1; 10], vec![2; 5]].concat());
-        assert_eq!(budget.used(), 65, "held until hashed");
+        wrote(&mut kept, 100, &bytes(1, 10));
+        wrote(&mut kept, 110, &bytes(2, 5));
+        wrote(&mut kept, 200, &bytes(9, 50)); // another chunk
+        assert_eq!(budget.used(), 65 * U);
+        let k = take(&mut kept, 100..115).expect("all kept");
+        assert_eq!(flat(&k), [run(1, 10), run(2, 5)].concat());
+        assert_eq!(k.len(), 15 * U);
+        assert_eq!(budget.used(), 65 * U, "held until hashed");
         drop(k);
-        assert_eq!(budget.used(), 50);
+        assert_eq!(budget.used(), 50 * U);
     }
 
     #[test]
     fn a_gap_means_read_back_and_lets_go_of_the_rest() {
-        let budget = Budget::new(1 << 20);
+        let budget = Budget::new(1000 * U);
         let mut kept = Kept::new(budget.clone());
-        kept.wrote(0, &bytes(1, 10));
-        kept.wrote(20, &bytes(1, 10));
-        assert!(kept.take(0..30).is_none());
+        wrote(&mut kept, 0, &bytes(1, 10));
+        wrote(&mut kept, 20, &bytes(1, 10));
+        assert!(take(&mut kept, 0..30).is_none());
         assert_eq!(budget.used(), 0);
         // Short at the end.
-        kept.wrote(0, &bytes(1, 10));
-        assert!(kept.take(0..11).is_none());
+        wrote(&mut kept, 0, &bytes(1, 10));
+        assert!(take(&mut kept, 0..11).is_none());
         assert_eq!(budget.used(), 0);
         // An empty range is nothing to hash from memory.
-        assert!(kept.take(5..5).is_none());
+        assert!(take(&mut kept, 5..5).is_none());
     }
 
     #[test]
     fn a_later_write_replaces_what_was_kept_for_its_range() {
-        let budget = Budget::new(1 << 20);
+        let budget = Budget::new(1000 * U);
         let mut kept = Kept::new(budget.clone());
         // A failed attempt's bytes, then a buffer over the middle of them.
-        kept.wrote(0, &bytes(1, 30));
-        kept.wrote(10, &bytes(7, 10));
-        assert_eq!(budget.used(), 30);
-        let k = kept.take(0..30).expect("all kept");
-        assert_eq!(flat(&k), [vec![1; 10], vec![7; 10], vec![1; 10]].concat());
+        wrote(&mut kept, 0, &bytes(1, 30));
+        wrote(&mut kept, 10, &bytes(7, 10));
+        assert_eq!(budget.used(), 30 * U);
+        let k = take(&mut kept, 0..30).expect("all kept");
+        assert_eq!(flat(&k), [run(1, 10), run(7, 10), run(1, 10)].concat());
         drop(k);
         // A write across two kept pieces trims both.
-        kept.wrote(0, &bytes(1, 10));
-        kept.wrote(10, &bytes(2, 10));
-        kept.wrote(5, &bytes(3, 10));
-        let k = kept.take(0..20).expect("all kept");
-        assert_eq!(flat(&k), [vec![1; 5], vec![3; 10], vec![2; 5]].concat());
+        wrote(&mut kept, 0, &bytes(1, 10));
+        wrote(&mut kept, 10, &bytes(2, 10));
+        wrote(&mut kept, 5, &bytes(3, 10));
+        let k = take(&mut kept, 0..20).expect("all kept");
+        assert_eq!(flat(&k), [run(1, 5), run(3, 10), run(2, 5)].concat());
         drop(k);
         assert_eq!(budget.used(), 0);
     }
 
     #[test]
     fn beyond_the_budget_nothing_more_is_kept() {
-        let budget = Budget::new(25);
+        let budget = Budget::new(25 * U);
         let mut kept = Kept::new(budget.clone());
-        kept.wrote(0, &bytes(1, 10));
-        kept.wrote(10, &bytes(1, 10));
-        kept.wrote(20, &bytes(1, 10)); // over: not kept
-        assert_eq!(budget.used(), 20);
-        assert!(kept.take(0..30).is_none());
-        assert!(kept.take(0..20).is_none(), "taking let go of them");
+        wrote(&mut kept, 0, &bytes(1, 10));
+        wrote(&mut kept, 10, &bytes(1, 10));
+        wrote(&mut kept, 20, &bytes(1, 10)); // over: not kept
+        assert_eq!(budget.used(), 20 * U);
+        assert!(take(&mut kept, 0..30).is_none());
+        assert!(take(&mut kept, 0..20).is_none(), "taking let go of them");
         assert_eq!(budget.used(), 0);
         // Bytes nearer the start push out those further on, which the hasher needs later.
-        kept.wrote(100, &bytes(1, 10));
-        kept.wrote(110, &bytes(1, 10));
-        kept.wrote(50, &bytes(2, 10));
-        assert_eq!(budget.used(), 20);
-        assert!(kept.take(110..120).is_none(), "pushed out");
-        assert!(kept.take(50..60).is_some());
-        assert!(kept.take(100..110).is_some());
+        wrote(&mut kept, 100, &bytes(1, 10));
+        wrote(&mut kept, 110, &bytes(1, 10));
+        wrote(&mut kept, 50, &bytes(2, 10));
+        assert_eq!(budget.used(), 20 * U);
+        assert!(take(&mut kept, 110..120).is_none(), "pushed out");
+        assert!(take(&mut kept, 50..60).is_some());
+        assert!(take(&mut kept, 100..110).is_some());
         // What the hasher holds cannot be pushed out: a write beyond the budget is not kept.
         let held = {
-            kept.wrote(0, &bytes(3, 20));
-            kept.take(0..20).expect("kept")
+            wrote(&mut kept, 0, &bytes(3, 20));
+            take(&mut kept, 0..20).expect("kept")
         };
-        kept.wrote(30, &bytes(4, 10));
-        assert!(kept.take(30..40).is_none());
+        wrote(&mut kept, 30, &bytes(4, 10));
+        assert!(take(&mut kept, 30..40).is_none());
         drop(held);
         // Nothing at all with a budget of 0.
         let mut none = Kept::new(Budget::new(0));
-        none.wrote(0, &bytes(1, 10));
-        assert!(none.take(0..10).is_none());
+        wrote(&mut none, 0, &bytes(1, 10));
+        assert!(take(&mut none, 0..10).is_none());
     }
 
     #[test]
     fn a_piece_reaching_into_the_chunk_from_before_is_a_gap() {
-        let budget = Budget::new(1 << 20);
+        let mut kept = Kept::new(Budget::new(1000 * U));
+        wrote(&mut kept, 0, &bytes(1, 20));
+        assert!(take(&mut kept, 10..20).is_none());
+    }
+
+    #[test]
+    fn tiny_pieces_are_charged_the_least_charge_each() {
+        let budget = Budget::new(4 * U);
         let mut kept = Kept::new(budget.clone());
-        kept.wrote(0, &bytes(1, 20));
-        assert!(kept.take(10..20).is_none());
+        for i in 0..10u64 {
+            kept.wrote(i, &Bytes::from_static(b"x"));
+        }
+        assert_eq!(budget.used(), 4 * U, "four one-byte pieces fill 4 units");
+        assert!(kept.take(0..10).is_none());
+        assert_eq!(budget.used(), 0);
+        let k = {
+            for i in 0..4u64 {
+                kept.wrote(i, &Bytes::from_static(b"y"));
+            }
+            kept.take(0..4).expect("kept")
+        };
+        assert_eq!(flat(&k), b"yyyy");
+        drop(k);
+        assert_eq!(budget.used(), 0);
     }
 }

@@ -201,7 +201,7 @@ mod tests {
         let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
         let file = File::open(part.path()).unwrap();
         let thread = spawn(
-            plan.clone(),
+            plan,
             Some(ChecksumAlgorithm::Adler32),
             file,
             part.path().to_path_buf(),
