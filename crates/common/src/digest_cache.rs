@@ -260,10 +260,37 @@ fn record(st: &mut State, cfg: &DigestCacheConfig, key: ContentKey, digest: Sha2
     }
 }
 
+/// Nice value of the digest threads. A digest serves later requests (`Repr-Digest`), never
+/// the one that asked for it, so on a busy host the hashing waits for the transfers: nice 10
+/// gets a tenth of the CPU of a default-priority thread it competes with, and all of an idle
+/// core.
+#[cfg(target_os = "linux")]
+const DIGEST_NICE: libc::c_int = 10;
+
+/// Lower the calling thread's priority to [`DIGEST_NICE`]. On Linux the nice value belongs to
+/// the thread, so the server's other threads keep theirs.
+fn yield_to_transfers() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid and setpriority take no pointers and have no memory effects.
+        let rc = unsafe {
+            libc::setpriority(
+                libc::PRIO_PROCESS,
+                libc::gettid() as libc::id_t,
+                DIGEST_NICE,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "digest thread keeps its priority");
+        }
+    }
+}
+
 fn spawn_worker(shared: Arc<Shared>, first: Resource) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("xfer-digest".into())
         .spawn(move || {
+            yield_to_transfers();
             let mut next = Some(first);
             while let Some(resource) = next.take() {
                 let key = resource.content_key();
@@ -327,6 +354,51 @@ mod tests {
             assert!(Instant::now() < deadline, "digest never finished");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// The nice value of this process's `xfer-digest` thread, if one runs.
+    #[cfg(target_os = "linux")]
+    fn digest_thread_nice() -> Option<i32> {
+        for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let path = task.path();
+            let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            if comm.trim() != "xfer-digest" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            // Fields after the parenthesised name start at field 3; the nice value is 19th.
+            return stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(16)?
+                .parse()
+                .ok();
+        }
+        None
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_digest_thread_yields_to_transfers() {
+        let cache = DigestCache::new(DigestCacheConfig {
+            max_synthetic_size: 1 << 40,
+            ..DigestCacheConfig::default()
+        })
+        .expect("config");
+        // Long enough to be caught running; dropping the cache stops it.
+        cache.ensure(&Resource::synthetic(SyntheticSpec {
+            size: 1 << 40,
+            seed: 9,
+        }));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = None;
+        while seen != Some(DIGEST_NICE) && Instant::now() < deadline {
+            seen = digest_thread_nice().or(seen);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        drop(cache);
+        assert_eq!(seen, Some(DIGEST_NICE));
     }
 
     #[test]
