@@ -92,9 +92,9 @@ pub struct GetArgs {
     pub sha256_file: bool,
     /// Memory for the whole-file hash: chunks completed out of order are hashed from bytes
     /// kept in memory, up to this much, rather than read back from the part file. 0 reads
-    /// every chunk back, which also checks the file as written. Default 256MiB.
-    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
-    pub hash_memory: Option<u64>,
+    /// every chunk back, which also checks the file as written.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE", default_value = "256MiB")]
+    pub hash_memory: u64,
     /// Skip every digest: no hashing, nothing checked. Only to measure raw transport speed.
     #[arg(long, conflicts_with = "require_digest")]
     pub no_verify: bool,
@@ -165,7 +165,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
             lanes: args.lanes.and_then(LanesArg::fixed),
             verify: !args.no_verify,
             request_ahead: args.request_ahead,
-            hash_memory: args.hash_memory.unwrap_or(GetConfig::default().hash_memory),
+            hash_memory: args.hash_memory,
             ..GetConfig::default()
         };
         get.schedule.max_attempts = args.retries.max(1);
@@ -198,7 +198,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         overwrite: args.overwrite,
         checksum: args.checksum,
         request_ahead: args.request_ahead,
-        hash_memory: args.hash_memory.unwrap_or(GetConfig::default().hash_memory),
+        hash_memory: args.hash_memory,
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
