@@ -35,6 +35,21 @@ pub fn duration_with_unit_arg(s: &str) -> Result<std::time::Duration, String> {
     duration_arg(s)
 }
 
+/// A QUIC acknowledgement frequency to ask of the peer: packets it may receive before it
+/// must acknowledge, or `off` to ask nothing (the peer acknowledges every second packet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckThreshold(pub Option<u32>);
+
+pub fn ack_threshold_arg(s: &str) -> Result<AckThreshold, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(AckThreshold(None));
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n <= 1000 => Ok(AckThreshold(Some(n))),
+        _ => Err(format!("{s:?}: expected 0 to 1000 packets, or off")),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Protocol {
     /// HTTP/1.1, one lane per connection.
@@ -174,6 +189,10 @@ pub struct ClientArgs {
     /// instead of bounding its window when a round trip loses more than 2%.
     #[arg(long)]
     pub no_quic_loss_bound: bool,
+    /// Packets the server may receive before it must acknowledge (for uploads, where the client
+    /// sends), or `off` for QUIC's every second packet. Default 9.
+    #[arg(long, value_parser = ack_threshold_arg, value_name = "PACKETS")]
+    pub quic_ack_threshold: Option<AckThreshold>,
     /// QUIC initial RTT estimate (`300ms`; a unit is required).
     #[arg(long, value_parser = duration_with_unit_arg, value_name = "DURATION")]
     pub quic_initial_rtt: Option<Duration>,
@@ -325,6 +344,9 @@ impl ClientArgs {
         }
         if self.no_quic_loss_bound {
             t.loss_bound = false;
+        }
+        if let Some(AckThreshold(v)) = self.quic_ack_threshold {
+            t.ack_eliciting_threshold = v;
         }
         if let Some(rtt) = self.quic_initial_rtt {
             t.initial_rtt = rtt;

@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// trip loses more than 2% (docs/design.md, "QUIC loss bound").
     #[arg(long)]
     pub no_quic_loss_bound: bool,
+    /// Packets a QUIC client may receive before it must acknowledge (for downloads, where the
+    /// server sends), or `off` for QUIC's every second packet. Default 9.
+    #[arg(long, value_parser = crate::client_args::ack_threshold_arg, value_name = "PACKETS")]
+    pub quic_ack_threshold: Option<crate::client_args::AckThreshold>,
     /// QUIC send window: unacknowledged bytes per connection. Default 64MiB.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub quic_send_window: Option<u64>,
@@ -259,6 +263,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         quic.congestion = cc.into();
     }
     quic.loss_bound = !args.no_quic_loss_bound;
+    if let Some(crate::client_args::AckThreshold(v)) = args.quic_ack_threshold {
+        quic.ack_eliciting_threshold = v;
+    }
     if let Some(v) = args.quic_send_window {
         quic.send_window = v;
     }

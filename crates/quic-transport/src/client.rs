@@ -633,6 +633,9 @@ impl Drop for Slot {
             mtu = s.path.current_mtu,
             rtt = ?s.path.rtt,
             datagrams_received = s.udp_rx.datagrams,
+            // What acknowledging cost this side: every ACK frame rides a datagram it sends.
+            acks_sent = s.frame_tx.acks,
+            datagrams_sent = s.udp_tx.datagrams,
             "quic connection done"
         );
         // Tell the server now rather than let it wait out its idle timeout: it counts a
