@@ -7,7 +7,8 @@
 #   SIZE=2147483648   bytes per transfer (default 2 GiB; above 1 GiB the server skips its
 #                     background whole-resource hash, so server CPU is per-request work only)
 #   XFER=path         xfer binary (default: builds target/release/xfer)
-#   ROWS="a b ..."    only these rows (names as in the table)
+#   ROWS="a,b,..."    only these rows (names as in the table); the `file` rows fetch a real
+#                     file of SIZE random bytes, after the server has hashed it (Repr-Digest)
 #
 # Prints a table and writes results.json and results.csv to OUT_DIR (default
 # target/bench-loopback/<UTC timestamp>). Client CPU is user+sys of the client process (from
@@ -77,6 +78,7 @@ size = int(env["SIZE"])
 xfer, ca, work, out = env["XFER"], env["CA"], env["WORK"], env["OUT"]
 path = f"/.xfer/synthetic?size={size}&seed=7"
 tls_url, plain_url, quic_url = env["TLS_URL"] + path, env["PLAIN_URL"] + path, env["QUIC_URL"] + path
+tls_file, quic_file = env["TLS_URL"] + "/file.bin", env["QUIC_URL"] + "/file.bin"
 tick = os.sysconf("SC_CLK_TCK")
 
 def cpu_of(pid):
@@ -131,8 +133,35 @@ rows = [
     ("xfer quic 2x4 nodigest",      "quic", True, False, "TLS_PID",  xget(quic_url, "--no-verify")),
     ("xfer quic 2x4 digest",        "quic", True, True,  "TLS_PID",  xget(quic_url)),
     ("xfer quic 2x4 digest readback", "quic", True, True, "TLS_PID",  xget(quic_url, "--hash-memory", "0")),
+    # A real file the server has hashed (its Repr-Digest known): the whole-file hash checks
+    # every byte, and chunks are hashed one by one only with --check-every-chunk.
+    ("xfer h1 x8 tls digest file",  "h1", True,  True,  "TLS_PID",   xget(tls_file, "--protocol", "http1")),
+    ("xfer h1 x8 tls digest file every-chunk", "h1", True, True, "TLS_PID", xget(tls_file, "--protocol", "http1", "--check-every-chunk")),
+    ("xfer quic 2x4 digest file",   "quic", True, True,  "TLS_PID",  xget(quic_file)),
+    ("xfer quic 2x4 digest file every-chunk", "quic", True, True, "TLS_PID", xget(quic_file, "--check-every-chunk")),
 ]
 only = env.get("ROWS", "").strip()
+
+def repr_digest_known(url):
+    p = subprocess.run(["curl", "-sS", "-f", "-I", "--cacert", ca, "-H", "Want-Repr-Digest: sha-256", url],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return "repr-digest:" in p.stdout.lower()
+
+if any(r[0].split(" ")[-1] in ("file", "every-chunk") and (not only or r[0] in only.split(","))
+       for r in rows):
+    # The file rows need the server's digest of the whole file: ask once (which starts its
+    # background hash), then wait for it.
+    with open(os.path.join(work, "root", "file.bin"), "wb") as f:
+        left = size
+        while left:
+            n = min(left, 1 << 24)
+            f.write(os.urandom(n))
+            left -= n
+    deadline = time.monotonic() + 300
+    while not repr_digest_known(tls_file):
+        if time.monotonic() > deadline:
+            raise SystemExit("the server did not hash file.bin within 300 s")
+        time.sleep(1)
 
 def run(name, cmd, server_pid):
     before_children = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -95,6 +95,13 @@ pub struct GetArgs {
     /// every chunk back, which also checks the file as written.
     #[arg(long, value_parser = size_arg, value_name = "SIZE", default_value = "256MiB")]
     pub hash_memory: u64,
+    /// Hash each chunk as it arrives and compare it with the server's digest of it, even when
+    /// the server's digest of the whole file (Repr-Digest) checks every byte at the end.
+    /// Damage is then found and fetched again chunk by chunk; without it, a whole-file
+    /// mismatch fetches the file once more with every chunk checked. Costs one more SHA-256
+    /// pass per byte here (and on a server that has not hashed those ranges before).
+    #[arg(long, conflicts_with = "no_verify")]
+    pub check_every_chunk: bool,
     /// Skip every digest: no hashing, nothing checked. Only to measure raw transport speed.
     #[arg(long, conflicts_with = "require_digest")]
     pub no_verify: bool,
@@ -164,6 +171,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
             chunk_size: args.chunk_size,
             lanes: args.lanes.and_then(LanesArg::fixed),
             verify: !args.no_verify,
+            check_every_chunk: args.check_every_chunk,
             request_ahead: args.request_ahead,
             hash_memory: args.hash_memory,
             ..GetConfig::default()
@@ -192,6 +200,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         lanes: lanes.and_then(LanesArg::fixed),
         adapt: lanes.and_then(|l| l.adapt_config(xfer::AdaptConfig::default())),
         verify: !args.no_verify,
+        check_every_chunk: args.check_every_chunk,
         expect_sha256,
         require_digest: args.require_digest,
         write_sha256_file: args.sha256_file,

@@ -6,7 +6,10 @@
 //! bounded channel in front of it is the only back-pressure. Sealing a chunk (after it is
 //! verified) happens on the same thread, after every write that preceded it, which is what
 //! makes the journal record trustworthy: a record is appended only once its chunk's bytes are
-//! in the file.
+//! in the file. A record with the chunk's digest is appended at once (a resume re-hashes the
+//! chunk, so a power loss that took its bytes costs only a re-fetch). One without (a chunk
+//! left to the whole-file hash, `GetConfig::check_every_chunk`) waits for the next sync of the
+//! part file: nothing could tell on resume that its bytes never reached the disk.
 //!
 //! End-game duplicates that win arrive as a buffered chunk in the seal message, together with
 //! the attempts that lost; the losers' later writes are dropped, and their earlier ones are
@@ -28,10 +31,11 @@ use crate::kept::{Budget, Kept, Sealed};
 use crate::plan::ChunkIndex;
 use crate::schedule::AttemptId;
 
-/// How often written data and journal records are flushed to stable storage. A crash of the
-/// process loses nothing the writer has written (the page cache keeps it); this bounds what a
-/// power loss can take, and on resume every journalled chunk is re-checked anyway.
-const SYNC_INTERVAL: Duration = Duration::from_secs(2);
+/// How often written data and journal records are flushed to stable storage (and chunks
+/// without a digest of their own journalled). A crash of the process loses nothing the
+/// writer has written (the page cache keeps it) but those records; this bounds what a power
+/// loss can take, and on resume every journalled chunk with a digest is re-checked anyway.
+pub const SYNC_INTERVAL: Duration = Duration::from_secs(2);
 
 /// A message to the writer thread.
 #[derive(Debug)]
@@ -50,6 +54,9 @@ pub enum WriteOp {
         losers: Vec<AttemptId>,
         buffered: Option<Vec<Bytes>>,
     },
+    /// Sync if chunks wait for it to be journalled and the last sync is [`SYNC_INTERVAL`]
+    /// old: sent on a timer, so that a transfer that stalls still journals what it has.
+    Tick,
     /// Flush everything to stable storage, report, and stop.
     Finish(oneshot::Sender<Result<(), SinkError>>),
 }
@@ -117,9 +124,15 @@ impl Writer {
                     kept: Kept::new(keep),
                     dirty: false,
                     last_sync: Instant::now(),
+                    unsynced: Vec::new(),
                 };
                 let result = w.run(rx);
                 if let Err(e) = &result {
+                    // Keep what is already written (a full disk still syncs what it took),
+                    // so that a re-run resumes it.
+                    if let Err(also) = w.sync() {
+                        tracing::debug!(error = %also, "sync after the writer's failure");
+                    }
                     tracing::error!(error = %e, "writer stopped");
                     let _ = failed_tx.send(e.clone());
                 }
@@ -168,6 +181,8 @@ struct WriterThread {
     kept: Kept,
     dirty: bool,
     last_sync: Instant,
+    /// Records without a digest, of sealed chunks whose bytes are not yet synced.
+    unsynced: Vec<ChunkRecord>,
 }
 
 impl WriterThread {
@@ -193,8 +208,12 @@ impl WriterThread {
                         self.write(record.offset, &data)?;
                     }
                     if let Some(j) = self.journal.as_mut() {
-                        j.record(&record)
-                            .map_err(|e| err(j.path(), "journalling chunk for", e))?;
+                        if record.sha256.is_some() {
+                            j.record(&record)
+                                .map_err(|e| err(j.path(), "journalling chunk for", e))?;
+                        } else {
+                            self.unsynced.push(record);
+                        }
                     }
                     let bytes = self.kept.take(record.offset..record.offset + record.len);
                     // The hasher may have stopped (verification off or finished); not an error.
@@ -203,6 +222,11 @@ impl WriterThread {
                         bytes,
                     });
                     if self.last_sync.elapsed() >= SYNC_INTERVAL {
+                        self.sync()?;
+                    }
+                }
+                WriteOp::Tick => {
+                    if !self.unsynced.is_empty() && self.last_sync.elapsed() >= SYNC_INTERVAL {
                         self.sync()?;
                     }
                 }
@@ -240,6 +264,10 @@ impl WriterThread {
             self.dirty = false;
         }
         if let Some(j) = self.journal.as_mut() {
+            for record in self.unsynced.drain(..) {
+                j.record(&record)
+                    .map_err(|e| err(j.path(), "journalling chunk for", e))?;
+            }
             j.sync().map_err(|e| err(j.path(), "syncing", e))?;
         }
         self.last_sync = Instant::now();
@@ -268,5 +296,70 @@ pub fn record(
         len: range.end - range.start,
         sha256,
         server_checked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{self, JournalHeader};
+
+    /// A chunk with its own digest is journalled as soon as it is sealed (a resume re-hashes
+    /// it); one without waits until its bytes are synced.
+    #[tokio::test]
+    async fn records_without_a_digest_wait_for_the_sync() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let part_path = dir.path().join("f.part");
+        let journal_path = dir.path().join("f.xfer-journal");
+        let header = JournalHeader {
+            url: "mem://f".into(),
+            size: 8,
+            etag: None,
+            last_modified: None,
+            chunk_size: 4,
+            sha256: None,
+        };
+        let journal = JournalWriter::create(&journal_path, &header).expect("journal");
+        let part = File::create(&part_path).expect("part file");
+        let (sealed_tx, sealed_rx) = std_mpsc::channel();
+        let writer = Writer::start(
+            Box::new(part),
+            part_path.clone(),
+            Some(journal),
+            4,
+            sealed_tx,
+            Budget::new(0),
+        )
+        .expect("writer");
+        let digest = Sha256Digest::of(b"abcd");
+        for (chunk, bytes, sha256) in [(0, b"abcd", Some(digest)), (1, b"efgh", None)] {
+            let offset = u64::from(chunk) * 4;
+            let data = WriteOp::Data {
+                attempt: u64::from(chunk),
+                offset,
+                data: vec![Bytes::from_static(bytes)],
+            };
+            let seal = WriteOp::Seal {
+                record: record(chunk, offset..offset + 4, sha256, false),
+                losers: Vec::new(),
+                buffered: None,
+            };
+            writer.tx.send(data).await.expect("writer runs");
+            writer.tx.send(seal).await.expect("writer runs");
+        }
+        // Both seals handled: the hasher has them.
+        for _ in 0..2 {
+            sealed_rx.recv().expect("sealed");
+        }
+        let chunks = |p: &std::path::Path| -> Vec<ChunkIndex> {
+            let loaded = journal::load(p)
+                .expect("journal loads")
+                .expect("journal exists");
+            loaded.chunks.iter().map(|r| r.chunk).collect()
+        };
+        assert_eq!(chunks(&journal_path), [0]);
+        writer.finish().await.expect("synced");
+        assert_eq!(chunks(&journal_path), [0, 1]);
+        assert_eq!(std::fs::read(&part_path).expect("part"), b"abcdefgh");
     }
 }

@@ -80,6 +80,14 @@ async fn fetches_identical_bytes_and_reports() {
     assert!(!journal::part_path(&dest).exists());
 }
 
+/// Every chunk hashed as it arrives: a damaged one is found at once and fetched again alone.
+fn every_chunk(c: GetConfig) -> GetConfig {
+    GetConfig {
+        check_every_chunk: true,
+        ..c
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_chunk_is_refetched_alone() {
     let d = data(8 * CHUNK as usize, 2);
@@ -87,9 +95,10 @@ async fn corrupt_chunk_is_refetched_alone() {
     t.inject(3 * CHUNK, MemFault::Corrupt, 1);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
-    let r = get(&t, &dest, exact()).await.unwrap();
+    let r = get(&t, &dest, every_chunk(exact())).await.unwrap();
     assert_eq!(std::fs::read(&dest).unwrap(), d);
     assert_eq!(r.digest_mismatches, 1);
+    assert_eq!(r.verification.chunks_with_server_digest, 8);
     let reqs = t.requests();
     assert_eq!(reqs.iter().filter(|r| r.start == 3 * CHUNK).count(), 2);
     assert_eq!(
@@ -97,6 +106,66 @@ async fn corrupt_chunk_is_refetched_alone() {
         9,
         "only the corrupt chunk is fetched twice: {reqs:?}"
     );
+}
+
+/// With the server's digest of the whole file, chunks are not hashed one by one and the
+/// server is not asked for their digests: the whole-file hash checks every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_file_digest_checks_the_chunks_without_hashing_each() {
+    let d = data(8 * CHUNK as usize, 21);
+    let t = Arc::new(MemTransport::new(d.clone(), 3));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(t.requests().len(), 8);
+    // Only the first request, sent before the whole-file digest was known, asked for its
+    // chunk's digest.
+    assert!(r.verification.chunks_with_server_digest <= 1, "{r:?}");
+    assert!(r.verification.server_whole_digest);
+    assert!(r.verification.is_server_checked());
+    assert_eq!(
+        r.sha256.as_deref(),
+        Some(Sha256Digest::of(&d).to_hex().as_str())
+    );
+}
+
+/// Damage that only the whole-file hash could see starts the file over once, with every
+/// chunk checked: the damaged chunk is then found and fetched again, and the file is right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_file_mismatch_starts_over_with_every_chunk_checked() {
+    let d = data(8 * CHUNK as usize, 22);
+    let t = Arc::new(MemTransport::new(d.clone(), 3));
+    // Once in the first pass, once more in the second.
+    t.inject(3 * CHUNK, MemFault::Corrupt, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.digest_mismatches, 1, "the second pass caught it by chunk");
+    assert_eq!(r.verification.chunks_with_server_digest, 8);
+    let reqs = t.requests();
+    assert_eq!(reqs.len(), 8 + 9, "{reqs:?}");
+    assert_eq!(reqs.iter().filter(|r| r.start == 3 * CHUNK).count(), 3);
+    assert!(!journal::journal_path(&dest).exists());
+
+    // Bytes that are wrong every time: the second pass fails on that chunk, keeping the rest.
+    let t = Arc::new(MemTransport::new(d.clone(), 3));
+    t.inject(5 * CHUNK, MemFault::Corrupt, 100);
+    let dest = dir.path().join("g");
+    let err = get(&t, &dest, exact()).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            GetError::Schedule {
+                failure: xfer_core::schedule::ScheduleFailure::TooManyAttempts { chunk: 5, .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("server digest"), "{err}");
+    assert!(!dest.exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,16 +238,34 @@ async fn damaged_part_file_is_caught_on_resume() {
         request_ahead: Some(false),
         ..config()
     };
+    get(&t, &dest, every_chunk(one_at_a_time.clone()))
+        .await
+        .unwrap_err();
+    // Simulate a damaged block in a chunk the journal claims.
+    let part = journal::part_path(&dest);
+    let mut bytes = std::fs::read(&part).unwrap();
+    bytes[(CHUNK + 10) as usize] ^= 1;
+    std::fs::write(&part, bytes).unwrap();
+    let r = get(&t, &dest, every_chunk(config())).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.resumed_bytes, 3 * CHUNK);
+    assert_eq!(r.received_bytes, 3 * CHUNK);
+
+    // Chunks left to the whole-file hash have no digest of their own in the journal: the
+    // damage is found at the end, and the file is fetched again with every chunk checked.
+    let dest = dir.path().join("g");
+    t.inject(4 * CHUNK, MemFault::Fail { retryable: false }, 1);
     get(&t, &dest, one_at_a_time).await.unwrap_err();
-    // Simulate a torn write in a chunk the journal claims.
     let part = journal::part_path(&dest);
     let mut bytes = std::fs::read(&part).unwrap();
     bytes[(CHUNK + 10) as usize] ^= 1;
     std::fs::write(&part, bytes).unwrap();
     let r = get(&t, &dest, config()).await.unwrap();
     assert_eq!(std::fs::read(&dest).unwrap(), d);
-    assert_eq!(r.resumed_bytes, 3 * CHUNK);
-    assert_eq!(r.received_bytes, 3 * CHUNK);
+    // The rest after the journalled chunks, then all six again.
+    assert!(r.received_bytes > 6 * CHUNK, "{r:?}");
+    assert_eq!(r.resumed_bytes, 0);
+    assert_eq!(r.verification.chunks_with_server_digest, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

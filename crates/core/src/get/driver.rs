@@ -266,6 +266,8 @@ impl Driver {
         tokio::pin!(shutdown);
         let verify_whole = inputs.hashes.is_some();
         let mut whole_digest = None;
+        let mut journal_tick = tokio::time::interval(crate::sink::SYNC_INTERVAL / 2);
+        journal_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             self.adapt_lanes(Instant::now());
             self.dispatch().await;
@@ -321,6 +323,8 @@ impl Driver {
                 },
                 Some(ev) = inputs.events.recv() => self.lane_event(ev),
                 Some(joined) = self.tasks.join_next_with_id() => self.lane_ended(joined),
+                // A full queue means a busy writer, which syncs on its next seal anyway.
+                _ = journal_tick.tick() => { let _ = self.writer.try_send(WriteOp::Tick); }
                 _ = sleep_until(wake_at) => {}
             }
         };

@@ -80,7 +80,9 @@ pub(super) enum LaneEvent {
 pub(super) struct LaneContext {
     pub transport: Arc<dyn Transport>,
     pub remote: RemoteInfo,
-    pub verify: bool,
+    /// Hash each chunk as it arrives and ask the server for its digest of it. Off when the
+    /// whole-file hash alone checks the bytes (see [`super::GetConfig::check_every_chunk`]).
+    pub check_chunks: bool,
     /// One request for the whole resource (the server ignores ranges).
     pub whole: bool,
     /// Request the next chunk before the current body ends (see [`LaneEvent::Ahead`]).
@@ -480,7 +482,7 @@ async fn fetch(
     let req = RangeRequest {
         range: a.range.clone(),
         expected_size: ctx.remote.size,
-        want_digest: ctx.verify,
+        want_digest: ctx.check_chunks,
         validator: ctx.remote.range_validator().map(str::to_string),
         whole: ctx.whole,
     };
@@ -513,7 +515,7 @@ async fn fetch(
         latency,
         first_byte: None,
     });
-    let mut hasher = ctx.verify.then(Sha256Hasher::new);
+    let mut hasher = ctx.check_chunks.then(Sha256Hasher::new);
     let mut pace = Pace {
         ctx,
         events,

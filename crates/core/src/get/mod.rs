@@ -80,6 +80,15 @@ pub struct GetConfig {
     /// Hash every chunk and the whole file, ask the server for digests and check them.
     /// Default on; off only to measure the raw transport.
     pub verify: bool,
+    /// Hash every chunk as it arrives and compare it with the server's digest of it, even
+    /// when the server gave the whole file's digest (`Repr-Digest`) up front. Default off:
+    /// then the whole-file hash checks every byte against the server's, and chunks are not
+    /// hashed a second time, which saves a SHA-256 pass per byte on the client (and on a
+    /// server that has not hashed those ranges before). Should the whole file not match,
+    /// the download starts over once with every chunk checked, which finds the damaged
+    /// chunks and fetches them again. Without a whole-file digest every chunk is checked
+    /// regardless. On means damage is found and repaired chunk by chunk as it arrives.
+    pub check_every_chunk: bool,
     /// The whole file's SHA-256 must be this.
     pub expect_sha256: Option<Sha256Digest>,
     /// Fail (keeping the part file) unless every byte was compared with a digest the server
@@ -126,6 +135,7 @@ impl Default for GetConfig {
             adapt: None,
             schedule: ScheduleConfig::default(),
             verify: true,
+            check_every_chunk: false,
             expect_sha256: None,
             require_digest: false,
             write_sha256_file: false,
@@ -258,6 +268,9 @@ pub struct Download {
     part_file: Option<PartFileWrapper>,
     known: Option<RemoteInfo>,
     hash_budget: Option<Budget>,
+    /// Whether the last attempt left its chunks to the whole-file hash alone; its mismatch
+    /// then sends the download round once more with every chunk checked.
+    chunks_unchecked: bool,
 }
 
 /// Turns the opened part file into what the writer writes through.
@@ -281,6 +294,7 @@ impl Download {
             part_file: None,
             known: None,
             hash_budget: None,
+            chunks_unchecked: false,
         }
     }
 
@@ -367,6 +381,7 @@ impl Download {
             None => None,
         };
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut check_every_chunk = self.config.check_every_chunk;
         loop {
             let starts = std::mem::take(&mut starts);
             match self
@@ -375,6 +390,7 @@ impl Download {
                     server_checksum.as_ref(),
                     starts,
                     started,
+                    check_every_chunk,
                     shutdown.as_mut(),
                 )
                 .await
@@ -387,6 +403,27 @@ impl Download {
                     // resource, which one sequential stream can take.
                     tracing::warn!(%peer, url = %info.url, "the server advertises byte ranges but ignores them: starting over with one sequential stream, no resume");
                     info.accepts_ranges = false;
+                }
+                Err(GetError::WholeDigestMismatch { actual, .. })
+                    if self.chunks_unchecked && info.sha256.is_some_and(|s| s != actual) =>
+                {
+                    // Bytes were damaged on their way (or on this disk) and no chunk was
+                    // hashed on its own: start over with every chunk checked against the
+                    // server's digest of it, which finds and fetches again the damaged ones.
+                    tracing::warn!(url = %info.url, %actual, "whole file does not match the server's Repr-Digest; fetching it again with every chunk checked");
+                    let journal_path = journal::journal_path(&self.dest);
+                    match std::fs::remove_file(&journal_path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(source) => {
+                            return Err(GetError::Io {
+                                what: "removing the journal of a mismatched file",
+                                path: journal_path,
+                                source,
+                            })
+                        }
+                    }
+                    check_every_chunk = true;
                 }
                 other => return other,
             }
@@ -401,6 +438,7 @@ impl Download {
         server_checksum: Option<&Checksum>,
         mut starts: Vec<LaneStart>,
         started: Instant,
+        check_every_chunk: bool,
         shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Report, GetError> {
         let cfg = &self.config;
@@ -491,6 +529,14 @@ impl Download {
         } else {
             (None, None)
         };
+        // With the server's digest of the whole file, the whole-file hash checks every byte;
+        // hashing each chunk too would be a second SHA-256 pass over the same bytes.
+        let check_chunks =
+            cfg.verify && (check_every_chunk || info.sha256.is_none() || hasher.is_none());
+        self.chunks_unchecked = cfg.verify && !check_chunks;
+        if self.chunks_unchecked {
+            tracing::debug!(url = %info.url, "chunks not hashed one by one: the server's Repr-Digest checks the whole file");
+        }
         let journal = prepared.journal;
         let journalled = journal.is_some();
         let part: Box<dyn PartFile> = match self.part_file.as_mut() {
@@ -517,7 +563,7 @@ impl Download {
         let ctx = LaneContext {
             transport: Arc::clone(&self.transport),
             remote: info.clone(),
-            verify: cfg.verify,
+            check_chunks,
             whole: !info.accepts_ranges,
             ahead: match (self.transport.request_ahead(), cfg.request_ahead) {
                 (Some(default), asked) => asked.unwrap_or(default),
