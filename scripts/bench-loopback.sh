@@ -9,6 +9,8 @@
 #   XFER=path         xfer binary (default: builds target/release/xfer)
 #   ROWS="a,b,..."    only these rows (names as in the table); the `file` rows fetch a real
 #                     file of SIZE random bytes, after the server has hashed it (Repr-Digest)
+#   ROUNDS=N          run the rows N times over, in turn (names get ` #k`), for side-by-side
+#                     samples on a noisy host
 #
 # Prints a table and writes results.json and results.csv to OUT_DIR (default
 # target/bench-loopback/<UTC timestamp>). Client CPU is user+sys of the client process (from
@@ -194,15 +196,19 @@ def run(name, cmd, server_pid):
 
 gib = size / 2**30
 results = []
-for name, kind, tls, digest, pid_var, cmd in rows:
-    if only and name not in only.split(","):
-        continue
-    secs, ccpu, scpu, nbytes = run(name, cmd, int(env[pid_var]))
-    gib = nbytes / 2**30
-    results.append(dict(name=name, kind=kind, tls=tls, digest=digest, bytes=nbytes,
-                        seconds=round(secs, 3), gbps=round(nbytes * 8 / secs / 1e9, 3),
-                        client_cpu_s_per_gib=round(ccpu / gib, 3),
-                        server_cpu_s_per_gib=round(scpu / gib, 3)))
+rounds = int(env.get("ROUNDS", "1"))
+for rnd in range(1, rounds + 1):
+    for name, kind, tls, digest, pid_var, cmd in rows:
+        if only and name not in only.split(","):
+            continue
+        secs, ccpu, scpu, nbytes = run(name, cmd, int(env[pid_var]))
+        gib = nbytes / 2**30
+        if rounds > 1:
+            name = f"{name} #{rnd}"
+        results.append(dict(name=name, kind=kind, tls=tls, digest=digest, bytes=nbytes,
+                            seconds=round(secs, 3), gbps=round(nbytes * 8 / secs / 1e9, 3),
+                            client_cpu_s_per_gib=round(ccpu / gib, 3),
+                            server_cpu_s_per_gib=round(scpu / gib, 3)))
 
 by_name = {r["name"]: r for r in results}
 iperf = by_name.get("iperf3 -P 8")
@@ -220,12 +226,12 @@ machine = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), nproc=os.cpu_count(),
                kernel=platform.release(), loadavg_before=load, size_bytes=size)
 print(f"# {machine['date']}  {machine['nproc']} CPUs  {machine['cpu']}  Linux {machine['kernel']}")
 print(f"# load average before: {' '.join(load)}; {size} bytes per transfer; client and server share the CPUs")
-hdr = f"{'row':<38} {'s':>7} {'Gbit/s':>7} {'/iperf3':>8} {'/h1':>6} {'cli s/GiB':>10} {'srv s/GiB':>10}"
+hdr = f"{'row':<44} {'s':>7} {'Gbit/s':>7} {'/iperf3':>8} {'/h1':>6} {'cli s/GiB':>10} {'srv s/GiB':>10}"
 print(hdr)
 print("-" * len(hdr))
 fmt = lambda v: "-" if v is None else f"{v:.2f}"
 for r in results:
-    print(f"{r['name']:<38} {r['seconds']:>7.2f} {r['gbps']:>7.2f} {fmt(r['vs_iperf3']):>8} {fmt(r['vs_h1']):>6} "
+    print(f"{r['name']:<44} {r['seconds']:>7.2f} {r['gbps']:>7.2f} {fmt(r['vs_iperf3']):>8} {fmt(r['vs_h1']):>6} "
           f"{r['client_cpu_s_per_gib']:>10.3f} {r['server_cpu_s_per_gib']:>10.3f}")
 machine["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
 with open(os.path.join(out, "results.json"), "w") as f:

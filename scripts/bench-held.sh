@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Side by side on one emulated long path: `xfer get` commands run in turn over a single lab
+# link held open for all of them, against one of two xfer servers that differ only in their
+# flags. Alternating on one link removes the link set-up and most of the hour-to-hour drift
+# that make two separate `xfer lab run`s hard to compare.
+#
+# Usage: sudo scripts/bench-held.sh SPEC...
+#   SPEC      "label|server|scheme|get flags": server a or b, scheme https or quic, e.g.
+#             "ack9|a|quic|" "ackoff|b|quic|"  or  "kept|a|https|" "every|a|https|--check-every-chunk"
+#   SERVE_A, SERVE_B   extra `xfer serve` flags of the two servers (default none)
+#   RTT_MS=100  RATE_MBIT=1000  PROFILE=stock (or tuned)  SIZE=2147483648 (bytes)
+#   WARM=1      one unreported download from each server first, so both have hashed the file
+#               (its Repr-Digest known) and have the path saved, as a long-running server has
+#   XFER=path   (default: builds target/release/xfer)
+#
+# Prints, per command: goodput over the whole command (start-up and verification included),
+# its seconds, the client's CPU seconds (user + sys) and the server's (utime + stime of the
+# server process over the command). The file is random, in /dev/shm, fetched to /dev/shm.
+# Needs root, iproute2 and /dev/net/tun.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+RTT_MS=${RTT_MS:-100}
+RATE_MBIT=${RATE_MBIT:-1000}
+PROFILE=${PROFILE:-stock}
+SIZE=${SIZE:-2147483648}
+WARM=${WARM:-1}
+[[ $# -gt 0 ]] || { sed -n '2,20p' "$0" >&2; exit 2; }
+
+if [[ -z "${XFER:-}" ]]; then
+    cargo build --release -q -p xfer-cli
+    XFER=$PWD/target/release/xfer
+fi
+cargo build --release -q -p xfer-lab --example lab_hold
+HOLD=$PWD/target/release/examples/lab_hold
+command -v ip >/dev/null || { echo "needs iproute2" >&2; exit 1; }
+
+WORK=$(mktemp -d /dev/shm/xfer-bench-held.XXXXXX)
+PIDS=()
+# shellcheck source=lib/lab-hold.sh
+source scripts/lib/lab-hold.sh
+trap lab_hold_cleanup EXIT
+lab_hold_start xbh "$RTT_MS" "$RATE_MBIT" "$PROFILE"
+SRV_ADDR=10.77.0.1
+mkdir -p "$WORK/root"
+head -c "$SIZE" /dev/urandom >"$WORK/root/f.bin"
+
+declare -A SERVER_PID PORT=([a]=8443 [b]=8444)
+for s in a b; do
+    var=SERVE_${s^^}
+    # shellcheck disable=SC2086 # the flags are words
+    ip netns exec "$SRV" "$XFER" serve "$WORK/root" --self-signed --cert-dir "$WORK/cert" \
+        --cert-name "$SRV_ADDR" --listen "$SRV_ADDR:${PORT[$s]}" ${!var:-} >"$WORK/serve-$s.log" 2>&1 &
+    SERVER_PID[$s]=$!
+    PIDS+=("${SERVER_PID[$s]}")
+    for _ in $(seq 100); do
+        grep -q "serving .* at " "$WORK/serve-$s.log" 2>/dev/null && break
+        sleep 0.1
+    done
+    grep -q "serving .* at " "$WORK/serve-$s.log" || { cat "$WORK/serve-$s.log" >&2; exit 1; }
+done
+
+cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK=$(getconf CLK_TCK)
+
+# run LABEL SERVER SCHEME FLAGS: one download; prints its row unless LABEL is empty.
+run() {
+    local label=$1 server=$2 scheme=$3 flags=$4 pid=${SERVER_PID[$2]}
+    local url="$scheme://$SRV_ADDR:${PORT[$server]}/f.bin"
+    local c0 c1 t0 t1
+    c0=$(cpu_of "$pid")
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086 # the flags are words
+    ip netns exec "$CLI" /usr/bin/time -f "%U %S" -o "$WORK/time" "$XFER" get "$url" \
+        -o "$WORK/out" --overwrite --quiet --ca-cert "$WORK/cert/cert.pem" $flags \
+        2>"$WORK/get.err" || { echo "$label: xfer get failed:" >&2; cat "$WORK/get.err" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    c1=$(cpu_of "$pid")
+    rm -f "$WORK/out"
+    [[ -n "$label" ]] || return 0
+    python3 - "$label" "$t0" "$t1" "$SIZE" "$WORK/time" "$c0" "$c1" "$TICK" <<'PY'
+import sys
+label, t0, t1, size, time_file, c0, c1, tick = sys.argv[1:]
+secs = float(t1) - float(t0)
+user, sys_ = map(float, open(time_file).read().split()[-2:])
+server = (float(c1) - float(c0)) / float(tick)
+print(f"{label:<24} {int(size) * 8 / secs / 1e6:7.0f} Mbit/s {secs:7.2f} s"
+      f"   client {user + sys_:6.2f} s   server {server:6.2f} s")
+PY
+}
+
+echo "# $(date -u '+%F %T') UTC, ${RATE_MBIT} Mbit/s, ${RTT_MS} ms, $PROFILE host, $SIZE bytes, $(nproc) CPUs shared by client, server and emulator"
+echo "# server a: ${SERVE_A:-(defaults)}; server b: ${SERVE_B:-(defaults)}"
+if [[ "$WARM" == 1 ]]; then
+    for s in a b; do
+        run "" "$s" https ""
+        # The whole-file digest is computed in the background after the first request.
+        for _ in $(seq 300); do
+            ip netns exec "$CLI" curl -sS -f -I --cacert "$WORK/cert/cert.pem" \
+                "https://$SRV_ADDR:${PORT[$s]}/f.bin" | grep -qi '^repr-digest' && break
+            sleep 1
+        done
+    done
+fi
+for spec in "$@"; do
+    IFS='|' read -r label server scheme flags <<<"$spec"
+    [[ "$server" == a || "$server" == b ]] || { echo "$spec: server must be a or b" >&2; exit 2; }
+    run "$label" "$server" "$scheme" "$flags"
+done
+lab_hold_stop
