@@ -190,7 +190,7 @@ pub struct ClientArgs {
     #[arg(long)]
     pub no_quic_loss_bound: bool,
     /// Packets the server may receive before it must acknowledge (for uploads, where the client
-    /// sends), or `off` for QUIC's every second packet. Default 9.
+    /// sends), or `off` (the default) for QUIC's every second packet.
     #[arg(long, value_parser = ack_threshold_arg, value_name = "PACKETS")]
     pub quic_ack_threshold: Option<AckThreshold>,
     /// QUIC initial RTT estimate (`300ms`; a unit is required).

@@ -87,7 +87,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_quic_loss_bound: bool,
     /// Packets a QUIC client may receive before it must acknowledge (for downloads, where the
-    /// server sends), or `off` for QUIC's every second packet. Default 9.
+    /// server sends), or `off` (the default) for QUIC's every second packet.
     #[arg(long, value_parser = crate::client_args::ack_threshold_arg, value_name = "PACKETS")]
     pub quic_ack_threshold: Option<crate::client_args::AckThreshold>,
     /// QUIC send window: unacknowledged bytes per connection. Default 64MiB.
