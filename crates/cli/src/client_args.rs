@@ -45,8 +45,11 @@ pub fn ack_threshold_arg(s: &str) -> Result<AckThreshold, String> {
         return Ok(AckThreshold(None));
     }
     match s.parse::<u32>() {
-        Ok(n) if n <= 1000 => Ok(AckThreshold(Some(n))),
-        _ => Err(format!("{s:?}: expected 0 to 1000 packets, or off")),
+        Ok(n) if n <= QuicTuning::MAX_ACK_ELICITING_THRESHOLD => Ok(AckThreshold(Some(n))),
+        _ => Err(format!(
+            "{s:?}: expected 0 to {} packets, or off",
+            QuicTuning::MAX_ACK_ELICITING_THRESHOLD
+        )),
     }
 }
 

@@ -201,6 +201,9 @@ const JUMBO_UDP_PAYLOAD: u16 = 8972;
 const GSO_MAX_DATAGRAM: u16 = 65507 / 10;
 
 impl QuicTuning {
+    /// The largest [`QuicTuning::ack_eliciting_threshold`] accepted.
+    pub const MAX_ACK_ELICITING_THRESHOLD: u32 = 1000;
+
     /// quinn's own defaults (windows and buffers as quinn 0.11 ships them), for comparison in
     /// benchmarks. UDP buffers are left at what the kernel gives.
     pub fn quinn_defaults() -> Self {
@@ -282,7 +285,7 @@ impl QuicTuning {
             }
         }
         if let Some(n) = self.ack_eliciting_threshold {
-            if n > 1000 {
+            if n > Self::MAX_ACK_ELICITING_THRESHOLD {
                 return Err(ConfigError::new("ack_eliciting_threshold", n, "0 to 1000"));
             }
         }
