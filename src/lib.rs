@@ -78,6 +78,7 @@ pub use xfer_core::duration::parse_duration;
 pub use xfer_core::get::{Download, GetConfig, GetError};
 pub use xfer_core::layout::{LaneLayout, Lanes};
 pub use xfer_core::multi::{MultiSource, Source, MAX_SOURCES};
+pub use xfer_core::plan::{ChunkPlan, DEFAULT_CHUNK_SIZE};
 pub use xfer_core::progress::{
     format_bps, Progress, ProgressSnapshot, RateMeter, Report, SourceReport,
 };

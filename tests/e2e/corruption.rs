@@ -13,7 +13,7 @@ use crate::support::{
 async fn corrupted_chunk_refetched_once(proto: Proto) -> TestResult {
     let size = 8 * MIB + 777;
     let chunk = MIB;
-    // Inside chunk 5, not at its edge.
+    // Inside a chunk, not at its edge.
     let offset = 5 * chunk + 12_345;
     let fault = Arc::new(FaultInjection::new(Some(offset), 1));
     let fx = Fixture::start_with_fault(proto, Some(Arc::clone(&fault))).await?;
@@ -36,9 +36,14 @@ async fn corrupted_chunk_refetched_once(proto: Proto) -> TestResult {
 
     assert_eq!(fault.times_used(), 1, "the server corrupted no response");
     assert_eq!(report.digest_mismatches, 1, "{report:?}");
+    let plan = xfer::ChunkPlan::tapered(size, chunk)?;
+    let corrupted = (0..plan.chunk_count())
+        .map(|i| plan.range(i))
+        .find(|r| r.contains(&offset))
+        .ok_or("offset outside the plan")?;
     assert_eq!(
         report.received_bytes,
-        size + chunk,
+        size + (corrupted.end - corrupted.start),
         "only the corrupted chunk may be fetched twice"
     );
     assert_eq!(report.duplicates, 0);

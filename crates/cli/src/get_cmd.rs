@@ -73,6 +73,11 @@ pub struct GetArgs {
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
+    /// Give every chunk --chunk-size bytes. By default the last 8 chunks' worth of a file of
+    /// 16 chunks or more is cut into halves, quarters and eighths of a chunk, so that the
+    /// lanes finish together.
+    #[arg(long)]
+    pub no_taper: bool,
     /// Lanes to run: a number (overriding what --connections/--streams imply), or `auto`
     /// to choose the count from measured goodput and loss and keep adjusting it, within 2-64
     /// or the bounds of `auto:MIN-MAX`. Default: the layout's count (8); auto is not the default
@@ -169,6 +174,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         }
         let mut get = GetConfig {
             chunk_size: args.chunk_size,
+            taper: !args.no_taper,
             lanes: args.lanes.and_then(LanesArg::fixed),
             verify: !args.no_verify,
             check_every_chunk: args.check_every_chunk,
@@ -197,6 +203,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
     let lanes = args.lanes;
     let mut config = GetConfig {
         chunk_size: args.chunk_size,
+        taper: !args.no_taper,
         lanes: lanes.and_then(LanesArg::fixed),
         adapt: lanes.and_then(|l| l.adapt_config(xfer::AdaptConfig::default())),
         verify: !args.no_verify,

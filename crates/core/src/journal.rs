@@ -35,6 +35,11 @@ pub struct JournalHeader {
     pub etag: Option<String>,
     pub last_modified: Option<String>,
     pub chunk_size: u64,
+    /// The plan's tail is cut smaller ([`crate::plan::ChunkPlan::tapered`]). Absent, so
+    /// `false`, in journals written before tapering, which resume with the uniform plan they
+    /// were written with.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tapered: bool,
     /// The whole file's SHA-256 (hex) as the server (or every source) declared it, when it
     /// did: the same digest is the same file, whatever URL or server it came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -321,6 +326,7 @@ mod tests {
             etag: Some("\"abc\"".into()),
             last_modified: None,
             chunk_size: 16 << 20,
+            tapered: true,
             sha256: None,
         }
     }

@@ -317,6 +317,7 @@ mod tests {
             etag: None,
             last_modified: None,
             chunk_size: 4,
+            tapered: false,
             sha256: None,
         };
         let journal = JournalWriter::create(&journal_path, &header).expect("journal");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use xfer_core::get::{Download, GetConfig, GetError};
 use xfer_core::journal;
 use xfer_core::mem_transport::{MemFault, MemTransport};
-use xfer_core::plan::MIN_CHUNK_SIZE;
+use xfer_core::plan::{ChunkPlan, MIN_CHUNK_SIZE};
 use xfer_core::Sha256Digest;
 
 const CHUNK: u64 = MIN_CHUNK_SIZE * 4; // 256 KiB
@@ -74,7 +74,14 @@ async fn fetches_identical_bytes_and_reports() {
     );
     assert!(r.verified_against.iter().any(|s| s.contains("Repr-Digest")));
     assert_eq!(r.lanes.len(), 4);
-    assert_eq!(r.lanes.iter().map(|l| l.chunks).sum::<u64>(), 21);
+    // 20 chunks and a bit: big enough for the last 8 chunks' worth to be cut smaller.
+    let plan = ChunkPlan::tapered(d.len() as u64, CHUNK).unwrap();
+    assert!(plan.is_tapered());
+    assert_eq!(r.chunks, plan.chunk_count());
+    assert_eq!(
+        r.lanes.iter().map(|l| l.chunks).sum::<u64>(),
+        u64::from(plan.chunk_count())
+    );
     assert_eq!(r.received_bytes, d.len() as u64);
     assert!(!journal::journal_path(&dest).exists());
     assert!(!journal::part_path(&dest).exists());
@@ -206,6 +213,56 @@ async fn permanent_error_fails_fast_keeping_progress_then_resume_fetches_only_th
     assert_eq!(r.resumed_bytes, 7 * CHUNK);
     assert_eq!(r.received_bytes, 5 * CHUNK);
     assert_eq!(t.requests().len() - before, 5);
+}
+
+/// A resume rebuilds the plan its journal was written with, tapered or not, whatever the
+/// second run asks for: otherwise the records of the tail would no longer match its chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_keeps_the_plan_its_journal_was_written_with() {
+    let d = data(20 * CHUNK as usize, 14);
+    let size = d.len() as u64;
+    for (first_tapered, stop_at) in [(false, 18 * CHUNK), (true, 18 * CHUNK + CHUNK / 2)] {
+        let first_plan = if first_tapered {
+            ChunkPlan::tapered(size, CHUNK).unwrap()
+        } else {
+            ChunkPlan::new(size, CHUNK).unwrap()
+        };
+        assert_eq!(first_plan.is_tapered(), first_tapered);
+        let refused = (0..first_plan.chunk_count())
+            .find(|&i| first_plan.range(i).start == stop_at)
+            .expect("a chunk starts there");
+        let t = Arc::new(MemTransport::new(d.clone(), 1));
+        t.inject(stop_at, MemFault::Fail { retryable: false }, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("f");
+        let first = GetConfig {
+            taper: first_tapered,
+            request_ahead: Some(false),
+            ..config()
+        };
+        let err = get(&t, &dest, first).await.unwrap_err();
+        assert!(
+            matches!(err, GetError::Chunk { chunk, .. } if chunk == refused),
+            "{err}"
+        );
+        let before = t.requests().len();
+        let second = GetConfig {
+            taper: !first_tapered,
+            ..config()
+        };
+        let r = get(&t, &dest, second).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), d);
+        assert_eq!(
+            r.resumed_bytes, stop_at,
+            "first run tapered: {first_tapered}"
+        );
+        assert_eq!(r.received_bytes, size - stop_at);
+        assert_eq!(r.chunks, first_plan.chunk_count());
+        assert_eq!(
+            t.requests().len() - before,
+            (first_plan.chunk_count() - refused) as usize
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,6 +398,7 @@ async fn a_file_of_one_chunk_is_checked_without_journal_or_second_pass() {
         etag: None,
         last_modified: None,
         chunk_size: CHUNK,
+        tapered: true,
         sha256: None,
     };
     journal::JournalWriter::create(&journal::journal_path(&dest), &other).unwrap();

@@ -125,6 +125,13 @@ pub struct GetConfig {
     /// connection window holds two stream windows per lane); never where the windows are too
     /// small.
     pub request_ahead: Option<bool>,
+    /// Cut the last [`crate::plan::TAPER_CHUNKS`] chunks' worth of a file of at least twice
+    /// that into pieces of a half, a quarter and an eighth of `chunk_size`, so that the lanes
+    /// finish together
+    /// instead of up to two chunk times apart ([`crate::plan::ChunkPlan::tapered`]). Default
+    /// on; off gives every chunk `chunk_size` bytes. A resumed transfer keeps the plan its
+    /// journal was written with.
+    pub taper: bool,
 }
 
 impl Default for GetConfig {
@@ -146,6 +153,7 @@ impl Default for GetConfig {
             lane_open_attempts: 5,
             checksum: None,
             request_ahead: None,
+            taper: true,
         }
     }
 }
@@ -450,6 +458,7 @@ impl Download {
             etag: info.etag.clone(),
             last_modified: info.last_modified.clone(),
             chunk_size: cfg.chunk_size,
+            tapered: cfg.taper,
             sha256: info.sha256.map(|d| d.to_hex()),
         };
         let lanes = if info.accepts_ranges {

@@ -8,7 +8,7 @@ use super::disk_space::{available_bytes, MAX_DECLARED_SIZE};
 use super::{GetConfig, GetError};
 use crate::digest::Sha256Digest;
 use crate::journal::{self, JournalHeader, JournalWriter};
-use crate::plan::ChunkPlan;
+use crate::plan::{ChunkPlan, PlanError};
 use crate::schedule::ScheduleConfig;
 use crate::transport::{FirstRequest, Opened, RemoteInfo, Transport};
 
@@ -57,6 +57,14 @@ pub(super) struct Prepared {
     pub resumed_bytes: u64,
 }
 
+fn plan_for(size: u64, chunk_size: u64, tapered: bool) -> Result<ChunkPlan, PlanError> {
+    if tapered {
+        ChunkPlan::tapered(size, chunk_size)
+    } else {
+        ChunkPlan::new(size, chunk_size)
+    }
+}
+
 /// Resume from a matching journal, or start over.
 pub(super) fn prepare(
     info: &RemoteInfo,
@@ -89,7 +97,8 @@ pub(super) fn prepare(
             });
             match reason {
                 None => {
-                    let plan = ChunkPlan::new(info.size, loaded.header.chunk_size)?;
+                    let plan =
+                        plan_for(info.size, loaded.header.chunk_size, loaded.header.tapered)?;
                     if loaded.header.chunk_size != cfg.chunk_size {
                         tracing::info!(
                             chunk_size = loaded.header.chunk_size,
@@ -138,7 +147,7 @@ pub(super) fn prepare(
     }
     check_room(info, part_path)?;
     let plan = if info.accepts_ranges {
-        ChunkPlan::new(info.size, cfg.chunk_size)?
+        plan_for(info.size, cfg.chunk_size, cfg.taper)?
     } else {
         ChunkPlan::whole(info.size)
     };
@@ -151,6 +160,7 @@ pub(super) fn prepare(
     part.set_len(info.size).map_err(io("sizing", part_path))?;
     let header = JournalHeader {
         chunk_size: plan.chunk_size(),
+        tapered: plan.is_tapered(),
         ..header.clone()
     };
     // A chunk is fetched whole or again, so a transfer of one chunk gains nothing from a
