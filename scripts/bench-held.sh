@@ -12,6 +12,9 @@
 #   WARM=1      one unreported download from each server first, so both have hashed the file
 #               (its Repr-Digest known) and have the path saved, as a long-running server has
 #   XFER=path   (default: builds target/release/xfer)
+#   TIMELINE=1  also sample the client's interface every 20 ms and print where the time went:
+#               the first 64 KiB, the ramp (time to 20% beyond what the 20-80% rate needs), the
+#               tail (80% to the last byte, likewise) and the exit after the last byte
 #
 # Prints, per command: goodput over the whole command (start-up and verification included),
 # its seconds, the client's CPU seconds (user + sys) and the server's (utime + stime of the
@@ -61,6 +64,7 @@ for s in a b; do
 done
 
 cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+CLI_IF=$(ip netns exec "$CLI" ls /sys/class/net | grep -vx lo | head -n1)
 TICK=$(getconf CLK_TCK)
 
 # run LABEL SERVER SCHEME FLAGS: one download; prints its row unless LABEL is empty.
@@ -68,6 +72,11 @@ run() {
     local label=$1 server=$2 scheme=$3 flags=$4 pid=${SERVER_PID[$2]}
     local url="$scheme://$SRV_ADDR:${PORT[$server]}/f.bin"
     local c0 c1 t0 t1
+    local sampler=
+    if [[ "${TIMELINE:-0}" == 1 ]]; then
+        ip netns exec "$CLI" bash -c "while :; do echo \$(date +%s.%N) \$(cat /sys/class/net/$CLI_IF/statistics/rx_bytes); sleep 0.02; done" >"$WORK/timeline" &
+        sampler=$!
+    fi
     c0=$(cpu_of "$pid")
     t0=$(date +%s.%N)
     # shellcheck disable=SC2086 # the flags are words
@@ -76,16 +85,34 @@ run() {
         2>"$WORK/get.err" || { echo "$label: xfer get failed:" >&2; cat "$WORK/get.err" >&2; exit 1; }
     t1=$(date +%s.%N)
     c1=$(cpu_of "$pid")
+    if [[ -n "$sampler" ]]; then
+        sleep 0.05
+        kill "$sampler"
+        wait "$sampler" 2>/dev/null || true
+    fi
     rm -f "$WORK/out"
     [[ -n "$label" ]] || return 0
-    python3 - "$label" "$t0" "$t1" "$SIZE" "$WORK/time" "$c0" "$c1" "$TICK" <<'PY'
+    python3 - "$label" "$t0" "$t1" "$SIZE" "$WORK/time" "$c0" "$c1" "$TICK" "${sampler:+$WORK/timeline}" <<'PY'
 import sys
-label, t0, t1, size, time_file, c0, c1, tick = sys.argv[1:]
+label, t0, t1, size, time_file, c0, c1, tick, timeline = sys.argv[1:]
 secs = float(t1) - float(t0)
 user, sys_ = map(float, open(time_file).read().split()[-2:])
 server = (float(c1) - float(c0)) / float(tick)
-print(f"{label:<24} {int(size) * 8 / secs / 1e6:7.0f} Mbit/s {secs:7.2f} s"
-      f"   client {user + sys_:6.2f} s   server {server:6.2f} s")
+row = (f"{label:<24} {int(size) * 8 / secs / 1e6:7.0f} Mbit/s {secs:7.2f} s"
+       f"   client {user + sys_:6.2f} s   server {server:6.2f} s")
+if timeline:
+    pts = [tuple(map(float, l.split())) for l in open(timeline) if len(l.split()) == 2]
+    pts = [(t - float(t0), b - pts[0][1]) for t, b in pts]
+    total = pts[-1][1]
+    at = lambda frac: next(t for t, b in pts if b >= frac * total)
+    # Beyond the handshakes' few KB: the body has begun.
+    first = next(t for t, b in pts if b > 65536)
+    # The connections' closing packets come after the command: not part of the body.
+    t20, t80, last = at(0.2), at(0.8), at(0.9999)
+    rate = 0.6 * total / (t80 - t20)  # bytes per second, interface bytes
+    row += (f"   first 64 KiB {first:5.2f} s  ramp {t20 - 0.2 * total / rate:5.2f} s"
+            f"  tail {last - t80 - 0.2 * total / rate:5.2f} s  exit {secs - last:5.2f} s")
+print(row)
 PY
 }
 
