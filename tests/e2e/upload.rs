@@ -85,6 +85,15 @@ async fn identical_and_refusals(proto: Proto) -> TestResult {
     let report = json_report(&out)?;
     assert_eq!(out.status.code(), Some(0), "{proto:?}: {report}");
     assert_eq!(report["sha256"].as_str(), Some(sha.as_str()));
+    // Its tail went in halves, quarters and eighths of a chunk, which the server took as any
+    // other chunks.
+    let plan = xfer::ChunkPlan::tapered(256 * MIB + 12345, 8 * MIB)?;
+    assert!(plan.is_tapered());
+    assert_eq!(
+        report["chunks"].as_u64(),
+        Some(u64::from(plan.chunk_count())),
+        "{report}"
+    );
     assert_eq!(
         sha256_file(&fx.root().join("in/deep/er/a.bin"))?,
         sha,

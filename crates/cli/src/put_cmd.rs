@@ -25,6 +25,11 @@ pub struct PutArgs {
     /// Chunk size: each chunk is one request, checked by the server on arrival.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,
+    /// Give every chunk --chunk-size bytes. By default the last 8 chunks' worth of a file of
+    /// 16 chunks or more is cut into halves, quarters and eighths of a chunk, so that the
+    /// lanes finish together.
+    #[arg(long)]
+    pub no_taper: bool,
     /// Lanes to run, overriding what --connections/--streams imply.
     #[arg(long)]
     pub lanes: Option<usize>,
@@ -55,6 +60,7 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     }
     let config = PutConfig {
         chunk_size: args.chunk_size,
+        taper: !args.no_taper,
         lanes: args.lanes,
         max_attempts: args.retries.max(1),
         ..PutConfig::default()

@@ -44,6 +44,10 @@ pub struct PutConfig {
     pub backoff_initial: Duration,
     /// Default 15 s.
     pub backoff_max: Duration,
+    /// Cut the last chunks of a big file smaller so the lanes finish together
+    /// ([`ChunkPlan::tapered`], as for downloads). Default on. A resumed upload needs no
+    /// agreement on the plan: the server says which byte ranges it holds.
+    pub taper: bool,
 }
 
 impl Default for PutConfig {
@@ -54,6 +58,7 @@ impl Default for PutConfig {
             max_attempts: 8,
             backoff_initial: Duration::from_millis(250),
             backoff_max: Duration::from_secs(15),
+            taper: true,
         }
     }
 }
@@ -179,7 +184,11 @@ impl Upload {
         let size = meta.len();
         let mtime = (meta.mtime(), meta.mtime_nsec());
         let file = Arc::new(file);
-        let plan = ChunkPlan::new(size, cfg.chunk_size)?;
+        let plan = if cfg.taper {
+            ChunkPlan::tapered(size, cfg.chunk_size)?
+        } else {
+            ChunkPlan::new(size, cfg.chunk_size)?
+        };
         let remote = |source| PutError::Remote {
             path: self.source.clone(),
             url: self.url.clone(),
