@@ -406,6 +406,28 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_from_before_the_taper_has_equal_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j");
+        let old = "{\"url\":\"https://example.test/f\",\"size\":104857600,\"etag\":\"\\\"abc\\\"\",\"last_modified\":null,\"chunk_size\":16777216}";
+        std::fs::write(&p, format!("{MAGIC}\n{old}\n{}", rec(0).line())).unwrap();
+        let j = load(&p).unwrap().unwrap();
+        assert_eq!(
+            j.header,
+            JournalHeader {
+                tapered: false,
+                ..header()
+            }
+        );
+        assert_eq!(j.chunks, vec![rec(0)]);
+        // And an untapered header is written the old way.
+        let w = JournalWriter::create(&p, &j.header).unwrap();
+        drop(w);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(!text.contains("tapered"), "{text}");
+    }
+
+    #[test]
     fn altered_records_are_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("j");

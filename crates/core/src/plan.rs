@@ -107,6 +107,16 @@ impl ChunkPlan {
         Ok(plan)
     }
 
+    /// [`ChunkPlan::tapered`] or [`ChunkPlan::new`], as a transfer's configuration (or its
+    /// journal) says.
+    pub fn with_taper(size: u64, chunk_size: u64, taper: bool) -> Result<Self, PlanError> {
+        if taper {
+            Self::tapered(size, chunk_size)
+        } else {
+            Self::new(size, chunk_size)
+        }
+    }
+
     /// One chunk covering the whole resource, for servers that do not accept ranges.
     pub fn whole(size: u64) -> Self {
         Self {

@@ -184,11 +184,7 @@ impl Upload {
         let size = meta.len();
         let mtime = (meta.mtime(), meta.mtime_nsec());
         let file = Arc::new(file);
-        let plan = if cfg.taper {
-            ChunkPlan::tapered(size, cfg.chunk_size)?
-        } else {
-            ChunkPlan::new(size, cfg.chunk_size)?
-        };
+        let plan = ChunkPlan::with_taper(size, cfg.chunk_size, cfg.taper)?;
         let remote = |source| PutError::Remote {
             path: self.source.clone(),
             url: self.url.clone(),

@@ -222,11 +222,7 @@ async fn a_resume_keeps_the_plan_its_journal_was_written_with() {
     let d = data(20 * CHUNK as usize, 14);
     let size = d.len() as u64;
     for (first_tapered, stop_at) in [(false, 18 * CHUNK), (true, 18 * CHUNK + CHUNK / 2)] {
-        let first_plan = if first_tapered {
-            ChunkPlan::tapered(size, CHUNK).unwrap()
-        } else {
-            ChunkPlan::new(size, CHUNK).unwrap()
-        };
+        let first_plan = ChunkPlan::with_taper(size, CHUNK, first_tapered).unwrap();
         assert_eq!(first_plan.is_tapered(), first_tapered);
         let refused = (0..first_plan.chunk_count())
             .find(|&i| first_plan.range(i).start == stop_at)

@@ -127,10 +127,9 @@ pub struct GetConfig {
     pub request_ahead: Option<bool>,
     /// Cut the last [`crate::plan::TAPER_CHUNKS`] chunks' worth of a file of at least twice
     /// that into pieces of a half, a quarter and an eighth of `chunk_size`, so that the lanes
-    /// finish together
-    /// instead of up to two chunk times apart ([`crate::plan::ChunkPlan::tapered`]). Default
-    /// on; off gives every chunk `chunk_size` bytes. A resumed transfer keeps the plan its
-    /// journal was written with.
+    /// finish together instead of up to two chunk times apart
+    /// ([`crate::plan::ChunkPlan::tapered`]). Default on; off gives every chunk `chunk_size`
+    /// bytes. A resumed transfer keeps the plan its journal was written with.
     pub taper: bool,
 }
 

@@ -8,7 +8,7 @@ use super::disk_space::{available_bytes, MAX_DECLARED_SIZE};
 use super::{GetConfig, GetError};
 use crate::digest::Sha256Digest;
 use crate::journal::{self, JournalHeader, JournalWriter};
-use crate::plan::{ChunkPlan, PlanError};
+use crate::plan::ChunkPlan;
 use crate::schedule::ScheduleConfig;
 use crate::transport::{FirstRequest, Opened, RemoteInfo, Transport};
 
@@ -57,14 +57,6 @@ pub(super) struct Prepared {
     pub resumed_bytes: u64,
 }
 
-fn plan_for(size: u64, chunk_size: u64, tapered: bool) -> Result<ChunkPlan, PlanError> {
-    if tapered {
-        ChunkPlan::tapered(size, chunk_size)
-    } else {
-        ChunkPlan::new(size, chunk_size)
-    }
-}
-
 /// Resume from a matching journal, or start over.
 pub(super) fn prepare(
     info: &RemoteInfo,
@@ -97,8 +89,11 @@ pub(super) fn prepare(
             });
             match reason {
                 None => {
-                    let plan =
-                        plan_for(info.size, loaded.header.chunk_size, loaded.header.tapered)?;
+                    let plan = ChunkPlan::with_taper(
+                        info.size,
+                        loaded.header.chunk_size,
+                        loaded.header.tapered,
+                    )?;
                     if loaded.header.chunk_size != cfg.chunk_size {
                         tracing::info!(
                             chunk_size = loaded.header.chunk_size,
@@ -147,7 +142,7 @@ pub(super) fn prepare(
     }
     check_room(info, part_path)?;
     let plan = if info.accepts_ranges {
-        plan_for(info.size, cfg.chunk_size, cfg.taper)?
+        ChunkPlan::with_taper(info.size, cfg.chunk_size, cfg.taper)?
     } else {
         ChunkPlan::whole(info.size)
     };
