@@ -100,8 +100,7 @@ impl ChunkPlan {
         if chunk_size >> 1 >= MIN_CHUNK_SIZE && size >= tail.saturating_mul(2) {
             plan.tail_start = size - tail;
         }
-        let tail: u64 = plan.bands().map(|b| b.count()).sum();
-        if plan.head_chunks() + tail > u64::from(u32::MAX) {
+        if plan.count() > u64::from(u32::MAX) {
             return Err(PlanError::TooManyChunks { size, chunk_size });
         }
         Ok(plan)
@@ -169,10 +168,13 @@ impl ChunkPlan {
         bands.into_iter().flatten()
     }
 
+    fn count(&self) -> u64 {
+        self.head_chunks() + self.bands().map(|b| b.count()).sum::<u64>()
+    }
+
     pub fn chunk_count(&self) -> u32 {
-        let tail: u64 = self.bands().map(|b| b.count()).sum();
-        // Bounded by the check in `new` (the tail adds at most 32), and 1 for `whole`.
-        u32::try_from(self.head_chunks() + tail).unwrap_or(u32::MAX)
+        // Bounded by the checks in `new` and `tapered`, and 1 for `whole`.
+        u32::try_from(self.count()).unwrap_or(u32::MAX)
     }
 
     /// The byte range of chunk `index`. Panics on an index outside the plan (a logic error).
