@@ -78,6 +78,11 @@ pub struct GetArgs {
     /// lanes finish together.
     #[arg(long)]
     pub no_taper: bool,
+    /// Lanes after the first wait for the first answer (which tells the size) before asking
+    /// for their first chunk. By default lane i asks for chunk i as soon as its connection is
+    /// up, a round trip sooner; a file too small for a lane costs it a 416.
+    #[arg(long)]
+    pub no_speculate: bool,
     /// Lanes to run: a number (overriding what --connections/--streams imply), or `auto`
     /// to choose the count from measured goodput and loss and keep adjusting it, within 2-64
     /// or the bounds of `auto:MIN-MAX`. Default: the layout's count (8); auto is not the default
@@ -204,6 +209,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
     let mut config = GetConfig {
         chunk_size: args.chunk_size,
         taper: !args.no_taper,
+        speculate: !args.no_speculate,
         lanes: lanes.and_then(LanesArg::fixed),
         adapt: lanes.and_then(|l| l.adapt_config(xfer::AdaptConfig::default())),
         verify: !args.no_verify,

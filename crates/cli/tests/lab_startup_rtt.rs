@@ -65,7 +65,7 @@ fn parts(rt: &serde_json::Value) -> (u64, u64, u64, &str) {
 }
 
 #[test]
-fn fast_open_saves_the_tcp_round_trip_and_later_lanes_connect_during_the_first_request() {
+fn fast_open_saves_the_tcp_round_trip_and_later_lanes_ask_before_the_first_answer() {
     if !prerequisites("TCP Fast Open lab test") {
         return;
     }
@@ -97,7 +97,16 @@ fn fast_open_saves_the_tcp_round_trip_and_later_lanes_connect_during_the_first_r
         lanes(&lab, addr, &certs, &out, &[]);
         for (i, rt) in lanes(&lab, addr, &certs, &out, &[]).iter().enumerate() {
             assert_eq!(parts(rt), (tcp, 1, 1, "full"), "{name}, lane {i}: {rt}");
-            // Every lane but the first connected during the first request.
+            // Every lane asked for its chunk as soon as it was connected, the first answer
+            // or not.
+            assert_eq!(rt["preconnected"].as_bool(), Some(false), "{name}: {rt}");
+        }
+        for (i, rt) in lanes(&lab, addr, &certs, &out, &["--no-speculate"])
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(parts(rt), (tcp, 1, 1, "full"), "{name}, lane {i}: {rt}");
+            // Every lane but the first connected during the first request, and waited.
             assert_eq!(rt["preconnected"].as_bool(), Some(i > 0), "{name}: {rt}");
         }
         for rt in lanes(&lab, addr, &certs, &out, &["--no-tcp-fastopen"]) {

@@ -1,7 +1,7 @@
 //! An in-memory [`Transport`]: a resource held in memory, served in pieces, with faults that
 //! can be injected per request. For tests and engine benchmarks; no sockets.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,7 +10,9 @@ use bytes::Bytes;
 use crate::checksum::{Checksum, ChecksumAlgorithm};
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
-use crate::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RemoteInfo, Transport};
+use crate::transport::{
+    BoxFuture, FirstBody, Lane, RangeBody, RangeRequest, RemoteInfo, Speculated, Transport,
+};
 
 /// Something to do to a response whose range starts at `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +43,8 @@ struct State {
     requests: Arc<Mutex<Vec<std::ops::Range<u64>>>>,
     /// What `checksum` answers; none by default.
     checksum: Mutex<Option<Checksum>>,
+    /// Bodies served to speculative first requests.
+    speculated: AtomicUsize,
 }
 
 impl MemTransport {
@@ -60,6 +64,7 @@ impl MemTransport {
             delays: Mutex::new(Vec::new()),
             requests: Arc::new(Mutex::new(Vec::new())),
             checksum: Mutex::new(None),
+            speculated: AtomicUsize::new(0),
         }))
     }
 
@@ -102,6 +107,11 @@ impl MemTransport {
         if let Ok(mut e) = self.0.etag.lock() {
             *e = Some(etag.to_string());
         }
+    }
+
+    /// How many speculative first requests ([`Transport::open_speculative`]) got their bytes.
+    pub fn speculated(&self) -> usize {
+        self.0.speculated.load(Ordering::Relaxed)
     }
 
     /// Every range requested so far.
@@ -154,6 +164,50 @@ impl Transport for MemTransport {
         Box::pin(async move { Ok(Box::new(MemLane { t, index }) as Box<dyn Lane>) })
     }
 
+    fn open_speculative(
+        &self,
+        index: usize,
+        range: std::ops::Range<u64>,
+        want_digest: bool,
+    ) -> BoxFuture<'_, Result<Speculated, TransferError>> {
+        Box::pin(async move {
+            let lane = MemLane {
+                t: Arc::clone(&self.0),
+                index,
+            };
+            let info = self.stat().await?;
+            let range = range.start..range.end.min(info.size);
+            if !info.accepts_ranges || range.is_empty() {
+                return Ok(Speculated {
+                    lane: Box::new(lane),
+                    answer: None,
+                });
+            }
+            let req = RangeRequest {
+                range: range.clone(),
+                expected_size: info.size,
+                want_digest,
+                validator: None,
+                whole: false,
+            };
+            // A failed answer leaves the lane to ask again once the size is known, as a
+            // server's error status would.
+            let answer = lane.respond(&req).ok().map(|body| {
+                self.0.speculated.fetch_add(1, Ordering::Relaxed);
+                let first = FirstBody {
+                    range,
+                    whole: false,
+                    body: Box::new(body),
+                };
+                (info, first)
+            });
+            Ok(Speculated {
+                lane: Box::new(lane),
+                answer,
+            })
+        })
+    }
+
     fn protocol(&self) -> String {
         "mem".into()
     }
@@ -174,85 +228,8 @@ impl Lane for MemLane {
         req: &'a RangeRequest,
     ) -> BoxFuture<'a, Result<Box<dyn RangeBody + 'a>, TransferError>> {
         Box::pin(async move {
-            let t = &self.t;
-            if let Ok(mut r) = t.requests.lock() {
-                r.push(req.range.clone());
-            }
-            let peer = format!("mem lane {}", self.index);
-            if req.expected_size != t.data.len() as u64 {
-                return Err(TransferError::RemoteChanged {
-                    url: "mem://resource".into(),
-                    what: "size".into(),
-                });
-            }
-            if let (Some(v), Some(now)) =
-                (&req.validator, t.etag.lock().ok().and_then(|e| e.clone()))
-            {
-                if *v != now {
-                    return Err(TransferError::RemoteChanged {
-                        url: "mem://resource".into(),
-                        what: "ETag".into(),
-                    });
-                }
-            }
-            let range = req.range.clone();
-            let (start, end) = (
-                usize::try_from(range.start).unwrap_or(usize::MAX),
-                usize::try_from(range.end).unwrap_or(usize::MAX),
-            );
-            let Some(slice) = t.data.get(start..end) else {
-                return Err(TransferError::Status {
-                    peer,
-                    status: 416,
-                    what: format!("{range:?}"),
-                });
-            };
-            // Like a server, hash only what the client asks a digest for.
-            let send_digest = req.want_digest && t.send_digests.load(Ordering::Relaxed);
-            let true_digest = send_digest.then(|| Sha256Digest::of(slice));
-            let mut body = t.data.slice(start..end);
-            let mut cut = None;
-            match t.take_fault(range.start) {
-                Some(MemFault::Fail { retryable }) => {
-                    return Err(if retryable {
-                        TransferError::Status {
-                            peer,
-                            status: 503,
-                            what: "injected".into(),
-                        }
-                    } else {
-                        TransferError::Status {
-                            peer,
-                            status: 404,
-                            what: "injected".into(),
-                        }
-                    });
-                }
-                Some(MemFault::Corrupt) => {
-                    let mut v = body.to_vec();
-                    let mid = v.len() / 2;
-                    if let Some(b) = v.get_mut(mid) {
-                        *b ^= 0xff;
-                    }
-                    body = Bytes::from(v);
-                }
-                Some(MemFault::Truncate) => cut = Some(body.len() / 2),
-                None => {}
-            }
-            let delay = t
-                .delays
-                .lock()
-                .ok()
-                .and_then(|d| d.iter().find(|(l, _)| *l == self.index).map(|(_, d)| *d));
-            Ok(Box::new(MemBody {
-                body,
-                pos: 0,
-                cut,
-                piece: t.piece,
-                delay,
-                digest: true_digest,
-                peer,
-            }) as Box<dyn RangeBody>)
+            self.respond(req)
+                .map(|body| Box::new(body) as Box<dyn RangeBody>)
         })
     }
 
@@ -262,6 +239,89 @@ impl Lane for MemLane {
 
     fn connection(&self) -> usize {
         self.index
+    }
+}
+
+impl MemLane {
+    /// The answer to `req`, as a server would give it, faults included.
+    fn respond(&self, req: &RangeRequest) -> Result<MemBody, TransferError> {
+        let t = &self.t;
+        if let Ok(mut r) = t.requests.lock() {
+            r.push(req.range.clone());
+        }
+        let peer = format!("mem lane {}", self.index);
+        if req.expected_size != t.data.len() as u64 {
+            return Err(TransferError::RemoteChanged {
+                url: "mem://resource".into(),
+                what: "size".into(),
+            });
+        }
+        if let (Some(v), Some(now)) = (&req.validator, t.etag.lock().ok().and_then(|e| e.clone())) {
+            if *v != now {
+                return Err(TransferError::RemoteChanged {
+                    url: "mem://resource".into(),
+                    what: "ETag".into(),
+                });
+            }
+        }
+        let range = req.range.clone();
+        let (start, end) = (
+            usize::try_from(range.start).unwrap_or(usize::MAX),
+            usize::try_from(range.end).unwrap_or(usize::MAX),
+        );
+        let Some(slice) = t.data.get(start..end) else {
+            return Err(TransferError::Status {
+                peer,
+                status: 416,
+                what: format!("{range:?}"),
+            });
+        };
+        // Like a server, hash only what the client asks a digest for.
+        let send_digest = req.want_digest && t.send_digests.load(Ordering::Relaxed);
+        let true_digest = send_digest.then(|| Sha256Digest::of(slice));
+        let mut body = t.data.slice(start..end);
+        let mut cut = None;
+        match t.take_fault(range.start) {
+            Some(MemFault::Fail { retryable }) => {
+                return Err(if retryable {
+                    TransferError::Status {
+                        peer,
+                        status: 503,
+                        what: "injected".into(),
+                    }
+                } else {
+                    TransferError::Status {
+                        peer,
+                        status: 404,
+                        what: "injected".into(),
+                    }
+                });
+            }
+            Some(MemFault::Corrupt) => {
+                let mut v = body.to_vec();
+                let mid = v.len() / 2;
+                if let Some(b) = v.get_mut(mid) {
+                    *b ^= 0xff;
+                }
+                body = Bytes::from(v);
+            }
+            Some(MemFault::Truncate) => cut = Some(body.len() / 2),
+            None => {}
+        }
+        let delay = t
+            .delays
+            .lock()
+            .ok()
+            .and_then(|d| d.iter().find(|(l, _)| *l == self.index).map(|(_, d)| *d));
+        Ok(MemBody {
+            body,
+            pos: 0,
+            cut,
+            piece: t.piece,
+            delay,
+            digest: true_digest,
+            peer,
+        })
     }
 }
 

@@ -41,7 +41,7 @@ use crate::progress::SourceReport;
 use crate::transport::RoundTrips;
 use crate::transport::{
     BoxFuture, ConnectionStats, FirstRequest, Lane, Opened, RangeBody, RangeRequest, RemoteInfo,
-    Transport,
+    Speculated, Transport,
 };
 
 /// Most sources one download uses; more (from the command line or `Link` headers) are ignored.
@@ -702,6 +702,59 @@ impl Transport for MultiSource {
         Box::pin(async move {
             let lane = self.open_best(Some(index), None).await?;
             Ok(Box::new(lane) as Box<dyn Lane>)
+        })
+    }
+
+    /// One source not yet stated asks speculatively as a plain download does; several wait
+    /// for their stats, which decide which of them serve at all.
+    fn open_speculative(
+        &self,
+        index: usize,
+        range: std::ops::Range<u64>,
+        want_digest: bool,
+    ) -> BoxFuture<'_, Result<Speculated, TransferError>> {
+        Box::pin(async move {
+            let picked = {
+                let mut pool = self.lock();
+                pool.lanes = pool.lanes.max(index + 1);
+                match pool.sources.as_mut_slice() {
+                    [s] if s.info.is_none() && s.dropped.is_none() => {
+                        Some((s.take_slot(), Arc::clone(&s.transport)))
+                    }
+                    _ => None,
+                }
+            };
+            let Some((slot, transport)) = picked else {
+                let mut lane = self.open_best(Some(index), None).await?;
+                lane.connect().await?;
+                return Ok(Speculated {
+                    lane: Box::new(lane),
+                    answer: None,
+                });
+            };
+            let s = match transport.open_speculative(slot, range, want_digest).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let mut pool = self.lock();
+                    pool.sources[0].slots[slot] = false;
+                    pool.failed(0, &e);
+                    return Err(e);
+                }
+            };
+            // The validator is learned from the source's stat at the lane's first fetch.
+            let lane = MultiLane {
+                multi: self.clone(),
+                source: 0,
+                slot,
+                inner: s.lane,
+                validator: None,
+                req: None,
+                twin: false,
+            };
+            Ok(Speculated {
+                lane: Box::new(lane),
+                answer: s.answer,
+            })
         })
     }
 

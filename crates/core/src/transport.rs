@@ -9,6 +9,8 @@
 //!   engine ──checksum(alg)───────► Transport ──► the server's adler32/MD5/SHA-256, if any
 //!   engine ──open_first(0, len)──► Transport ──► Opened: RemoteInfo, lane 0, and the body of
 //!                                                bytes 0..len (the first range doubles as stat)
+//!   engine ──open_speculative(i)─► Transport ──► Speculated: lane i, and the body of the
+//!                                                range it asked for before the size was known
 //!   engine ──open_lane(i)────────► Transport ──► Box<dyn Lane>
 //!   tree   ──list(dir, format)───► Transport ──► ListResponse (media type, pulled body)
 //!   tree   ──sibling(url)────────► Transport ──► a Transport for another resource that
@@ -113,6 +115,21 @@ pub struct FirstBody {
     /// The server ignored the range and sends the whole resource.
     pub whole: bool,
     pub body: Box<dyn RangeBody>,
+}
+
+/// What [`Transport::open_speculative`] brings back: the lane, and, when the answer carried
+/// the bytes asked for, the resource as that answer described it with their body.
+pub struct Speculated {
+    pub lane: Box<dyn Lane>,
+    pub answer: Option<(RemoteInfo, FirstBody)>,
+}
+
+impl std::fmt::Debug for Speculated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Speculated")
+            .field("answer", &self.answer.as_ref().map(|(i, b)| (i, &b.range)))
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Opened {
@@ -413,6 +430,28 @@ pub trait Transport: Send + Sync {
                 lane,
                 first: None,
             })
+        })
+    }
+
+    /// Open lane `index` and send its first request at once, before the resource is known:
+    /// bytes `range`, the chunk the engine will hand this lane when the first answer shows
+    /// the file is big enough (docs/design.md, "Start-up"). The lane then waits no round trip
+    /// after that answer. The answer carries the body only when it is exactly those bytes
+    /// (or their part up to the end of the resource), with the resource as it described it,
+    /// which the engine compares with what the first request learned and drops the body on
+    /// any difference. A range past the end, a server that ignores ranges, or any other
+    /// answer brings back the lane alone. The default connects the lane and asks nothing.
+    fn open_speculative(
+        &self,
+        index: usize,
+        range: Range<u64>,
+        want_digest: bool,
+    ) -> BoxFuture<'_, Result<Speculated, TransferError>> {
+        let _ = (range, want_digest);
+        Box::pin(async move {
+            let mut lane = self.open_lane(index).await?;
+            lane.connect().await?;
+            Ok(Speculated { lane, answer: None })
         })
     }
 

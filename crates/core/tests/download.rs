@@ -179,7 +179,8 @@ async fn a_whole_file_mismatch_starts_over_with_every_chunk_checked() {
 async fn transient_errors_and_truncation_are_retried() {
     let d = data(6 * CHUNK as usize, 3);
     let t = Arc::new(MemTransport::new(d.clone(), 2));
-    t.inject(CHUNK, MemFault::Fail { retryable: true }, 2);
+    // Chunk 2: lane 1's speculative request for chunk 1 would take a fault there.
+    t.inject(2 * CHUNK, MemFault::Fail { retryable: true }, 2);
     t.inject(4 * CHUNK, MemFault::Truncate, 1);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("f");
@@ -259,6 +260,111 @@ async fn a_resume_keeps_the_plan_its_journal_was_written_with() {
             (first_plan.chunk_count() - refused) as usize
         );
     }
+}
+
+/// Lanes after the first ask for their chunk before the size is known, and those bodies are
+/// used: no chunk is asked for twice. A lane whose chunk lies past the end asks again for
+/// whatever it is given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_lanes_ask_for_their_first_chunk_before_the_size_is_known() {
+    for (chunks, speculate, speculated) in [(8, true, 3), (2, true, 1), (8, false, 0)] {
+        let d = data(chunks * CHUNK as usize - 100, 15);
+        let t = Arc::new(MemTransport::new(d.clone(), 4));
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("f");
+        let cfg = GetConfig {
+            speculate,
+            ..exact()
+        };
+        let r = get(&t, &dest, cfg).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), d);
+        let what = format!("{chunks} chunks, speculate {speculate}");
+        assert_eq!(t.speculated(), speculated, "{what}");
+        let reqs = t.requests();
+        assert_eq!(reqs.len(), chunks, "{what}: {reqs:?}");
+        assert_eq!(r.retries, 0, "{what}");
+    }
+}
+
+/// A speculative request that fails costs no retry: its lane asks again once the engine
+/// knows what to ask. A resume never speculates, as its chunks left are not the first ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_speculative_request_is_asked_again_and_a_resume_does_not_speculate() {
+    let d = data(8 * CHUNK as usize, 16);
+    let t = Arc::new(MemTransport::new(d.clone(), 4));
+    t.inject(CHUNK, MemFault::Fail { retryable: false }, 1);
+    t.inject(6 * CHUNK, MemFault::Fail { retryable: false }, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let err = get(&t, &dest, exact()).await.unwrap_err();
+    assert!(matches!(err, GetError::Chunk { chunk: 6, .. }), "{err}");
+    // Chunk 1's refusal went to the speculative request, which gave up quietly.
+    assert_eq!(t.speculated(), 2);
+    assert!(t.requests().iter().filter(|r| r.start == CHUNK).count() >= 2);
+    assert!(journal::journal_path(&dest).exists());
+    get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(t.speculated(), 2, "a resume asked speculatively");
+}
+
+/// A speculative answer that describes another resource than the first answer did (the
+/// file was replaced in between) is dropped, and its chunk asked for again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speculative_answer_about_another_resource_is_dropped() {
+    use xfer_core::transport::{BoxFuture, Lane, RemoteInfo, Speculated, Transport};
+    use xfer_core::TransferError;
+
+    /// Describes the resource with another ETag in its speculative answers only.
+    struct Replaced(MemTransport);
+    impl Transport for Replaced {
+        fn stat(&self) -> BoxFuture<'_, Result<RemoteInfo, TransferError>> {
+            self.0.stat()
+        }
+        fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {
+            self.0.open_lane(index)
+        }
+        fn open_speculative(
+            &self,
+            index: usize,
+            range: std::ops::Range<u64>,
+            want_digest: bool,
+        ) -> BoxFuture<'_, Result<Speculated, TransferError>> {
+            Box::pin(async move {
+                let mut s = self.0.open_speculative(index, range, want_digest).await?;
+                if let Some((info, _)) = s.answer.as_mut() {
+                    info.etag = Some("\"replaced\"".into());
+                }
+                Ok(s)
+            })
+        }
+        fn protocol(&self) -> String {
+            self.0.protocol()
+        }
+        fn default_lanes(&self) -> usize {
+            self.0.default_lanes()
+        }
+    }
+
+    let d = data(6 * CHUNK as usize, 17);
+    let t = Arc::new(Replaced(MemTransport::new(d.clone(), 3)));
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let r = Download::new(t.clone(), "mem://resource", &dest, exact())
+        .run()
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(t.0.speculated(), 2);
+    let reqs = t.0.requests();
+    for chunk in [CHUNK, 2 * CHUNK] {
+        assert_eq!(
+            reqs.iter().filter(|r| r.start == chunk).count(),
+            2,
+            "{reqs:?}"
+        );
+    }
+    assert_eq!(reqs.len(), 8, "{reqs:?}");
+    assert_eq!(r.retries, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ use xfer_common::tls::{self, ClientTlsOptions};
 use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, FirstBody, FirstRequest, Lane, ListRequest, ListResponse, Opened,
-    RangeBody, RangeRequest, RemoteInfo, RoundTrips, TlsStart, Transport,
+    RangeBody, RangeRequest, RemoteInfo, RoundTrips, Speculated, TlsStart, Transport,
 };
 use xfer_core::{Sha256Digest, TransferError};
 
@@ -233,14 +234,15 @@ impl QuicTransport {
         })
     }
 
-    /// The first request of a download doubles as its stat: a GET of bytes `0..first.len`,
-    /// whose head carries size, validators and the known digest, and whose body is the first
-    /// chunk (the server clips the range to the resource).
-    async fn open_with_first_range(
+    /// Lane `index`, whose first request is a GET of `range` (all of the resource without
+    /// one), with the answer's head and body stream: the opening of `open_first` and
+    /// `open_speculative`.
+    async fn lane_asking(
         &self,
         index: usize,
-        first: FirstRequest,
-    ) -> Result<Opened, TransferError> {
+        range: Option<Range<u64>>,
+        want_digest: bool,
+    ) -> Result<(ResponseHead, RecvStream, Box<QuicLane>), TransferError> {
         let inner = &self.inner;
         let layout = inner.config.layout();
         let conn = layout.connection_of(index);
@@ -250,27 +252,14 @@ impl QuicTransport {
             token: inner.config.token.as_ref().map(|t| t.expose().to_string()),
             method: Method::Get,
             path: inner.target.path_and_query.clone(),
-            range: (first.len > 0).then_some(0..first.len),
-            want_digest: first.want_digest,
+            range,
+            want_digest,
             checksums: Vec::new(),
             validator: None,
         };
         let (head, recv, rt) = inner
             .exchange_since(conn, &req, None, Some(created))
             .await?;
-        let what = format!("GET {} bytes 0..{}", req.path, first.len);
-        let empty = head.status == status::RANGE_NOT_SATISFIABLE && head.size == 0;
-        if head.status != status::PARTIAL_CONTENT && head.status != status::OK && !empty {
-            return Err(inner.status_error(&head, what));
-        }
-        let info = RemoteInfo {
-            url: inner.url.clone(),
-            size: head.size,
-            etag: head.etag.clone(),
-            last_modified: head.last_modified.clone(),
-            accepts_ranges: true,
-            sha256: head.repr_sha256,
-        };
         let lane = Box::new(QuicLane {
             inner: inner.clone(),
             conn,
@@ -278,6 +267,26 @@ impl QuicTransport {
             created,
             first: Some(rt),
         });
+        Ok((head, recv, lane))
+    }
+
+    /// The first request of a download doubles as its stat: a GET of bytes `0..first.len`,
+    /// whose head carries size, validators and the known digest, and whose body is the first
+    /// chunk (the server clips the range to the resource).
+    async fn open_with_first_range(
+        &self,
+        index: usize,
+        first: FirstRequest,
+    ) -> Result<Opened, TransferError> {
+        let inner = &self.inner;
+        let range = (first.len > 0).then_some(0..first.len);
+        let (head, recv, lane) = self.lane_asking(index, range, first.want_digest).await?;
+        let what = format!("GET {} bytes 0..{}", inner.target.path_and_query, first.len);
+        let empty = head.status == status::RANGE_NOT_SATISFIABLE && head.size == 0;
+        if head.status != status::PARTIAL_CONTENT && head.status != status::OK && !empty {
+            return Err(inner.status_error(&head, what));
+        }
+        let info = inner.remote_info(&head);
         let expected = 0..first.len.min(head.size);
         if expected.is_empty() {
             return Ok(Opened {
@@ -301,6 +310,40 @@ impl QuicTransport {
                 whole: false,
                 body: Box::new(body),
             }),
+        })
+    }
+
+    /// [`Transport::open_speculative`] over QUIC: a `GET` of `range` on the lane's stream slot
+    /// as soon as its connection is up. Only a `206` for exactly those bytes (or their part up
+    /// to the end) is kept.
+    async fn open_speculative_range(
+        &self,
+        index: usize,
+        range: Range<u64>,
+        want_digest: bool,
+    ) -> Result<Speculated, TransferError> {
+        let inner = &self.inner;
+        let (head, recv, lane) = self
+            .lane_asking(index, Some(range.clone()), want_digest)
+            .await?;
+        let expected = range.start..range.end.min(head.size);
+        if head.status != status::PARTIAL_CONTENT
+            || expected.is_empty()
+            || head.range.as_ref() != Some(&expected)
+        {
+            tracing::debug!(status = head.status, range = ?head.range, "the speculative range brought no chunk");
+            return Ok(Speculated { lane, answer: None });
+        }
+        let info = inner.remote_info(&head);
+        let body = QuicBody::new(inner, recv, &expected, head.trailer);
+        let first = FirstBody {
+            range: expected,
+            whole: false,
+            body: Box::new(body),
+        };
+        Ok(Speculated {
+            lane,
+            answer: Some((info, first)),
         })
     }
 
@@ -597,6 +640,18 @@ impl Inner {
         }
     }
 
+    /// The resource as an answer's head describes it.
+    fn remote_info(&self, head: &ResponseHead) -> RemoteInfo {
+        RemoteInfo {
+            url: self.url.clone(),
+            size: head.size,
+            etag: head.etag.clone(),
+            last_modified: head.last_modified.clone(),
+            accepts_ranges: true,
+            sha256: head.repr_sha256,
+        }
+    }
+
     fn status_error(&self, head: &ResponseHead, what: String) -> TransferError {
         if head.status == status::PRECONDITION_FAILED {
             return TransferError::RemoteChanged {
@@ -818,14 +873,7 @@ impl Transport for QuicTransport {
             if head.status != status::OK {
                 return Err(inner.status_error(&head, format!("STAT {}", req.path)));
             }
-            Ok(RemoteInfo {
-                url: inner.url.clone(),
-                size: head.size,
-                etag: head.etag,
-                last_modified: head.last_modified,
-                accepts_ranges: true,
-                sha256: head.repr_sha256,
-            })
+            Ok(inner.remote_info(&head))
         })
     }
 
@@ -857,6 +905,15 @@ impl Transport for QuicTransport {
         first: FirstRequest,
     ) -> BoxFuture<'_, Result<Opened, TransferError>> {
         Box::pin(self.open_with_first_range(index, first))
+    }
+
+    fn open_speculative(
+        &self,
+        index: usize,
+        range: Range<u64>,
+        want_digest: bool,
+    ) -> BoxFuture<'_, Result<Speculated, TransferError>> {
+        Box::pin(self.open_speculative_range(index, range, want_digest))
     }
 
     fn open_lane(&self, index: usize) -> BoxFuture<'_, Result<Box<dyn Lane>, TransferError>> {

@@ -708,6 +708,54 @@ async fn the_first_range_is_the_stat_and_a_later_connection_asks_in_0rtt() {
     });
 }
 
+/// A lane's speculative first request, sent before the size is known, brings its bytes and
+/// the resource's description; one past the end brings the lane alone, ready for work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speculative_range_brings_its_bytes_and_one_past_the_end_brings_none() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let data = pattern(250_000);
+        fx.write("f.bin", &data);
+        let t = fx.client("/f.bin");
+        let s = t
+            .open_speculative(1, 200_000..300_000, true)
+            .await
+            .expect("speculative range");
+        let (info, mut first) = s.answer.expect("the range's bytes");
+        assert_eq!(info.size, 250_000);
+        // The same description as a stat's, but for the digest, which it did not ask for.
+        let stat = t.stat().await.expect("stat");
+        assert_eq!(
+            info,
+            RemoteInfo {
+                sha256: None,
+                ..stat
+            }
+        );
+        assert_eq!(first.range, 200_000..250_000);
+        let mut got = Vec::new();
+        while let Some(c) = first.body.next_data().await.expect("body") {
+            got.extend_from_slice(&c);
+        }
+        assert_eq!(got, data[200_000..]);
+        assert!(first.body.trailer_digest().is_some());
+        let rt = s.lane.first_round_trips().expect("counted");
+        assert_eq!((rt.handshake, rt.requests), (1, 1), "{rt}");
+
+        let mut past = t
+            .open_speculative(3, 300_000..400_000, true)
+            .await
+            .expect("the lane, without bytes");
+        assert!(past.answer.is_none());
+        let req = range_req(&info, 0..1000);
+        let (bytes, _) = fetch_counted(past.lane.as_mut(), &req)
+            .await
+            .expect("the lane still fetches");
+        assert_eq!(bytes, data[..1000]);
+        fx.shutdown().await;
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0rtt_request_the_server_refuses_is_sent_again_after_the_handshake() {
     limited!(async {

@@ -116,13 +116,32 @@ impl LaneContext {
 }
 
 /// How a lane begins: with nothing, with a connection opened while the first request learned
-/// the resource, or (lane 0) with the lane that made that request and the body it received.
+/// the resource (and the chunk it asked for meanwhile), or (lane 0) with the lane that made
+/// that request and the body it received.
 #[derive(Default)]
 pub(super) struct LaneStart {
     pub opened: Option<Box<dyn Lane>>,
-    pub pending: Option<JoinHandle<Result<Box<dyn Lane>, TransferError>>>,
+    pub pending: Option<JoinHandle<Result<Preopened, TransferError>>>,
     /// The first body, and a round trip as its request measured it.
     pub first: Option<(FirstBody, Duration)>,
+}
+
+/// A lane connected while the first request learned the resource.
+pub(super) struct Preopened {
+    pub lane: Box<dyn Lane>,
+    /// The chunk it asked for before the size was known, with the resource as that answer
+    /// described it and a round trip as its request measured it.
+    pub first: Option<(RemoteInfo, FirstBody, Duration)>,
+}
+
+/// Whether a speculative answer's description is the resource the engine planned with; its
+/// body is used only then.
+fn same_resource(answer: &RemoteInfo, planned: &RemoteInfo) -> bool {
+    answer.url == planned.url
+        && answer.size == planned.size
+        && answer.etag == planned.etag
+        && answer.last_modified == planned.last_modified
+        && planned.accepts_ranges
 }
 
 /// One attempt running on the lane: request, head, (wait for the body before it), body.
@@ -153,7 +172,9 @@ pub(super) async fn run(
 ) {
     let mut spare: Vec<Box<dyn Lane>> = start.opened.into_iter().collect();
     let mut pending = start.pending;
-    let preconnected = pending.is_some();
+    // Whether the lane's connection came up while the first request was answered, and its
+    // own first request waited for that answer (it did not ask speculatively).
+    let mut preconnected = pending.is_some();
     let mut first = start.first;
     let mut recorded = false;
     let mut open_failures = 0u32;
@@ -166,7 +187,17 @@ pub(super) async fn run(
                 let Some(w) = w else { return };
                 if let Some(p) = pending.take() {
                     match p.await {
-                        Ok(Ok(conn)) => spare.push(conn),
+                        Ok(Ok(pre)) => {
+                            spare.push(pre.lane);
+                            if let Some((info, body, rtt)) = pre.first {
+                                if same_resource(&info, &ctx.remote) {
+                                    first = Some((body, rtt));
+                                    preconnected = false;
+                                } else {
+                                    tracing::debug!(lane, ?info, "the speculative answer describes another resource; dropped");
+                                }
+                            }
+                        }
                         Ok(Err(e)) => tracing::debug!(lane, error = %e, "connecting ahead failed; connecting again"),
                         Err(e) => tracing::debug!(lane, error = %e, "connecting ahead ended abnormally"),
                     }
@@ -489,9 +520,11 @@ async fn fetch(
     let len = a.range.end - a.range.start;
     let peer = conn.label();
     let asked = Instant::now();
+    // A first body for another range is dropped before the connection is asked again.
+    let first = first.filter(|(f, _)| f.range == a.range && f.whole == ctx.whole);
     let (mut body, latency): (Box<dyn RangeBody + '_>, _) = match first {
-        Some((f, rtt)) if f.range == a.range && f.whole == ctx.whole => (f.body, rtt),
-        _ => tokio::select! {
+        Some((f, rtt)) => (f.body, rtt),
+        None => tokio::select! {
             r = conn.fetch(&req) => match r {
                 Ok(b) => (b, asked.elapsed()),
                 Err(e) => return Fetched::failed(e),

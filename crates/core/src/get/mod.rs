@@ -55,12 +55,12 @@ use crate::plan::{ChunkIndex, PlanError, DEFAULT_CHUNK_SIZE};
 use crate::progress::{LaneSnapshot, Progress, Report};
 use crate::schedule::{ScheduleConfig, ScheduleFailure, Scheduler};
 use crate::sink::{self, PartFile, Writer};
-use crate::transport::{FirstRequest, RemoteInfo, Transport};
+use crate::transport::{FirstRequest, Lane, RemoteInfo, Transport};
 use crate::whole_hash;
 
 pub use disk_space::MAX_DECLARED_SIZE;
 use driver::{Driver, Ending, Inputs};
-use lane::{LaneContext, LaneStart};
+use lane::{LaneContext, LaneStart, Preopened};
 
 /// How a download runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +131,12 @@ pub struct GetConfig {
     /// ([`crate::plan::ChunkPlan::tapered`]). Default on; off gives every chunk `chunk_size`
     /// bytes. A resumed transfer keeps the plan its journal was written with.
     pub taper: bool,
+    /// Lanes after the first ask for their first chunk (lane `i` for chunk `i`) as soon as
+    /// their connection is up, before the first answer has told the size, instead of a round
+    /// trip after it ([`Transport::open_speculative`]). A file too small for some lanes costs
+    /// them a `416`; an answer that describes another resource than the first one's is
+    /// dropped. Default on; never on a resume, whose chunks left are not the first ones.
+    pub speculate: bool,
 }
 
 impl Default for GetConfig {
@@ -153,6 +159,7 @@ impl Default for GetConfig {
             checksum: None,
             request_ahead: None,
             taper: true,
+            speculate: true,
         }
     }
 }
@@ -378,7 +385,11 @@ impl Download {
         }
         let (mut info, mut starts) = match self.known.take() {
             Some(info) => (info, Vec::new()),
-            None => open_first(Arc::clone(&self.transport), &self.source, &self.config).await?,
+            None => {
+                // A journal means a resume, whose chunks left to fetch are not the first ones.
+                let speculate = cfg.speculate && !journal::journal_path(&self.dest).exists();
+                open_first(Arc::clone(&self.transport), &self.source, cfg, speculate).await?
+            }
         };
         tracing::info!(url = %info.url, size = info.size, etag = ?info.etag, ranges = info.accepts_ranges, "remote");
         let server_checksum = match cfg.checksum {
@@ -695,27 +706,57 @@ fn initial_lanes(cfg: &GetConfig, transport: &dyn Transport) -> usize {
     .max(1)
 }
 
+/// One round trip of the path, for a lane's first request ahead: the time its first request
+/// took since `asked`, over the round trips it counted (connection set-up included).
+fn one_round_trip(lane: &dyn Lane, asked: Instant) -> std::time::Duration {
+    let round_trips = lane
+        .first_round_trips()
+        .map_or(1, |r| u32::from(r.total().max(1)));
+    asked.elapsed() / round_trips
+}
+
 /// Learn the resource with lane 0's first request while the other lanes connect: each
-/// lane then starts with its connection, lane 0 with the body of the first chunk.
+/// lane then starts with its connection, lane 0 with the body of the first chunk. With
+/// `speculate`, lane `i` asks for chunk `i` as soon as its connection is up, before the
+/// size is known ([`Transport::open_speculative`]), and starts with that body too.
 async fn open_first(
     transport: Arc<dyn Transport>,
     source: &str,
     cfg: &GetConfig,
+    speculate: bool,
 ) -> Result<(RemoteInfo, Vec<LaneStart>), GetError> {
     let lanes = initial_lanes(cfg, transport.as_ref());
+    let chunk_size = cfg.chunk_size;
+    let want_digest = cfg.verify;
     let pending: Vec<_> = (1..lanes)
         .map(|index| {
             let transport = Arc::clone(&transport);
+            // Lanes take chunks in order on a fresh download: lane `i` gets chunk `i`.
+            let guess = (index as u64)
+                .checked_mul(chunk_size)
+                .and_then(|start| Some(start..start.checked_add(chunk_size)?))
+                .filter(|_| speculate);
             tokio::spawn(async move {
-                let mut lane = transport.open_lane(index).await?;
-                lane.connect().await?;
-                Ok(lane)
+                let Some(range) = guess else {
+                    let mut lane = transport.open_lane(index).await?;
+                    lane.connect().await?;
+                    return Ok(Preopened { lane, first: None });
+                };
+                let asked = Instant::now();
+                let s = transport
+                    .open_speculative(index, range, want_digest)
+                    .await?;
+                let rtt = one_round_trip(s.lane.as_ref(), asked);
+                Ok(Preopened {
+                    first: s.answer.map(|(info, body)| (info, body, rtt)),
+                    lane: s.lane,
+                })
             })
         })
         .collect();
     let first = FirstRequest {
-        len: cfg.chunk_size,
-        want_digest: cfg.verify,
+        len: chunk_size,
+        want_digest,
     };
     let asked = Instant::now();
     let opened = prepare::open_with_retries(transport.as_ref(), source, first, &cfg.schedule).await;
@@ -728,15 +769,8 @@ async fn open_first(
             return Err(e);
         }
     };
-    // One round trip of the path, for the lane's first request ahead: the first request's
-    // time over the round trips it counted (connection set-up included).
-    let round_trips = opened
-        .lane
-        .first_round_trips()
-        .map_or(1, |r| u32::from(r.total().max(1)));
-    let first = opened
-        .first
-        .map(|body| (body, asked.elapsed() / round_trips));
+    let rtt = one_round_trip(opened.lane.as_ref(), asked);
+    let first = opened.first.map(|body| (body, rtt));
     let mut starts = vec![LaneStart {
         opened: Some(opened.lane),
         pending: None,

@@ -9,18 +9,24 @@
 //! | `200` with `Content-Length` | ranges ignored: the body is the whole resource, read as one stream |
 //! | `200` without a length | fall back to `HEAD`, which says why the size is unknown |
 //! | `416` with `bytes */0` | an empty resource |
+//!
+//! The other lanes may ask for their first chunk the same way before that answer
+//! ([`HttpTransport::open_speculative_range`]); for them only a `206` with those bytes counts.
+
+use std::ops::Range;
+use std::sync::Arc;
 
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
-use xfer_core::transport::{FirstBody, FirstRequest, Opened, RangeRequest};
+use xfer_core::transport::{FirstBody, FirstRequest, Opened, RangeRequest, Speculated};
 use xfer_core::TransferError;
 
 use crate::client::body::HttpRangeBody;
-use crate::client::lane::{drain, range_headers, HttpLane};
+use crate::client::lane::{drain, range_headers, Answer, HttpLane};
 use crate::client::response::{check_range_head, content_length, described, header_str, Ctx};
 use crate::client::target::Target;
-use crate::client::transport::HttpTransport;
+use crate::client::transport::{HttpTransport, Inner};
 
 impl HttpTransport {
     /// [`xfer_core::transport::Transport::open_first`] over HTTP.
@@ -146,23 +152,83 @@ impl HttpTransport {
                 });
             }
         };
-        let stall = answer.ticket.map(|t| (inner.clone(), t));
-        let body = HttpRangeBody::new(
-            answer.response.into_body(),
-            answer.peer,
-            what,
-            len,
-            inner.cfg.idle_timeout,
-            stall,
-        );
         Ok(Opened {
             info,
             lane: Box::new(lane),
-            first: Some(FirstBody {
-                range: req.range,
-                whole: req.whole,
-                body: Box::new(body),
-            }),
+            first: Some(first_body(inner, answer, what, len, &req)),
+        })
+    }
+
+    /// [`xfer_core::transport::Transport::open_speculative`] over HTTP: a `GET` of `range`
+    /// before the size is known. Only a `206` for exactly those bytes (or their part up to the
+    /// end) is kept; a `416` (the resource is smaller) or any other answer leaves the lane to
+    /// ask again once the engine knows what to ask.
+    pub(crate) async fn open_speculative_range(
+        &self,
+        index: usize,
+        range: Range<u64>,
+        want_digest: bool,
+    ) -> Result<Speculated, TransferError> {
+        let inner = &self.inner;
+        let mut lane = HttpLane::new(inner.clone(), index);
+        let guess = RangeRequest {
+            range: range.clone(),
+            expected_size: range.end,
+            want_digest,
+            validator: None,
+            whole: false,
+        };
+        let (headers, suffix) = range_headers(&guess)?;
+        let answer = lane
+            .request(Method::GET, inner.target(), &headers, &suffix)
+            .await?;
+        let url = answer.target.to_string();
+        let what = format!("GET {url}{suffix}");
+        let h = answer.response.headers();
+        let status = answer.response.status();
+        let total = (status == StatusCode::PARTIAL_CONTENT)
+            .then(|| header_str(h, header::CONTENT_RANGE))
+            .flatten()
+            .and_then(parse_content_range)
+            .and_then(|(_, total)| total);
+        let (Some(total), Ok(mut info)) = (total, described(&url, h, &answer.peer)) else {
+            tracing::debug!(%url, %status, "the speculative range brought no chunk");
+            if status == StatusCode::OK {
+                // The whole resource is on its way: closing the connection is cheaper.
+                drop(answer);
+            } else {
+                drain(answer.response.into_body(), inner).await;
+            }
+            return Ok(Speculated {
+                lane: Box::new(lane),
+                answer: None,
+            });
+        };
+        info.size = total;
+        let req = RangeRequest {
+            range: range.start..range.end.min(total),
+            expected_size: total,
+            ..guess
+        };
+        let ctx = Ctx {
+            peer: &answer.peer,
+            url: &url,
+            what: &what,
+        };
+        let checked = (!req.range.is_empty())
+            .then(|| check_range_head(status, answer.response.headers(), &req, &ctx));
+        let Some(Ok(len)) = checked else {
+            tracing::debug!(%url, ?checked, "the speculative answer is not the bytes asked for");
+            drop(answer);
+            return Ok(Speculated {
+                lane: Box::new(lane),
+                answer: None,
+            });
+        };
+        let first = first_body(inner, answer, what, len, &req);
+        Ok(Speculated {
+            lane: Box::new(lane),
+            answer: Some((info, first)),
         })
     }
 
@@ -175,5 +241,29 @@ impl HttpTransport {
             lane,
             first: None,
         })
+    }
+}
+
+/// The body of `answer`, `len` bytes of `req`'s range, for the lane's first chunk.
+fn first_body(
+    inner: &Arc<Inner>,
+    answer: Answer,
+    what: String,
+    len: u64,
+    req: &RangeRequest,
+) -> FirstBody {
+    let stall = answer.ticket.map(|t| (inner.clone(), t));
+    let body = HttpRangeBody::new(
+        answer.response.into_body(),
+        answer.peer,
+        what,
+        len,
+        inner.cfg.idle_timeout,
+        stall,
+    );
+    FirstBody {
+        range: req.range.clone(),
+        whole: req.whole,
+        body: Box::new(body),
     }
 }

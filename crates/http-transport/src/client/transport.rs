@@ -12,7 +12,7 @@ use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::layout::Lanes;
 use xfer_core::transport::{
     BoxFuture, ConnectionStats, FirstRequest, Lane, ListRequest, ListResponse, Opened, RemoteInfo,
-    Transport,
+    Speculated, Transport,
 };
 use xfer_core::TransferError;
 
@@ -692,6 +692,15 @@ impl Transport for HttpTransport {
         first: FirstRequest,
     ) -> BoxFuture<'_, Result<Opened, TransferError>> {
         Box::pin(self.open_with_first_range(index, first))
+    }
+
+    fn open_speculative(
+        &self,
+        index: usize,
+        range: std::ops::Range<u64>,
+        want_digest: bool,
+    ) -> BoxFuture<'_, Result<Speculated, TransferError>> {
+        Box::pin(self.open_speculative_range(index, range, want_digest))
     }
 
     fn connection_stats(&self) -> Vec<ConnectionStats> {

@@ -38,6 +38,17 @@ fn methods(srv: &TestServer) -> Vec<Method> {
         .collect()
 }
 
+/// Where a `Range: bytes=N-M` request starts.
+fn range_start(v: &http::HeaderValue) -> Option<u64> {
+    v.to_str()
+        .ok()?
+        .strip_prefix("bytes=")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[tokio::test]
 async fn the_first_range_answers_the_stat_and_no_head_is_sent() -> TestResult {
     for (wire, version) in [
@@ -118,7 +129,8 @@ async fn a_server_that_ignores_ranges_sends_the_whole_resource_as_the_first_body
     // Whole downloads: one stream, the bytes right. Without digests the 200 announces its
     // length and one GET does it all; with them the server streams it chunked (to send a
     // trailer), the size is unknown from that answer, and `HEAD` is asked.
-    for verify in [false, true] {
+    // Lanes that ask speculatively get the whole resource too, and drop it.
+    for (verify, speculate) in [(false, false), (true, false), (false, true)] {
         let mut script = Script::new(data.clone());
         script.honour_ranges = false;
         let srv = TestServer::start(Wire::Tls, script).await?;
@@ -128,13 +140,17 @@ async fn a_server_that_ignores_ranges_sends_the_whole_resource_as_the_first_body
         let cfg = GetConfig {
             chunk_size: 1 << 16,
             verify,
+            speculate,
             ..GetConfig::default()
         };
         let report = Download::new(t, srv.url("/file"), &dest, cfg).run().await?;
         assert_eq!(std::fs::read(&dest)?, data);
         assert_eq!(report.chunks, 1);
         let m = methods(&srv);
-        if verify {
+        if speculate {
+            // The first lane's GET, and one from each other lane, whose answer is dropped.
+            assert_eq!(m, vec![Method::GET; 4]);
+        } else if verify {
             assert_eq!(m.first(), Some(&Method::GET), "{m:?}");
             assert!(m.contains(&Method::HEAD), "{m:?}");
         } else {
@@ -190,14 +206,26 @@ async fn a_download_sends_no_head_and_reports_round_trips_per_lane() -> TestResu
         assert_eq!(std::fs::read(&dest)?, data);
         let m = methods(&srv);
         assert!(!m.contains(&Method::HEAD), "{version:?}: {m:?}");
-        // Each of the 16 chunks once: the first came with the stat.
-        assert_eq!(m.len(), 16, "{version:?}: {m:?}");
+        // Each of the 16 chunks once: the first came with the stat, the next ones with the
+        // other lanes' speculative requests. Lanes beyond the 16th asked past the end.
+        let mut starts: Vec<u64> = srv
+            .script
+            .requests()
+            .iter()
+            .filter_map(|r| range_start(r.headers.get(http::header::RANGE)?))
+            .filter(|&start| start < data.len() as u64)
+            .collect();
+        starts.sort_unstable();
+        let chunks: Vec<u64> = (0..16).map(|i| i << 16).collect();
+        assert_eq!(starts, chunks, "{version:?}: {m:?}");
         let first = report.lanes[0].round_trips.ok_or("lane 0 has no count")?;
         assert_eq!(first.total(), 3, "{version:?}: {first}");
         assert!(!first.preconnected);
         for lane in report.lanes.iter().skip(1) {
             if let Some(rt) = lane.round_trips {
                 assert!(rt.total() <= 3, "{version:?} lane {}: {rt}", lane.lane);
+                // Its first chunk was asked for as soon as its connection was up.
+                assert!(!rt.preconnected, "{version:?} lane {}: {rt}", lane.lane);
             }
         }
         let startup = report.startup().ok_or("no start-up line")?;
