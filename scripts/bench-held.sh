@@ -15,6 +15,8 @@
 #   TIMELINE=1  also sample the client's interface every 20 ms and print where the time went:
 #               the first 64 KiB, the ramp (time to 20% beyond what the 20-80% rate needs), the
 #               tail (80% to the last byte, likewise) and the exit after the last byte
+#   TIMELINE_KEEP=DIR  keep each command's samples as DIR/LABEL.timeline (seconds since the
+#               command's start, bytes received), for a closer look at the ramp
 #
 # Prints, per command: goodput over the whole command (start-up and verification included),
 # its seconds, the client's CPU seconds (user + sys) and the server's (utime + stime of the
@@ -89,6 +91,11 @@ run() {
         sleep 0.05
         kill "$sampler"
         wait "$sampler" 2>/dev/null || true
+        if [[ -n "${TIMELINE_KEEP:-}" && -n "$label" ]]; then
+            mkdir -p "$TIMELINE_KEEP"
+            awk -v t0="$t0" 'NR == 1 {b0 = $2} {printf "%.3f %d\n", $1 - t0, $2 - b0}' \
+                "$WORK/timeline" >"$TIMELINE_KEEP/${label// /_}.timeline"
+        fi
     fi
     rm -f "$WORK/out"
     [[ -n "$label" ]] || return 0

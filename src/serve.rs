@@ -153,6 +153,9 @@ impl Servers {
         });
         access.spawn_reloader();
         let mut http_cfg = cfg.http.clone();
+        // Both senders measure the same paths: what HTTP learns starts QUIC's connections.
+        let path_share = xfer_common::path_share::PathShare::default();
+        http_cfg.path_share = path_share.clone();
         http_cfg.tls = server_tls.clone();
         http_cfg.access = access.clone();
         if cfg.client_ca.is_some() {
@@ -191,6 +194,7 @@ impl Servers {
             let mut qc = QuicServerConfig::new(cfg.http.root.clone(), listen, tls);
             qc.tuning = cfg.quic_tuning.clone();
             qc.careful_resume = cfg.quic_resume.clone();
+            qc.path_share = path_share;
             qc.dangerous_fault = cfg.dangerous_fault.clone();
             qc.repr_digest = cfg.http.repr_digest;
             // One memory budget and one stall timeout for every protocol.

@@ -18,6 +18,7 @@
 //! - [`memory`]: one budget for the outgoing blocks of every stream of a server process.
 //! - [`fault`]: a test-only hook that corrupts one byte after the digest was computed.
 //! - [`path_mtu`]: the kernel's MTU for a connected socket's route.
+//! - [`path_share`]: what one protocol's sender measured of a client's path, for the others.
 //!
 //! It opens no sockets and speaks no protocol.
 //!
@@ -32,6 +33,7 @@ pub mod fault;
 pub mod listing;
 pub mod memory;
 pub mod path_mtu;
+pub mod path_share;
 pub mod paths;
 pub mod range_digests;
 pub mod ranges;

@@ -23,6 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use quinn::{Endpoint, RecvStream, SendStream, WriteError};
 use xfer_common::fault::FaultInjection;
+use xfer_common::path_share::PathShare;
 use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
 use xfer_core::checksum::ChecksumAlgorithm;
@@ -107,6 +108,10 @@ pub struct QuicServerConfig {
     /// Start each connection from the path its peer's last connection measured (RFC 9959
     /// Careful Resume; the server is the sender of downloads). Default on.
     pub careful_resume: CarefulResume,
+    /// Paths the process's other senders measured (`xfer serve`: the HTTP server's TCP
+    /// resume), saved for Careful Resume as if a QUIC connection had measured them. Default:
+    /// shared with nothing.
+    pub path_share: PathShare,
 }
 
 impl QuicServerConfig {
@@ -131,6 +136,7 @@ impl QuicServerConfig {
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
             early_data: true,
             careful_resume: CarefulResume::default(),
+            path_share: PathShare::default(),
         }
     }
 
@@ -222,10 +228,14 @@ impl QuicServer {
         let resume = match config.careful_resume.enabled {
             true => Some(PerPeerConfig::new(
                 config.careful_resume.clone(),
-                config
-                    .careful_resume
-                    .open_cache()
-                    .map_err(ServerError::PathCache)?,
+                {
+                    let cache = config
+                        .careful_resume
+                        .open_cache()
+                        .map_err(ServerError::PathCache)?;
+                    cache.learn_from(&config.path_share);
+                    cache
+                },
                 server_config.clone(),
                 config.tuning.clone(),
                 SERVER_IDLE_TIMEOUT,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use xfer_common::path_share::{MeasuredPath, PathShare};
 use xfer_common::tls::{self, ClientTlsOptions};
 use xfer_core::layout::LaneLayout;
 use xfer_core::transport::{RangeRequest, Transport};
@@ -40,6 +41,12 @@ fn tuning() -> QuicTuning {
 }
 
 async fn start(dir: &Path, resume: CarefulResume) -> Server {
+    start_sharing(dir, resume, PathShare::default()).await
+}
+
+/// A server that also saves the paths published to `share` (by the HTTP server's TCP resume
+/// in `xfer serve`).
+async fn start_sharing(dir: &Path, resume: CarefulResume, share: PathShare) -> Server {
     let root = dir.join("root");
     std::fs::create_dir_all(&root).expect("mkdir root");
     let data: Vec<u8> = (0..FILE_BYTES).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -54,6 +61,7 @@ async fn start(dir: &Path, resume: CarefulResume) -> Server {
     );
     config.tuning = tuning();
     config.careful_resume = resume;
+    config.path_share = share;
     let server = QuicServer::bind(config).await.expect("bind");
     let addr = server.local_addr();
     let cache = server.path_cache();
@@ -215,6 +223,36 @@ async fn the_second_connection_jumps_from_the_saved_path() {
         assert!(restored.cwnd > 2 * INITIAL_WINDOW, "{restored:?}");
         again.download().await;
         again.shutdown().await;
+    })
+    .await;
+}
+
+/// A path another sender of the process measured (TCP resume, after an HTTP download) is
+/// saved for QUIC too: the client's first QUIC connection jumps from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_another_protocol_measured_makes_the_first_connection_jump() {
+    limited(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let share = PathShare::default();
+        let server = start_sharing(dir.path(), CarefulResume::default(), share.clone()).await;
+        let cache = server.cache.clone().expect("on by default");
+        // As on a long path (see above: loopback's own BDP is too small to jump from), with
+        // loopback's round trip, which reconnaissance checks (1 ms, the floor).
+        let measured = MeasuredPath {
+            rate: 8 << 30,
+            min_rtt: Duration::from_millis(1),
+        };
+        share.publish("127.0.0.1".parse().expect("literal"), measured);
+        let key = xfer_quic::resume::PathKey::of("127.0.0.1:0".parse().expect("the client"));
+        let saved = cache
+            .get(key, std::time::SystemTime::now())
+            .expect("the published path is saved");
+        assert_eq!(saved.cwnd, measured.bdp());
+        server.download().await;
+        let stats = cache.stats();
+        assert!(stats.jumps >= 1, "{stats:?}");
+        assert!(stats.largest_jump <= saved.cwnd / 2 + 1, "{stats:?}");
+        server.shutdown().await;
     })
     .await;
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use xfer_service::{AccessControl, Tpc, UploadConfig, Uploads};
 
 use xfer_common::memory::{MAX_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
+use xfer_common::path_share::PathShare;
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
 use xfer_common::{DigestCacheConfig, FaultInjection, MemoryBudget};
 use xfer_core::checksum::ChecksumAlgorithm;
@@ -112,6 +113,11 @@ pub struct ServerConfig {
     /// bandwidth-delay product instead of 10 segments ([`super::tcp_resume`]). Default on;
     /// needs root, and without it the server logs why and starts every connection as usual.
     pub tcp_resume: TcpResumeConfig,
+    /// Where TCP resume publishes each client's measured path for the process's other
+    /// senders (`xfer serve` hands the QUIC server the same one: its Careful Resume then
+    /// starts a client's first QUIC connection from what HTTP measured). Default: shared with
+    /// nothing.
+    pub path_share: PathShare,
 }
 
 impl Default for ServerConfig {
@@ -146,6 +152,7 @@ impl ServerConfig {
             access: Arc::new(AccessControl::anonymous(true)),
             uploads: None,
             upload_state: Uploads::default(),
+            path_share: PathShare::default(),
             checksums_on_send: vec![ChecksumAlgorithm::Adler32],
             tpc: None,
             mirrors: Vec::new(),

@@ -182,7 +182,8 @@ impl HttpServer {
             )
         })?;
         #[cfg(target_os = "linux")]
-        let (tcp_resume, tcp_resume_status) = start_tcp_resume(local_addr.port(), &cfg.tcp_resume);
+        let (tcp_resume, tcp_resume_status) =
+            start_tcp_resume(local_addr.port(), &cfg.tcp_resume, &cfg.path_share);
         #[cfg(not(target_os = "linux"))]
         let tcp_resume_status = if cfg.tcp_resume.enabled {
             tcp_resume::TcpResumeStatus::Unavailable("needs Linux".into())
@@ -319,6 +320,7 @@ impl HttpServer {
 fn start_tcp_resume(
     port: u16,
     cfg: &tcp_resume::TcpResumeConfig,
+    share: &xfer_common::path_share::PathShare,
 ) -> (
     Option<Arc<tcp_resume::TcpResume>>,
     tcp_resume::TcpResumeStatus,
@@ -326,7 +328,7 @@ fn start_tcp_resume(
     if !cfg.enabled {
         return (None, tcp_resume::TcpResumeStatus::Off);
     }
-    match tcp_resume::TcpResume::start(port, cfg) {
+    match tcp_resume::TcpResume::start(port, cfg, share.clone()) {
         Ok(r) => {
             tracing::info!(port, "tcp resume on: returning peers skip slow start");
             (Some(r), tcp_resume::TcpResumeStatus::On)

@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use xfer_common::path_share::PathShare;
+
+use super::phase::RTT_FLOOR;
 use super::SavedPath;
 
 /// Largest path cache file read, bytes (about 100,000 entries).
@@ -129,6 +132,24 @@ impl PathCache {
     }
 
     /// Save `path` for `key`, evicting the oldest entry when full.
+    /// Save the paths the process's other senders measure ([`PathShare`]: TCP resume's, when
+    /// `xfer serve` runs both): the same path from the same host, so a client's first QUIC
+    /// connection after an HTTP transfer starts from it rather than from slow start. It is
+    /// validated like any saved state (RTT check, half of it at most, retreat on loss).
+    pub fn learn_from(&self, share: &PathShare) {
+        let cache = self.clone();
+        share.subscribe(move |ip, m| {
+            let key = PathKey::of(SocketAddr::new(ip, 0));
+            let path = SavedPath {
+                cwnd: m.bdp().min(MAX_SAVED_CWND),
+                rtt: m.min_rtt.clamp(RTT_FLOOR, MAX_SAVED_RTT),
+                saved_at: SystemTime::now(),
+            };
+            tracing::debug!(peer = %key, cwnd = path.cwnd, rtt = ?path.rtt, "careful resume: path saved from another protocol's measurement");
+            cache.insert(key, path);
+        });
+    }
+
     pub fn insert(&self, key: PathKey, path: SavedPath) {
         let mut entries = self.entries();
         if entries.len() >= self.inner.capacity && !entries.contains_key(&key) {

@@ -63,7 +63,9 @@ impl ResumeController {
                 self.cache.count_rtt_mismatch();
                 tracing::debug!(peer = %self.key, ?current, ?saved, "careful resume: RTT differs from the saved path, no jump");
             }
-            other => tracing::trace!(peer = %self.key, ?other, "careful resume"),
+            other => {
+                tracing::debug!(peer = %self.key, ?other, inner_window = self.inner.window(), "careful resume")
+            }
         }
     }
 

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use xfer_common::path_share::{MeasuredPath, PathShare};
+
 use super::{bpf, cgroup, PathMeasurement, SavedTcpPath, TcpResumeConfig, SAMPLE_INTERVAL};
 
 /// The running feature: the map, the linked program and what open connections measure.
@@ -18,6 +20,8 @@ pub struct TcpResume {
     cfg: TcpResumeConfig,
     peers: Mutex<HashMap<Ipv6Addr, Peer>>,
     next_id: AtomicU64,
+    /// Hears every path measured, for the process's other senders.
+    share: PathShare,
 }
 
 /// What a peer's open connections measured in this busy period.
@@ -51,8 +55,9 @@ fn monotonic_ns() -> u64 {
 
 impl TcpResume {
     /// Create the map, load the program for connections accepted on `port` and link it to
-    /// this process's cgroup. Errors say which step failed (usually: not root).
-    pub fn start(port: u16, cfg: &TcpResumeConfig) -> io::Result<Arc<Self>> {
+    /// this process's cgroup; every path measured is also published to `share`. Errors say
+    /// which step failed (usually: not root).
+    pub fn start(port: u16, cfg: &TcpResumeConfig, share: PathShare) -> io::Result<Arc<Self>> {
         cfg.validate().map_err(io::Error::other)?;
         let map = bpf::PathMap::create(cfg.max_paths)
             .map_err(|e| io::Error::new(e.kind(), format!("creating the path map: {e}")))?;
@@ -64,6 +69,7 @@ impl TcpResume {
             cfg: cfg.clone(),
             peers: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            share,
         }))
     }
 
@@ -159,8 +165,22 @@ impl TcpResume {
             rtt: Duration::from_micros(u64::from(p.min_rtt_us)),
             mss: p.mss,
         };
-        if let Err(e) = self.save(IpAddr::V6(peer), m) {
-            tracing::debug!(%peer, error = %e, "tcp resume: saving the path failed");
+        let ip = match peer.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(peer),
+        };
+        match self.save(ip, m) {
+            // Too small a path to jump from (a connection that carried one small answer):
+            // it must not replace what the other senders saved either.
+            Ok(0) => {}
+            Ok(_) => self.share.publish(
+                ip,
+                MeasuredPath {
+                    rate: m.rate,
+                    min_rtt: m.rtt,
+                },
+            ),
+            Err(e) => tracing::debug!(%peer, error = %e, "tcp resume: saving the path failed"),
         }
     }
 }
