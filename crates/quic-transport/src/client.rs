@@ -572,7 +572,7 @@ impl Inner {
         }
         rt.requests = 1;
         match self
-            .exchange_on(&live.connection, req, wire.clone(), body.clone())
+            .exchange_on(&live, req, wire.clone(), body.clone())
             .await
         {
             Err(Exchange::Rejected) => {
@@ -580,7 +580,7 @@ impl Inner {
                 live.confirmed().await;
                 rt.handshake = 1;
                 rt.tls = TlsStart::EarlyDataRefused;
-                match self.exchange_on(&live.connection, req, wire, body).await {
+                match self.exchange_on(&live, req, wire, body).await {
                     Ok((head, recv)) => Ok((head, recv, rt)),
                     Err(Exchange::Failed(e)) => Err(e),
                     Err(Exchange::Rejected) => Err(TransferError::Protocol {
@@ -596,15 +596,15 @@ impl Inner {
 
     async fn exchange_on(
         &self,
-        connection: &Connection,
+        live: &Live,
         req: &Request,
         wire: Bytes,
         body: Option<Bytes>,
     ) -> Result<(ResponseHead, RecvStream), Exchange> {
-        let (mut send, mut recv) = connection
-            .open_bi()
-            .await
-            .map_err(|e| Exchange::Failed(connection_error(&self.peer, e, "opening a stream")))?;
+        let (mut send, mut recv) =
+            live.connection.open_bi().await.map_err(|e| {
+                Exchange::Failed(connection_error(&self.peer, e, "opening a stream"))
+            })?;
         let write_err = |e: quinn::WriteError| match e {
             quinn::WriteError::ZeroRttRejected => Exchange::Rejected,
             e => Exchange::Failed(TransferError::Io {
@@ -617,12 +617,18 @@ impl Inner {
             send.write_chunk(body).await.map_err(write_err)?;
         }
         // The request is complete; FIN tells the server so (it reads to the end).
-        send.finish().map_err(|e| {
-            Exchange::Failed(TransferError::Io {
+        if let Err(e) = send.finish() {
+            // A refusal of the early data that lands between the write and the FIN resets
+            // the stream under it: that is a refusal too, and the request goes again.
+            live.confirmed().await;
+            if *live.handshake.borrow() == Some(false) {
+                return Err(Exchange::Rejected);
+            }
+            return Err(Exchange::Failed(TransferError::Io {
                 peer: self.peer.clone(),
                 source: io::Error::other(e.to_string()),
-            })
-        })?;
+            }));
+        }
         let after = self.config.idle_timeout;
         let head = tokio::time::timeout(after, read_head(&self.peer, &mut recv))
             .await
