@@ -67,8 +67,10 @@ pub enum Protocol {
 pub enum QuicCongestion {
     Cubic,
     Newreno,
-    /// Experimental in quinn.
+    /// xfer's BBR (the default).
     Bbr,
+    /// quinn's own BBR, experimental in quinn; for comparison.
+    QuinnBbr,
 }
 
 impl From<QuicCongestion> for CongestionControl {
@@ -77,6 +79,7 @@ impl From<QuicCongestion> for CongestionControl {
             QuicCongestion::Cubic => CongestionControl::Cubic,
             QuicCongestion::Newreno => CongestionControl::NewReno,
             QuicCongestion::Bbr => CongestionControl::Bbr,
+            QuicCongestion::QuinnBbr => CongestionControl::QuinnBbr,
         }
     }
 }

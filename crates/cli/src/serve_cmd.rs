@@ -78,8 +78,8 @@ pub struct ServeArgs {
     /// HTTP/2 send buffer per stream.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub h2_send_buffer: Option<u64>,
-    /// QUIC congestion controller of the server, which is the sender of a download (bbr is
-    /// experimental in quinn).
+    /// QUIC congestion controller of the server, which is the sender of a download (default
+    /// bbr, xfer's own).
     #[arg(long, value_enum)]
     pub quic_congestion: Option<QuicCongestion>,
     /// Let QUIC's BBR ignore loss as quinn's does, instead of bounding its window when a round

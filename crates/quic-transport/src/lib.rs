@@ -27,6 +27,7 @@
 //!
 //! What it does not do: HTTP/3, 0-RTT, connection migration on purpose, client certificates,
 //! retries (the engine retries, guided by `TransferError::is_retryable`).
+pub mod bbr;
 pub mod client;
 pub mod loss_bound;
 pub mod resume;

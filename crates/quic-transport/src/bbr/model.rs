@@ -1,0 +1,367 @@
+//! The model behind xfer's BBR, apart from quinn's types so tests drive it with made-up time.
+//!
+//! ```text
+//!  Startup ──(bandwidth grew < 25 % in 3 rounds, a round lost > 2 %,  ──► ProbeBw
+//!             or a round's RTT a quarter above the minimum)
+//!     ▲                                                                    │
+//!     └──────────────────(persistent congestion: start over)───────────────┘
+//! ```
+//!
+//! Startup grows the window by what each acknowledgement delivers (it doubles per round).
+//! ProbeBw holds it at [`CWND_GAIN_PERCENT`] × the bandwidth-delay product the model measured (the
+//! largest delivery rate of the last [`BW_WINDOW_ROUNDS`] rounds times the smallest RTT
+//! seen). quinn paces a window over the smoothed RTT, so the window is also the rate: with the
+//! path idle, a window of twice the estimate delivers at twice it, the next estimate is that,
+//! and the window follows capacity up within rounds, as startup does, without a probing cycle;
+//! with the bottleneck full, the extra is a standing queue of one estimate. There is no
+//! ProbeRTT: the minimum RTT is quinn's over the connection, which a transfer's own queue
+//! cannot raise, and draining a single connection to four packets every ten seconds costs
+//! what it did TCP (docs/results.md). Loss beyond 2 % of a round lowers a bound on the window
+//! (`Model::on_lossy_round`); random loss below it is ignored, as BBR ignores it.
+
+use std::time::Duration;
+
+use super::rate::RateSample;
+
+/// Window in ProbeBw, in hundredths of the measured bandwidth-delay product. TCP's BBR caps
+/// its window at two, but paces at its estimate; quinn paces by the window, so here the gain
+/// is the rate too: 1.5 keeps a standing queue of half the path at most. In the simulated link
+/// (`sim.rs`) two connections at 2 ended 735/264 Mbit/s, the larger estimate starving the other; at 1.25-1.5
+/// they held their shares with no loss after startup.
+pub const CWND_GAIN_PERCENT: u64 = 150;
+/// Largest window in Startup once its estimate has stopped growing for a round, in hundredths
+/// of the measured bandwidth-delay product (BBR's startup gain, 2/ln 2): quinn paces a window
+/// over one RTT, so this caps the rate too.
+pub const STARTUP_GAIN_PERCENT: u64 = 289;
+/// Rounds the bandwidth estimate remembers its largest sample (BBR's 10).
+pub const BW_WINDOW_ROUNDS: u64 = 10;
+/// Startup ends after this many rounds in which the estimate grew by less than a quarter.
+const FULL_BW_ROUNDS: u32 = 3;
+/// A round that loses more than one part in this many of what it settled ends startup
+/// (BBRv2's 2 %).
+const LOSS_DIVISOR: u64 = 50;
+/// Least rise of a round's RTT over the minimum that ends startup (HyStart's lower clamp).
+const DELAY_MARGIN_FLOOR: Duration = Duration::from_millis(4);
+/// RTT samples (one per ACK frame) a round needs before its least RTT says anything (HyStart's
+/// N_RTT_SAMPLE).
+const ROUND_RTT_SAMPLES: u32 = 8;
+/// Rounds that settled fewer than this many datagrams say nothing about loss.
+const MIN_ROUND_PACKETS: u64 = 16;
+/// Lowest window, in datagrams (RFC 9002's minimum window is two; four keeps the ACK clock
+/// running with quinn's acknowledgement of every other packet).
+const MIN_WINDOW_PACKETS: u64 = 4;
+
+/// `bytes` × `percent` / 100.
+fn gain(bytes: u64, percent: u64) -> u64 {
+    (u128::from(bytes) * u128::from(percent) / 100) as u64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Startup,
+    ProbeBw,
+}
+
+/// Why startup ended, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartupExit {
+    /// The estimate stopped growing: the path is full.
+    BandwidthPlateau { bytes_per_sec: u64 },
+    /// A round lost more than the threshold.
+    Loss { lost: u64, settled: u64 },
+    /// Every RTT of a round was well above the minimum: a queue is building.
+    Delay {
+        round_min: Duration,
+        min_rtt: Duration,
+    },
+}
+
+/// The largest sample of the last [`BW_WINDOW_ROUNDS`] rounds: one maximum per round.
+#[derive(Debug, Clone, Default)]
+struct MaxFilter {
+    /// (round, largest sample in it), oldest first, at most `BW_WINDOW_ROUNDS` entries.
+    rounds: Vec<(u64, u64)>,
+}
+
+impl MaxFilter {
+    fn update(&mut self, round: u64, value: u64) {
+        match self.rounds.last_mut() {
+            Some((r, v)) if *r == round => *v = (*v).max(value),
+            _ => self.rounds.push((round, value)),
+        }
+        self.rounds
+            .retain(|(r, _)| round.saturating_sub(*r) < BW_WINDOW_ROUNDS);
+    }
+
+    fn get(&self) -> u64 {
+        self.rounds.iter().map(|(_, v)| *v).max().unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Model {
+    pub mode: Mode,
+    cwnd: u64,
+    initial_window: u64,
+    mtu: u64,
+    max_bw: MaxFilter,
+    round: u64,
+    next_round_delivered: u64,
+    full_bw: u64,
+    full_bw_rounds: u32,
+    round_acked: u64,
+    round_lost: u64,
+    /// Bytes acknowledged in the ACK frame being processed.
+    frame_acked: u64,
+    min_rtt: Duration,
+    /// Smallest RTT sample of the current round.
+    round_min_rtt: Option<Duration>,
+    round_rtt_samples: u32,
+    /// Bound on the window after lossy rounds; `None` before the first.
+    inflight_hi: Option<u64>,
+    loss_bound: bool,
+    /// This round has been found lossy (and the bound lowered) already.
+    lost_this_round: bool,
+    /// The bound held the window back during this round.
+    bound_binding: bool,
+    /// Why startup ended.
+    pub exit: Option<StartupExit>,
+    cwnd_gain: u64,
+    startup_gain: u64,
+}
+
+impl Model {
+    pub(crate) fn new(
+        initial_window: u64,
+        mtu: u16,
+        cwnd_gain: u64,
+        startup_gain: u64,
+        loss_bound: bool,
+    ) -> Self {
+        Self {
+            cwnd_gain,
+            startup_gain,
+            mode: Mode::Startup,
+            cwnd: initial_window,
+            initial_window,
+            mtu: u64::from(mtu),
+            max_bw: MaxFilter::default(),
+            round: 0,
+            next_round_delivered: 0,
+            full_bw: 0,
+            full_bw_rounds: 0,
+            round_acked: 0,
+            round_lost: 0,
+            frame_acked: 0,
+            min_rtt: Duration::ZERO,
+            round_min_rtt: None,
+            round_rtt_samples: 0,
+            inflight_hi: None,
+            loss_bound,
+            lost_this_round: false,
+            bound_binding: false,
+            exit: None,
+        }
+    }
+
+    pub(crate) fn window(&self) -> u64 {
+        self.cwnd
+    }
+
+    pub(crate) fn initial_window(&self) -> u64 {
+        self.initial_window
+    }
+
+    /// Smallest RTT seen; zero before the first sample.
+    pub(crate) fn min_rtt(&self) -> Duration {
+        self.min_rtt
+    }
+
+    /// Bytes per second.
+    pub(crate) fn bandwidth(&self) -> u64 {
+        self.max_bw.get()
+    }
+
+    pub(crate) fn set_mtu(&mut self, mtu: u16) {
+        self.mtu = u64::from(mtu);
+        self.cwnd = self.cwnd.max(self.min_window());
+    }
+
+    fn min_window(&self) -> u64 {
+        MIN_WINDOW_PACKETS * self.mtu
+    }
+
+    pub(crate) fn on_ack(&mut self, bytes: u64, min_rtt: Duration) {
+        self.frame_acked = self.frame_acked.saturating_add(bytes);
+        if !min_rtt.is_zero() {
+            self.min_rtt = min_rtt;
+        }
+    }
+
+    pub(crate) fn on_loss(&mut self, bytes: u64) {
+        self.round_lost = self.round_lost.saturating_add(bytes);
+    }
+
+    /// RFC 9002 §7.6.2: everything in flight over a whole persistent-congestion period was
+    /// lost; the path may have changed, so the model starts over from the minimum window.
+    pub(crate) fn on_persistent_congestion(&mut self) {
+        self.mode = Mode::Startup;
+        self.cwnd = self.min_window();
+        self.max_bw = MaxFilter::default();
+        self.full_bw = 0;
+        self.full_bw_rounds = 0;
+    }
+
+    /// Ends an ACK frame; `delivered` is the connection's total after it. Returns why startup
+    /// ended when it did.
+    pub(crate) fn on_end_acks(
+        &mut self,
+        sample: Option<RateSample>,
+        delivered: u64,
+        app_limited: bool,
+    ) -> Option<StartupExit> {
+        let acked = std::mem::take(&mut self.frame_acked);
+        self.round_acked = self.round_acked.saturating_add(acked);
+        let mut round_start = false;
+        if let Some(s) = sample {
+            if s.prior_delivered >= self.next_round_delivered {
+                self.round += 1;
+                self.next_round_delivered = delivered;
+                round_start = true;
+                self.round_min_rtt = None;
+                self.round_rtt_samples = 0;
+            }
+            self.round_min_rtt = Some(self.round_min_rtt.map_or(s.rtt, |r| r.min(s.rtt)));
+            self.round_rtt_samples += 1;
+            // A sample from an idle application only counts when it beats the estimate.
+            if !s.app_limited || s.rate >= self.max_bw.get() {
+                self.max_bw.update(self.round, s.rate);
+            }
+        }
+        if round_start {
+            self.end_round();
+        }
+        let mut exit = None;
+        if self.mode == Mode::Startup {
+            // Loss is checked on every frame, not once a round: by the end of a round that
+            // overflowed the queue, startup has doubled the window again.
+            exit = self.lossy_round().or_else(|| self.queue_building());
+            if exit.is_none() && round_start {
+                exit = self.check_full_bw(app_limited);
+            }
+            if exit.is_some() {
+                self.mode = Mode::ProbeBw;
+                self.exit = exit;
+            }
+        }
+        if !self.lost_this_round && self.lossy_round().is_some() {
+            self.on_lossy_round();
+        }
+        let grown = self.cwnd.saturating_add(acked);
+        self.cwnd = match self.mode {
+            // Once the estimate has stopped growing for a round the path is probably full:
+            // the window stops doubling past what the estimate can use while startup waits
+            // for two more rounds to be sure. Before that it is left alone, as the early
+            // estimates lag the window by a round (and the first by the pacer's first RTT).
+            Mode::Startup if self.full_bw_rounds > 0 => match self.bdp() {
+                0 => grown,
+                bdp => grown.min(gain(bdp, self.startup_gain).max(self.cwnd)),
+            },
+            Mode::Startup => grown,
+            // Up by what was delivered, as in startup; down at once.
+            Mode::ProbeBw => {
+                let target = self.target();
+                let bounded = self.inflight_hi.map_or(target, |hi| target.min(hi));
+                self.bound_binding |= bounded < target && grown > bounded;
+                grown.min(bounded)
+            }
+        };
+        self.cwnd = self.cwnd.max(self.min_window());
+        exit
+    }
+
+    /// The measured bandwidth-delay product, bytes; zero before the first sample.
+    fn bdp(&self) -> u64 {
+        (u128::from(self.max_bw.get()) * self.min_rtt.as_nanos() / 1_000_000_000) as u64
+    }
+
+    /// The ProbeBw window: `cwnd_gain` bandwidth-delay products.
+    fn target(&self) -> u64 {
+        match self.bdp() {
+            0 => self.initial_window,
+            bdp => gain(bdp, self.cwnd_gain).max(self.min_window()),
+        }
+    }
+
+    /// The round that just ended: a lossless one in which the loss bound held the window back
+    /// raises it by an eighth.
+    fn end_round(&mut self) {
+        if !self.lost_this_round && self.bound_binding {
+            if let Some(hi) = self.inflight_hi.as_mut() {
+                *hi = hi.saturating_add((*hi / 8).max(self.mtu));
+            }
+        }
+        self.round_acked = 0;
+        self.round_lost = 0;
+        self.lost_this_round = false;
+        self.bound_binding = false;
+    }
+
+    /// BBRv2's `inflight_hi`, in its simplest form: a round that loses more than the threshold
+    /// bounds the window at 85 % of what it was, but never below the measured BDP, which the
+    /// loss does not lower (a full queue loses; the path's rate is what was measured). So a
+    /// queue shallower than the window's extra loses a few rounds until the window fits it,
+    /// and a loss spike costs at most the standing queue, where bounding by what the lossy
+    /// round delivered (the wrapper `crate::loss_bound` does that for quinn's BBR) cut a
+    /// connection at 200 ms to 150 Mbit/s and took seconds to grow back.
+    fn on_lossy_round(&mut self) {
+        self.lost_this_round = true;
+        if !self.loss_bound {
+            return;
+        }
+        let hi = gain(self.cwnd, 85).max(self.bdp()).max(self.min_window());
+        self.inflight_hi = Some(self.inflight_hi.map_or(hi, |old| old.min(hi)));
+    }
+
+    fn lossy_round(&self) -> Option<StartupExit> {
+        let settled = self.round_acked.saturating_add(self.round_lost);
+        (settled >= MIN_ROUND_PACKETS * self.mtu
+            && self.round_lost.saturating_mul(LOSS_DIVISOR) > settled)
+            .then_some(StartupExit::Loss {
+                lost: self.round_lost,
+                settled,
+            })
+    }
+
+    /// HyStart's signal (RFC 9406), for the window quinn paces by: once the path is full,
+    /// doubling the window only fills the queue, and a one-BDP queue overflows a round trip
+    /// before the loss is seen, by then a window later: up to two BDPs lost. The least RTT of
+    /// the round so far, once it has [`ROUND_RTT_SAMPLES`], above the minimum by a quarter (at
+    /// least 4 ms) is a queue of a quarter of the path, as much as ProbeBw keeps; jitter would
+    /// have to delay every one of those samples.
+    fn queue_building(&self) -> Option<StartupExit> {
+        let round_min = self.round_min_rtt?;
+        if self.min_rtt.is_zero() || self.round_rtt_samples < ROUND_RTT_SAMPLES {
+            return None;
+        }
+        let margin = (self.min_rtt / 4).max(DELAY_MARGIN_FLOOR);
+        (round_min > self.min_rtt + margin).then_some(StartupExit::Delay {
+            round_min,
+            min_rtt: self.min_rtt,
+        })
+    }
+
+    fn check_full_bw(&mut self, app_limited: bool) -> Option<StartupExit> {
+        let bw = self.max_bw.get();
+        if bw >= self.full_bw.saturating_add(self.full_bw / 4) {
+            self.full_bw = bw;
+            self.full_bw_rounds = 0;
+            return None;
+        }
+        if !app_limited {
+            self.full_bw_rounds += 1;
+        }
+        (self.full_bw_rounds >= FULL_BW_ROUNDS)
+            .then_some(StartupExit::BandwidthPlateau { bytes_per_sec: bw })
+    }
+}
