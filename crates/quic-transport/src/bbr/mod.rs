@@ -1,6 +1,6 @@
 //! xfer's BBR for quinn: a model-based controller whose bandwidth estimate is a delivery rate
-//! measured the way TCP's BBR measures it ([`rate`]), and whose startup, window and exit
-//! follow that estimate ([`model`]).
+//! measured the way TCP's BBR measures it (`rate.rs`), and whose startup, window and exit
+//! follow that estimate (`model.rs`).
 //!
 //! It replaces quinn's BBR (0.11, marked experimental) as xfer's default. That one's estimate
 //! is one packet's size over the time since the previous ACK frame, so it swings with how the
@@ -29,7 +29,7 @@ use rate::RateSampler;
 /// bytes), kept so that cold starts compare with it as they did.
 const INITIAL_WINDOW: u64 = 200 * 1200;
 
-/// Builds [`Bbr`] controllers.
+/// Builds the controllers, one per connection.
 #[derive(Debug, Clone)]
 pub struct BbrConfig {
     /// Window before the first acknowledgement, bytes.

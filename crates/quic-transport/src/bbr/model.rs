@@ -8,12 +8,12 @@
 //! ```
 //!
 //! Startup grows the window by what each acknowledgement delivers (it doubles per round).
-//! ProbeBw holds it at [`CWND_GAIN_PERCENT`] × the bandwidth-delay product the model measured (the
-//! largest delivery rate of the last [`BW_WINDOW_ROUNDS`] rounds times the smallest RTT
-//! seen). quinn paces a window over the smoothed RTT, so the window is also the rate: with the
-//! path idle, a window of twice the estimate delivers at twice it, the next estimate is that,
-//! and the window follows capacity up within rounds, as startup does, without a probing cycle;
-//! with the bottleneck full, the extra is a standing queue of one estimate. There is no
+//! ProbeBw holds it at [`CWND_GAIN_PERCENT`] of the bandwidth-delay product the model
+//! measured (the largest delivery rate of the last [`BW_WINDOW_ROUNDS`] rounds times the
+//! smallest RTT seen). quinn paces a window over the smoothed RTT, so the window is also the
+//! rate: with the path idle, a window of 1.5 estimates delivers at 1.5 times it, the next
+//! estimate is that, and the window follows capacity up within rounds without a probing cycle;
+//! with the bottleneck full, the extra is a standing queue of half an estimate. There is no
 //! ProbeRTT: the minimum RTT is quinn's over the connection, which a transfer's own queue
 //! cannot raise, and draining a single connection to four packets every ten seconds costs
 //! what it did TCP (docs/results.md). Loss beyond 2 % of a round lowers a bound on the window
@@ -26,8 +26,8 @@ use super::rate::RateSample;
 /// Window in ProbeBw, in hundredths of the measured bandwidth-delay product. TCP's BBR caps
 /// its window at two, but paces at its estimate; quinn paces by the window, so here the gain
 /// is the rate too: 1.5 keeps a standing queue of half the path at most. In the simulated link
-/// (`sim.rs`) two connections at 2 ended 735/264 Mbit/s, the larger estimate starving the other; at 1.25-1.5
-/// they held their shares with no loss after startup.
+/// (`sim.rs`, `explore`) two connections at 2 kept drifting apart (629/369 Mbit/s, then
+/// 700/300), the larger estimate taking the queue; at 1.5 the split held.
 pub const CWND_GAIN_PERCENT: u64 = 150;
 /// Largest window in Startup once its estimate has stopped growing for a round, in hundredths
 /// of the measured bandwidth-delay product (BBR's startup gain, 2/ln 2): quinn paces a window
