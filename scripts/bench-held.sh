@@ -9,9 +9,11 @@
 #             "ack9|a|quic|" "ackoff|b|quic|"  or  "kept|a|https|" "every|a|https|--check-every-chunk"
 #   SERVE_A, SERVE_B   extra `xfer serve` flags of the two servers (default none)
 #   RTT_MS=100  RATE_MBIT=1000  PROFILE=stock (or tuned)  SIZE=2147483648 (bytes)
+#   LOSS_PCT=0  random loss on the wire, per cent of packets (0.01 is issue 14's loss cell)
 #   WARM=1      one unreported download from each server first, so both have hashed the file
 #               (its Repr-Digest known) and have the path saved, as a long-running server has
 #   XFER=path   (default: builds target/release/xfer)
+#   XFER_B=path the binary server b runs (default: XFER), to compare two builds' servers
 #   TIMELINE=1  also sample the client's interface every 20 ms and print where the time went:
 #               the first 64 KiB, the ramp (time to 20% beyond what the 20-80% rate needs), the
 #               tail (80% to the last byte, likewise) and the exit after the last byte
@@ -28,6 +30,7 @@ cd "$(dirname "$0")/.."
 RTT_MS=${RTT_MS:-100}
 RATE_MBIT=${RATE_MBIT:-1000}
 PROFILE=${PROFILE:-stock}
+LOSS_PCT=${LOSS_PCT:-0}
 SIZE=${SIZE:-2147483648}
 WARM=${WARM:-1}
 [[ $# -gt 0 ]] || { sed -n '2,20p' "$0" >&2; exit 2; }
@@ -45,16 +48,17 @@ PIDS=()
 # shellcheck source=lib/lab-hold.sh
 source scripts/lib/lab-hold.sh
 trap lab_hold_cleanup EXIT
-lab_hold_start xbh "$RTT_MS" "$RATE_MBIT" "$PROFILE"
+lab_hold_start xbh "$RTT_MS" "$RATE_MBIT" "$PROFILE" "$LOSS_PCT"
 SRV_ADDR=10.77.0.1
 mkdir -p "$WORK/root"
 head -c "$SIZE" /dev/urandom >"$WORK/root/f.bin"
 
 declare -A SERVER_PID PORT=([a]=8443 [b]=8444)
+declare -A BIN=([a]=$XFER [b]=${XFER_B:-$XFER})
 for s in a b; do
     var=SERVE_${s^^}
     # shellcheck disable=SC2086 # the flags are words
-    ip netns exec "$SRV" "$XFER" serve "$WORK/root" --self-signed --cert-dir "$WORK/cert" \
+    ip netns exec "$SRV" "${BIN[$s]}" serve "$WORK/root" --self-signed --cert-dir "$WORK/cert" \
         --cert-name "$SRV_ADDR" --listen "$SRV_ADDR:${PORT[$s]}" ${!var:-} >"$WORK/serve-$s.log" 2>&1 &
     SERVER_PID[$s]=$!
     PIDS+=("${SERVER_PID[$s]}")
@@ -123,8 +127,8 @@ print(row)
 PY
 }
 
-echo "# $(date -u '+%F %T') UTC, ${RATE_MBIT} Mbit/s, ${RTT_MS} ms, $PROFILE host, $SIZE bytes, $(nproc) CPUs shared by client, server and emulator"
-echo "# server a: ${SERVE_A:-(defaults)}; server b: ${SERVE_B:-(defaults)}"
+echo "# $(date -u '+%F %T') UTC, ${RATE_MBIT} Mbit/s, ${RTT_MS} ms, ${LOSS_PCT}% loss, $PROFILE host, $SIZE bytes, $(nproc) CPUs shared by client, server and emulator"
+echo "# server a: ${SERVE_A:-(defaults)}; server b: ${SERVE_B:-(defaults)}${XFER_B:+ (binary $XFER_B)}"
 if [[ "$WARM" == 1 ]]; then
     for s in a b; do
         run "" "$s" https ""

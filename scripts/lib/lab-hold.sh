@@ -2,14 +2,15 @@
 # crates/lab/examples/lab_hold.rs for as long as its stdin is. Expects WORK (a scratch
 # directory), HOLD (the lab_hold binary) and PIDS (an array of the bench's own processes).
 #
-#   lab_hold_start PREFIX RTT_MS RATE_MBIT PROFILE   start it, wait until ready; sets SRV, CLI
+#   lab_hold_start PREFIX RTT_MS RATE_MBIT PROFILE [LOSS_PERCENT]
+#                                                    start it, wait until ready; sets SRV, CLI
 #   lab_hold_stop                                    close it: the lab removes its namespaces
 #   lab_hold_cleanup                                 for `trap ... EXIT`: stop the bench's
 #                                                    processes, then the lab; remove WORK
 
 lab_hold_start() {
     mkfifo "$WORK/lab.in"
-    "$HOLD" --prefix "$1" --rtt-ms "$2" --rate-mbit "$3" --profile "$4" \
+    "$HOLD" --prefix "$1" --rtt-ms "$2" --rate-mbit "$3" --profile "$4" --loss-percent "${5:-0}" \
         <"$WORK/lab.in" >"$WORK/lab.out" 2>"$WORK/lab.err" &
     HOLD_PID=$!
     exec {LAB_IN}>"$WORK/lab.in"

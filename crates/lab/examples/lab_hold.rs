@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! sudo cargo run --release -p xfer-lab --example lab_hold -- \
-//!     [--prefix xferhold] [--rate-mbit 1000] [--rtt-ms 100] [--profile tuned|stock]
+//!     [--prefix xferhold] [--rate-mbit 1000] [--rtt-ms 100] [--profile tuned|stock] \
+//!     [--loss-percent 0.01]
 //! ```
 //!
 //! Needs root, iproute2 and /dev/net/tun.
@@ -19,6 +20,7 @@ fn main() -> std::process::ExitCode {
     let mut prefix = "xferhold".to_string();
     let mut rate_mbit = 1000u64;
     let mut rtt_ms = 100u64;
+    let mut loss_percent = 0f64;
     let mut profile = HostProfile::tuned();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -36,6 +38,14 @@ fn main() -> std::process::ExitCode {
                 .map(|v| rate_mbit = v)
                 .map_err(|e| e.to_string()),
             "--rtt-ms" => value.parse().map(|v| rtt_ms = v).map_err(|e| e.to_string()),
+            "--loss-percent" => match value.parse::<f64>() {
+                Ok(v) if (0.0..=100.0).contains(&v) => {
+                    loss_percent = v;
+                    Ok(())
+                }
+                Ok(v) => Err(format!("{v} is not a percentage")),
+                Err(e) => Err(e.to_string()),
+            },
             "--profile" => match value.as_str() {
                 "tuned" => {
                     profile = HostProfile::tuned();
@@ -58,7 +68,10 @@ fn main() -> std::process::ExitCode {
         profile,
         ..LabConfig::new(
             prefix,
-            LinkConfig::new(rate_mbit * 1_000_000, Duration::from_millis(rtt_ms)),
+            LinkConfig {
+                loss: loss_percent / 100.0,
+                ..LinkConfig::new(rate_mbit * 1_000_000, Duration::from_millis(rtt_ms))
+            },
         )
     };
     let lab = match Lab::start(config) {

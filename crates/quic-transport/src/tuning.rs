@@ -384,15 +384,29 @@ impl QuicTuning {
         Ok(t)
     }
 
+    /// What Careful Resume wraps: xfer's BBR as itself, so that a validated jump ends its
+    /// startup; any other controller through [`QuicTuning::controller_factory`].
+    pub(crate) fn resume_inner(&self) -> crate::resume::controller::InnerFactory {
+        use crate::resume::controller::InnerFactory;
+        match self.congestion {
+            CongestionControl::Bbr => InnerFactory::Bbr(Arc::new(self.bbr_config())),
+            _ => InnerFactory::Other(self.controller_factory()),
+        }
+    }
+
+    fn bbr_config(&self) -> crate::bbr::BbrConfig {
+        crate::bbr::BbrConfig {
+            loss_bound: self.loss_bound,
+            ..crate::bbr::BbrConfig::default()
+        }
+    }
+
     /// quinn's factory for [`QuicTuning::congestion`].
     pub(crate) fn controller_factory(&self) -> Arc<dyn ControllerFactory + Send + Sync> {
         match self.congestion {
             CongestionControl::Cubic => Arc::new(CubicConfig::default()),
             CongestionControl::NewReno => Arc::new(NewRenoConfig::default()),
-            CongestionControl::Bbr => Arc::new(crate::bbr::BbrConfig {
-                loss_bound: self.loss_bound,
-                ..crate::bbr::BbrConfig::default()
-            }),
+            CongestionControl::Bbr => Arc::new(self.bbr_config()),
             CongestionControl::QuinnBbr if self.loss_bound => Arc::new(LossBoundFactory {
                 inner: Arc::new(BbrConfig::default()),
             }),

@@ -53,9 +53,11 @@ impl Default for BbrConfig {
     }
 }
 
-impl ControllerFactory for BbrConfig {
-    fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
-        Box::new(Bbr {
+impl BbrConfig {
+    /// One connection's controller, as itself (Careful Resume tells it when a jump is
+    /// validated).
+    pub(crate) fn controller(&self, current_mtu: u16) -> Bbr {
+        Bbr {
             model: Model::new(
                 self.initial_window,
                 current_mtu,
@@ -64,13 +66,19 @@ impl ControllerFactory for BbrConfig {
                 self.loss_bound,
             ),
             sampler: RateSampler::default(),
-        })
+        }
+    }
+}
+
+impl ControllerFactory for BbrConfig {
+    fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        Box::new(self.controller(current_mtu))
     }
 }
 
 /// One connection's controller: quinn's calls fed to the sampler and the model.
 #[derive(Debug, Clone)]
-struct Bbr {
+pub(crate) struct Bbr {
     model: Model,
     sampler: RateSampler,
 }
@@ -144,6 +152,17 @@ impl Controller for Bbr {
 }
 
 impl Bbr {
+    /// A Careful Resume jump was validated: leave startup (`Model::leave_startup`).
+    pub(crate) fn resumed(&mut self) {
+        if self.model.leave_startup() {
+            tracing::debug!(
+                window = self.model.window(),
+                bandwidth_mbit = self.model.bandwidth() * 8 / 1_000_000,
+                "bbr: startup done after a validated jump"
+            );
+        }
+    }
+
     fn ack(&mut self, now: Instant, sent: Instant, bytes: u64, min_rtt: Duration) {
         self.sampler.on_ack(now, sent, bytes);
         self.model.on_ack(bytes, min_rtt);

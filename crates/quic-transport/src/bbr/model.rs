@@ -69,11 +69,13 @@ pub enum StartupExit {
     BandwidthPlateau { bytes_per_sec: u64 },
     /// A round lost more than the threshold.
     Loss { lost: u64, settled: u64 },
-    /// Every RTT of a round was well above the minimum: a queue is building.
+    /// The least RTT of a round was well above the minimum: a queue is building.
     Delay {
         round_min: Duration,
         min_rtt: Duration,
     },
+    /// A Careful Resume jump was validated: the path carried the window already.
+    Resumed,
 }
 
 /// The largest sample of the last [`BW_WINDOW_ROUNDS`] rounds: one maximum per round.
@@ -202,6 +204,19 @@ impl Model {
         self.round_lost = self.round_lost.saturating_add(bytes);
     }
 
+    /// A Careful Resume jump was just validated (RFC 9959: the sender then continues in
+    /// congestion avoidance, not slow start). Startup would double the window the path has just
+    /// carried, into the queue and a round of loss; ProbeBw grows it by half per round while
+    /// the path has room, from the rate the jump measured.
+    pub(crate) fn leave_startup(&mut self) -> bool {
+        if self.mode != Mode::Startup || self.max_bw.get() == 0 {
+            return false;
+        }
+        self.mode = Mode::ProbeBw;
+        self.exit = Some(StartupExit::Resumed);
+        true
+    }
+
     /// RFC 9002 §7.6.2: everything in flight over a whole persistent-congestion period was
     /// lost; the path may have changed, so the model starts over from the minimum window.
     pub(crate) fn on_persistent_congestion(&mut self) {
@@ -238,14 +253,17 @@ impl Model {
                 self.max_bw.update(self.round, s.rate);
             }
         }
-        if round_start {
-            self.end_round();
-        }
+        // Loss is checked on every frame, not once a round: by the end of a round that
+        // overflowed the queue, startup has doubled the window again. quinn reports a frame's
+        // losses after the frame, so they are counted here, before a new round resets them.
+        let lossy = if self.lost_this_round {
+            None
+        } else {
+            self.lossy_round()
+        };
         let mut exit = None;
         if self.mode == Mode::Startup {
-            // Loss is checked on every frame, not once a round: by the end of a round that
-            // overflowed the queue, startup has doubled the window again.
-            exit = self.lossy_round().or_else(|| self.queue_building());
+            exit = lossy.or_else(|| self.queue_building());
             if exit.is_none() && round_start {
                 exit = self.check_full_bw(app_limited);
             }
@@ -254,8 +272,11 @@ impl Model {
                 self.exit = exit;
             }
         }
-        if !self.lost_this_round && self.lossy_round().is_some() {
+        if lossy.is_some() {
             self.on_lossy_round();
+        }
+        if round_start {
+            self.end_round();
         }
         let grown = self.cwnd.saturating_add(acked);
         self.cwnd = match self.mode {
@@ -363,5 +384,62 @@ impl Model {
         }
         (self.full_bw_rounds >= FULL_BW_ROUNDS)
             .then_some(StartupExit::BandwidthPlateau { bytes_per_sec: bw })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RTT: Duration = Duration::from_millis(200);
+
+    fn round(m: &mut Model, acked: u64, rate: u64, prior_delivered: u64, delivered: u64) {
+        m.on_ack(acked, RTT);
+        m.on_end_acks(
+            Some(RateSample {
+                rate,
+                prior_delivered,
+                app_limited: false,
+                rtt: RTT,
+            }),
+            delivered,
+            false,
+        );
+    }
+
+    #[test]
+    fn a_validated_jump_leaves_startup_with_the_rate_it_measured() {
+        let mut m = Model::new(240_000, 1472, 150, 289, true);
+        assert!(!m.leave_startup(), "no estimate yet: nothing to leave with");
+        // The jump: 6 MB delivered in a round at 30 MB/s.
+        round(&mut m, 6_000_000, 30_000_000, 0, 6_000_000);
+        assert_eq!(m.mode, Mode::Startup);
+        assert_eq!(m.window(), 6_240_000);
+        assert!(m.leave_startup());
+        assert_eq!(m.exit, Some(StartupExit::Resumed));
+        // The next round grows the window toward 1.5 × 30 MB/s × 200 ms, not to twice it.
+        round(&mut m, 6_000_000, 30_000_000, 6_000_000, 12_000_000);
+        assert_eq!(m.window(), 9_000_000);
+        // A faster round raises it with the estimate.
+        round(&mut m, 9_000_000, 45_000_000, 12_000_000, 21_000_000);
+        assert_eq!(m.window(), 13_500_000);
+    }
+
+    #[test]
+    fn startup_doubles_and_a_lossy_round_bounds_the_window_at_the_bdp() {
+        let mut m = Model::new(240_000, 1472, 150, 289, true);
+        round(&mut m, 240_000, 1_200_000, 0, 240_000);
+        round(&mut m, 480_000, 2_400_000, 240_000, 720_000);
+        assert_eq!(m.window(), 960_000);
+        // Half of a round lost: startup ends, the window falls to 85 % but not below the BDP.
+        m.on_loss(500_000);
+        round(&mut m, 500_000, 2_500_000, 720_000, 1_220_000);
+        assert!(
+            matches!(m.exit, Some(StartupExit::Loss { .. })),
+            "{:?}",
+            m.exit
+        );
+        // Target 1.5 × 2.5 MB/s × 0.2 s = 750 kB; bound max(85 % of 960 kB, 500 kB) = 816 kB.
+        assert_eq!(m.window(), 750_000);
     }
 }

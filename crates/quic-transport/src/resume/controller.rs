@@ -12,12 +12,59 @@ use quinn_proto::RttEstimator;
 
 use super::cache::{PathCache, PathKey};
 use super::meter::{PathMeter, MIN_INTERVALS};
-use super::phase::{Event, Limits, Resume};
+use super::phase::{Event, Limits, Phase, Resume};
 use super::SavedPath;
+use crate::bbr::{Bbr, BbrConfig};
+
+/// What Careful Resume wraps.
+#[derive(Clone)]
+pub(crate) enum InnerFactory {
+    /// xfer's BBR, built as itself so that a validated jump can end its startup.
+    Bbr(Arc<BbrConfig>),
+    /// Any other controller, through quinn's factory.
+    Other(Arc<dyn ControllerFactory + Send + Sync>),
+}
+
+impl InnerFactory {
+    fn build(&self, now: Instant, current_mtu: u16) -> Inner {
+        match self {
+            Self::Bbr(config) => Inner::Bbr(Box::new(config.controller(current_mtu))),
+            Self::Other(factory) => Inner::Other(factory.clone().build(now, current_mtu)),
+        }
+    }
+}
+
+enum Inner {
+    Bbr(Box<Bbr>),
+    Other(Box<dyn Controller>),
+}
+
+impl Inner {
+    fn get(&self) -> &dyn Controller {
+        match self {
+            Self::Bbr(b) => b.as_ref(),
+            Self::Other(c) => c.as_ref(),
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut dyn Controller {
+        match self {
+            Self::Bbr(b) => b.as_mut(),
+            Self::Other(c) => c.as_mut(),
+        }
+    }
+
+    fn clone_inner(&self) -> Self {
+        match self {
+            Self::Bbr(b) => Self::Bbr(b.clone()),
+            Self::Other(c) => Self::Other(c.clone_box()),
+        }
+    }
+}
 
 /// Builds one connection's controller: the wrapped one, seeded with the peer's saved state.
 pub(crate) struct ResumeFactory {
-    pub inner: Arc<dyn ControllerFactory + Send + Sync>,
+    pub inner: InnerFactory,
     pub cache: PathCache,
     pub key: PathKey,
     pub limits: Limits,
@@ -30,7 +77,7 @@ impl ControllerFactory for ResumeFactory {
             tracing::debug!(peer = %self.key, cwnd = s.cwnd, rtt = ?s.rtt, "careful resume: saved path state found");
         }
         Box::new(ResumeController {
-            inner: self.inner.clone().build(now, current_mtu),
+            inner: self.inner.build(now, current_mtu),
             resume: Resume::new(saved, self.limits, current_mtu),
             meter: PathMeter::default(),
             cache: self.cache.clone(),
@@ -40,7 +87,7 @@ impl ControllerFactory for ResumeFactory {
 }
 
 struct ResumeController {
-    inner: Box<dyn Controller>,
+    inner: Inner,
     resume: Resume,
     meter: PathMeter,
     cache: PathCache,
@@ -48,8 +95,13 @@ struct ResumeController {
 }
 
 impl ResumeController {
-    fn record(&self, event: Option<Event>) {
+    fn record(&mut self, event: Option<Event>, validated: bool) {
         let Some(event) = event else { return };
+        if event == Event::Done && validated {
+            if let Inner::Bbr(b) = &mut self.inner {
+                b.resumed();
+            }
+        }
         match event {
             Event::Jumped { window } => {
                 self.cache.count_jump(window);
@@ -64,7 +116,7 @@ impl ResumeController {
                 tracing::debug!(peer = %self.key, ?current, ?saved, "careful resume: RTT differs from the saved path, no jump");
             }
             other => {
-                tracing::debug!(peer = %self.key, ?other, inner_window = self.inner.window(), "careful resume")
+                tracing::debug!(peer = %self.key, ?other, inner_window = self.inner.get().window(), "careful resume")
             }
         }
     }
@@ -102,9 +154,9 @@ impl Drop for ResumeController {
 
 impl Controller for ResumeController {
     fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
-        self.inner.on_sent(now, bytes, last_packet_number);
+        self.inner.get_mut().on_sent(now, bytes, last_packet_number);
         let event = self.resume.on_sent(now, bytes);
-        self.record(event);
+        self.record(event, false);
     }
 
     fn on_ack(
@@ -115,18 +167,21 @@ impl Controller for ResumeController {
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
-        self.inner.on_ack(now, sent, bytes, app_limited, rtt);
+        self.inner
+            .get_mut()
+            .on_ack(now, sent, bytes, app_limited, rtt);
         // Saved as the rate rises, not only at the end: the next connection from the same
         // peer may start before this one has drained.
         if self.meter.on_ack(now, sent, bytes) {
             self.save();
         }
-        let inner = self.inner.window();
+        let inner = self.inner.get().window();
         if self.resume.reconnoitring() {
             self.resume.set_share(self.cache.open_count(self.key));
         }
+        let validating = self.resume.phase() == Phase::Validating;
         let event = self.resume.on_ack(now, sent, bytes, app_limited, inner);
-        self.record(event);
+        self.record(event, validating);
     }
 
     fn on_end_acks(
@@ -137,6 +192,7 @@ impl Controller for ResumeController {
         largest_packet_num_acked: Option<u64>,
     ) {
         self.inner
+            .get_mut()
             .on_end_acks(now, in_flight, app_limited, largest_packet_num_acked);
         self.resume.on_end_acks(in_flight);
     }
@@ -149,29 +205,30 @@ impl Controller for ResumeController {
         lost_bytes: u64,
     ) {
         self.inner
+            .get_mut()
             .on_congestion_event(now, sent, is_persistent_congestion, lost_bytes);
         let event = self.resume.on_congestion();
-        self.record(event);
+        self.record(event, false);
     }
 
     fn on_mtu_update(&mut self, new_mtu: u16) {
-        self.inner.on_mtu_update(new_mtu);
+        self.inner.get_mut().on_mtu_update(new_mtu);
         self.resume.set_mtu(new_mtu);
     }
 
     fn window(&self) -> u64 {
-        self.resume.window(self.inner.window())
+        self.resume.window(self.inner.get().window())
     }
 
     fn metrics(&self) -> ControllerMetrics {
-        let mut m = self.inner.metrics();
+        let mut m = self.inner.get().metrics();
         m.congestion_window = self.window();
         m
     }
 
     fn clone_box(&self) -> Box<dyn Controller> {
         Box::new(Self {
-            inner: self.inner.clone_box(),
+            inner: self.inner.clone_inner(),
             resume: self.resume.clone(),
             meter: self.meter.clone(),
             cache: self.cache.clone(),
@@ -180,7 +237,7 @@ impl Controller for ResumeController {
     }
 
     fn initial_window(&self) -> u64 {
-        self.inner.initial_window()
+        self.inner.get().initial_window()
     }
 
     fn into_any(self: Box<Self>) -> Box<dyn Any> {

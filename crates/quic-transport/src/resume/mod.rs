@@ -23,7 +23,7 @@
 //! - `controller`: the quinn controller that wraps BBR/CUBIC/NewReno with the above.
 
 mod cache;
-mod controller;
+pub(crate) mod controller;
 mod meter;
 mod per_peer;
 mod phase;
@@ -129,7 +129,7 @@ impl CarefulResume {
     /// Resume around it.
     pub(crate) fn factory(
         &self,
-        inner: Arc<dyn ControllerFactory + Send + Sync>,
+        inner: controller::InnerFactory,
         cache: &PathCache,
         peer: SocketAddr,
     ) -> Arc<dyn ControllerFactory + Send + Sync> {

@@ -58,7 +58,7 @@ impl PerPeerConfig {
             self.max_udp_payload,
         )?;
         transport.congestion_controller_factory(self.knobs.factory(
-            self.tuning.controller_factory(),
+            self.tuning.resume_inner(),
             &self.cache,
             peer,
         ));

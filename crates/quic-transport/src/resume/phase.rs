@@ -123,7 +123,6 @@ impl Resume {
         self.phase == Phase::Reconnaissance
     }
 
-    #[cfg(test)]
     pub fn phase(&self) -> Phase {
         self.phase
     }
