@@ -82,3 +82,47 @@ async fn wrong_expected_sha256_exits_4_without_dest() -> TestResult {
     fx.shutdown().await;
     Ok(())
 }
+
+/// A server that has hashed a file declares its digest in its first answer. One other than the
+/// expected digest stops the command before any byte is written, with the exit code of a
+/// mismatch found after the transfer (which a server that has not hashed the file yet gives).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_digest_other_than_the_expected_one_exits_4_before_writing() -> TestResult {
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    let real = write_random_file(&fx.root().join("c.bin"), 3_000_000, 5)?;
+    let wrong = format!(
+        "{}{}",
+        &real[..63],
+        if real.ends_with('0') { "1" } else { "0" }
+    );
+    let mut declared = false;
+    // The first request starts the server's background hash; a few more find it done.
+    for attempt in 0..50 {
+        let dest = fx.out().join(format!("c-{attempt}.bin"));
+        let out = run_xfer(args(&fx, "/c.bin", &dest, &["--expect-sha256", &wrong])).await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "stderr: {stderr}");
+        assert!(
+            stderr.contains(&wrong),
+            "expected digest not shown: {stderr}"
+        );
+        assert!(!dest.exists(), "destination written despite the mismatch");
+        if stderr.contains("declares SHA-256") {
+            assert!(
+                stderr.contains(&real),
+                "declared digest not shown: {stderr}"
+            );
+            let part = fx.out().join(format!("c-{attempt}.bin.part"));
+            assert!(
+                !part.exists(),
+                "bytes written although the server said what it holds"
+            );
+            declared = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(declared, "the server never declared the file's digest");
+    fx.shutdown().await;
+    Ok(())
+}

@@ -64,6 +64,11 @@ fn put_code(p: &PutError) -> u8 {
 
 fn get_code(g: &GetError) -> u8 {
     match g {
+        // The server declared a digest other than the expected one: not the file asked for.
+        GetError::Stat {
+            source: xfer::TransferError::NotExpectedDigest { .. },
+            ..
+        } => VERIFY,
         GetError::Stat { .. }
         | GetError::Chunk { .. }
         | GetError::Schedule { .. }

@@ -63,6 +63,15 @@ pub enum TransferError {
     /// The remote resource is not the one the transfer started with (size or validator changed).
     #[error("{url} changed during the transfer: {what}")]
     RemoteChanged { url: String, what: String },
+    /// The server declares a whole-file SHA-256 other than the one the caller expects: it
+    /// does not hold the file asked for. A verification failure, found before any byte is
+    /// written. Not retried.
+    #[error("{url} declares SHA-256 {declared}, not the expected {expected}")]
+    NotExpectedDigest {
+        url: String,
+        declared: crate::digest::Sha256Digest,
+        expected: crate::digest::Sha256Digest,
+    },
     /// Bad configuration or a request the transport cannot express. Not retried.
     #[error("{0}")]
     Config(String),
@@ -82,6 +91,7 @@ impl TransferError {
             Self::Tls { .. }
             | Self::RangesIgnored { .. }
             | Self::RemoteChanged { .. }
+            | Self::NotExpectedDigest { .. }
             | Self::Config(_) => false,
         }
     }

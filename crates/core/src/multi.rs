@@ -237,6 +237,24 @@ impl MultiSource {
             }
         }
         let verdicts = agree(&stats, self.expect_sha256);
+        // Every source declares a digest other than the expected one: a verification failure,
+        // as one source's would be.
+        let other_file = {
+            let infos: Vec<&RemoteInfo> = stats
+                .iter()
+                .filter_map(|s| match s {
+                    Some(Ok(i)) => Some(i),
+                    _ => None,
+                })
+                .collect();
+            let errors: Vec<TransferError> = infos
+                .iter()
+                .filter_map(|i| not_expected(i, self.expect_sha256))
+                .collect();
+            (errors.len() == stats.len())
+                .then(|| errors.into_iter().next())
+                .flatten()
+        };
         let mut pool = self.lock();
         let mut first_error = None;
         let mut reasons = Vec::new();
@@ -269,6 +287,9 @@ impl MultiSource {
             .filter_map(|s| s.info.as_ref())
             .collect();
         let Some(first) = admitted.first() else {
+            if let Some(e) = other_file {
+                return Err(e);
+            }
             return Err(match (first_error, pool.sources.len()) {
                 (Some(e), 1) => e,
                 _ => {
@@ -338,6 +359,11 @@ impl MultiSource {
             release(self);
             tracing::warn!(%url, reason = %why, "source dropped");
             self.lock().sources[0].dropped = Some(why.clone());
+            // The one source holds another file than the one expected: a verification
+            // failure, whether the server said so before the transfer or the bytes do after.
+            if let Some(e) = not_expected(&opened.info, self.expect_sha256) {
+                return Some(Err(e));
+            }
             return Some(Err(TransferError::Config(format!(
                 "no source can be used: {url}: {why}"
             ))));
@@ -486,6 +512,20 @@ async fn stat_each(
         }
     }
     stats
+}
+
+/// The error for a source that declares a whole-file SHA-256 other than the expected one.
+fn not_expected(info: &RemoteInfo, expect: Option<Sha256Digest>) -> Option<TransferError> {
+    match (expect, info.sha256) {
+        (Some(expected), Some(declared)) if expected != declared => {
+            Some(TransferError::NotExpectedDigest {
+                url: info.url.clone(),
+                declared,
+                expected,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Per source (in the order given): admitted, or why not. The first source that answered is

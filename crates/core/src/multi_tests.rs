@@ -85,9 +85,42 @@ async fn the_only_source_with_the_wrong_digest_is_an_error() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("cannot stat"), "{err}");
-    let chain = format!("{:?}", err);
-    assert!(chain.contains("expected"), "{chain}");
+    assert!(
+        matches!(
+            err,
+            GetError::Stat {
+                source: TransferError::NotExpectedDigest { .. },
+                ..
+            }
+        ),
+        "a verification failure, not a failed stat: {err:?}"
+    );
     assert!(a.requests().is_empty());
+}
+
+#[tokio::test]
+async fn sources_that_all_hold_another_file_are_a_verification_failure() {
+    let bytes = data(4 * CHUNK as usize, 1);
+    let a = Arc::new(MemTransport::new(bytes.clone(), 4));
+    let b = Arc::new(MemTransport::new(bytes.clone(), 4));
+    let dir = tempfile::tempdir().unwrap();
+    let multi = MultiSource::new(
+        vec![source("mem://a", &a), source("mem://b", &b)],
+        Some(Sha256Digest::of(b"something else")),
+    );
+    let err = fetch(multi, &dir.path().join("f"), config())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GetError::Stat {
+                source: TransferError::NotExpectedDigest { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
