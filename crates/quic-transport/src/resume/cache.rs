@@ -19,7 +19,7 @@ use super::SavedPath;
 /// Largest path cache file read, bytes (about 100,000 entries).
 const MAX_FILE_BYTES: u64 = 8 << 20;
 /// Largest saved window accepted from the file, bytes (far above any real path's BDP).
-const MAX_SAVED_CWND: u64 = 4 << 30;
+pub(crate) const MAX_SAVED_CWND: u64 = 4 << 30;
 /// Longest saved RTT accepted from the file.
 const MAX_SAVED_RTT: Duration = Duration::from_secs(60);
 const FILE_HEADER: &str = "# xfer path cache v1: address cwnd_bytes min_rtt_us saved_unix_s";

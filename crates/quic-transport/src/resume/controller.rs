@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use quinn_proto::RttEstimator;
 
-use super::cache::{PathCache, PathKey};
+use super::cache::{PathCache, PathKey, MAX_SAVED_CWND};
 use super::meter::{PathMeter, MIN_INTERVALS};
 use super::phase::{Event, Limits, Phase, Resume};
 use super::SavedPath;
@@ -78,6 +78,7 @@ impl ControllerFactory for ResumeFactory {
         }
         Box::new(ResumeController {
             inner: self.inner.build(now, current_mtu),
+            share_at_peak: 1,
             resume: Resume::new(saved, self.limits, current_mtu),
             meter: PathMeter::default(),
             cache: self.cache.clone(),
@@ -88,6 +89,8 @@ impl ControllerFactory for ResumeFactory {
 
 struct ResumeController {
     inner: Inner,
+    /// The client's open connections when this one measured its highest rate.
+    share_at_peak: u64,
     resume: Resume,
     meter: PathMeter,
     cache: PathCache,
@@ -129,10 +132,14 @@ impl ResumeController {
         if m.intervals < MIN_INTERVALS {
             return;
         }
+        // The path's, not this connection's share of it: the client's connections open when
+        // this one measured its highest rate shared the path, as the next command's will share
+        // the jump (`Resume::set_share`). Before, the saved share was divided again at the jump,
+        // and each connection of a command after a QUIC command jumped to an eighth of the path.
         self.cache.insert(
             self.key,
             SavedPath {
-                cwnd: m.bdp,
+                cwnd: m.bdp.saturating_mul(self.share_at_peak).min(MAX_SAVED_CWND),
                 rtt: m.min_rtt,
                 saved_at: SystemTime::now(),
             },
@@ -173,6 +180,7 @@ impl Controller for ResumeController {
         // Saved as the rate rises, not only at the end: the next connection from the same
         // peer may start before this one has drained.
         if self.meter.on_ack(now, sent, bytes) {
+            self.share_at_peak = self.cache.open_count(self.key).max(1);
             self.save();
         }
         let inner = self.inner.get().window();
@@ -229,6 +237,7 @@ impl Controller for ResumeController {
     fn clone_box(&self) -> Box<dyn Controller> {
         Box::new(Self {
             inner: self.inner.clone_inner(),
+            share_at_peak: self.share_at_peak,
             resume: self.resume.clone(),
             meter: self.meter.clone(),
             cache: self.cache.clone(),
