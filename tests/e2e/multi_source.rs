@@ -117,10 +117,13 @@ async fn a_server_with_another_file_is_refused() -> TestResult {
         "00".repeat(32),
     ])
     .await?;
-    assert!(!out.status.success());
-    assert!(!wrong.exists());
+    // Every source declares another digest than the expected one: a verification failure
+    // (exit 4), each source's reason in its warning.
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("no source can be used"), "{stderr}");
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(!wrong.exists());
+    assert!(stderr.contains(&"00".repeat(32)), "{stderr}");
+    assert_eq!(stderr.matches("source dropped").count(), 2, "{stderr}");
     a.shutdown().await;
     b.shutdown().await;
     Ok(())
