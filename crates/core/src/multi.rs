@@ -239,22 +239,14 @@ impl MultiSource {
         let verdicts = agree(&stats, self.expect_sha256);
         // Every source declares a digest other than the expected one: a verification failure,
         // as one source's would be.
-        let other_file = {
-            let infos: Vec<&RemoteInfo> = stats
-                .iter()
-                .filter_map(|s| match s {
-                    Some(Ok(i)) => Some(i),
-                    _ => None,
-                })
-                .collect();
-            let errors: Vec<TransferError> = infos
-                .iter()
-                .filter_map(|i| not_expected(i, self.expect_sha256))
-                .collect();
-            (errors.len() == stats.len())
-                .then(|| errors.into_iter().next())
-                .flatten()
-        };
+        let other_file = stats
+            .iter()
+            .map(|s| match s {
+                Some(Ok(info)) => not_expected(info, self.expect_sha256),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .and_then(|errors| errors.into_iter().next());
         let mut pool = self.lock();
         let mut first_error = None;
         let mut reasons = Vec::new();
