@@ -109,7 +109,6 @@ pub(super) fn run_with(
 ) -> Outcome {
     let t0 = Instant::now();
     let at = |ns: u64| t0 + Duration::from_nanos(ns);
-    let ns = |t: Instant| t.duration_since(t0).as_nanos() as u64;
     let mut fl: Vec<Flow> = (0..flows)
         .map(|_| {
             let cfg = Arc::new(cfg.clone());
@@ -267,7 +266,6 @@ pub(super) fn run_with(
             }
         }
     }
-    let _ = ns;
     Outcome {
         per_second,
         lost: fl.iter().map(|f| f.lost).collect(),
