@@ -27,11 +27,13 @@ async fn corrupted_chunk_refetched_once(proto: Proto) -> TestResult {
         chunk_size: chunk,
         ..GetConfig::default()
     };
-    // No end-game duplicates and no speculative first requests (a speculative body may be
-    // dropped and its chunk asked again: seen here once in a dozen runs, every chunk fetched
-    // twice), so the byte count below is exact.
+    // Every chunk hashed as it arrives, so the damage is found by its chunk. Without this the
+    // path depends on a race: when the server's background hasher already knows the file's
+    // Repr-Digest at the first answer, chunks go unhashed, the whole-file hash finds the
+    // damage, and the file is fetched again with every chunk checked (the engine's tests
+    // cover that path). No end-game duplicates, so the byte count below is exact.
+    config.check_every_chunk = true;
     config.schedule.endgame = false;
-    config.speculate = false;
     let url = fx.url("/f.bin");
     let report = Download::new(xfer::transport_for(&url, &fx.client)?, &url, &dest, config)
         .run()
