@@ -17,6 +17,8 @@
 #   TIMELINE=1  also sample the client's interface every 20 ms and print where the time went:
 #               the first 64 KiB, the ramp (time to 20% beyond what the 20-80% rate needs), the
 #               tail (80% to the last byte, likewise) and the exit after the last byte
+#   SS_KEEP=DIR  sample the server's TCP sockets (`ss -tin`) every 50 ms during each command
+#               and keep them as DIR/LABEL.ss: what its congestion control saw
 #   TIMELINE_KEEP=DIR  keep each command's samples as DIR/LABEL.timeline (seconds since the
 #               command's start, bytes received), for a closer look at the ramp
 #
@@ -83,6 +85,12 @@ run() {
         ip netns exec "$CLI" bash -c "while :; do echo \$(date +%s.%N) \$(cat /sys/class/net/$CLI_IF/statistics/rx_bytes); sleep 0.02; done" >"$WORK/timeline" &
         sampler=$!
     fi
+    local ss_sampler=
+    if [[ -n "${SS_KEEP:-}" && -n "$label" ]]; then
+        mkdir -p "$SS_KEEP"
+        ip netns exec "$SRV" bash -c "while :; do echo \"@ \$(date +%s.%N)\"; ss -tinH state established '( sport = :${PORT[$server]} )'; sleep 0.05; done" >"$SS_KEEP/${label// /_}.ss" &
+        ss_sampler=$!
+    fi
     c0=$(cpu_of "$pid")
     t0=$(date +%s.%N)
     # shellcheck disable=SC2086 # the flags are words
@@ -91,6 +99,10 @@ run() {
         2>"$WORK/get.err" || { echo "$label: xfer get failed:" >&2; cat "$WORK/get.err" >&2; exit 1; }
     t1=$(date +%s.%N)
     c1=$(cpu_of "$pid")
+    if [[ -n "$ss_sampler" ]]; then
+        kill "$ss_sampler"
+        wait "$ss_sampler" 2>/dev/null || true
+    fi
     if [[ -n "$sampler" ]]; then
         sleep 0.05
         kill "$sampler"
@@ -146,3 +158,5 @@ for spec in "$@"; do
     run "$label" "$server" "$scheme" "$flags"
 done
 lab_hold_stop
+# The emulator's timing: wake-ups the host delayed, when packets were late (never early).
+sed -n 's/.*late_wakeups: \([0-9]*\), worst_late: \([^ }]*\).*/# relay: \1 late wake-ups, the worst \2 late/p' "$WORK/lab.err"

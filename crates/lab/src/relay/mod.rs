@@ -13,11 +13,20 @@
 //!
 //! Wake-ups, not bytes, dominate the relay's CPU cost (each is a context switch), so under load
 //! they are coalesced: when a wake-up that found work comes less than `2G` after the previous
-//! one, the thread sleeps a fixed interval `G` (see [`coalesce_interval`]) before looking again. To keep timing unbiased, packets read after
-//! such a sleep are stamped as arriving in the middle of it, and packets due up to `G/2` after
-//! the wake-up are delivered with it; so under load each stage is off by at most `±G/2`, zero on
-//! average. An idle link (a lone ping) is exact: the thread is then in the full wait, which wakes
-//! at once for input and exactly at delivery time.
+//! one, the thread sleeps a fixed interval `G` (see [`coalesce_interval`]) before looking again.
+//! To keep timing unbiased, packets read after such a sleep are stamped as arriving in the
+//! middle of it, and packets due up to `G/2` after the wake-up are delivered with it; so under
+//! load each stage is off by at most `±G/2`, zero on average. An idle link (a lone ping) is
+//! exact: the thread is then in the full wait, which wakes at once for input and exactly at
+//! delivery time.
+//!
+//! A sleep can last far longer than `G` (the host did not run the thread: 43 ms instead of
+//! 0.5 ms was seen on a loaded 2-core VM). The correction stays capped at `G/2` then (see
+//! [`after_sleep`]): what arrived during the overrun is stamped late, what fell due is
+//! delivered late, as on a router that stalled, and nothing is ever more than `G/2` early.
+//! Stamping such packets in the middle of the overrun made some up to half of it early, and
+//! a sender's minimum-RTT filter keeps exactly those: TCP BBR over a 50 ms link took 22 ms as
+//! its minimum, and its window shrank to match. [`RelayStats::late_wakeups`] counts overruns.
 
 pub(crate) mod gso;
 pub(crate) mod model;
@@ -38,7 +47,7 @@ use crate::error::LabError;
 use gso::{Super, VnetHdr, GSO_NONE, VNET_HDR_LEN};
 use model::{Fate, LinkModel};
 use ring::{Ring, Span};
-use stats::{bump, Counters, RelayStats};
+use stats::{bump, Counters, RelayStats, Timing};
 
 /// Room for the largest packet a read can return: vnet header plus a 64 KiB super-packet.
 const SLOT: usize = VNET_HDR_LEN + 65_536 + 512;
@@ -71,6 +80,7 @@ pub(crate) struct Relay {
     thread: Option<JoinHandle<()>>,
     counters: [Arc<Counters>; 2],
     final_cpu_ns: Arc<AtomicU64>,
+    timing: Arc<Timing>,
     started: Instant,
 }
 
@@ -113,12 +123,14 @@ impl Relay {
             ),
         ];
         let final_cpu_ns = Arc::new(AtomicU64::new(0));
+        let timing = Arc::new(Timing::default());
         let worker = Worker {
             pumps,
             stop: stop.clone(),
             coalesce: coalesce_interval(server_to_client, client_to_server),
             realtime,
             final_cpu_ns: final_cpu_ns.clone(),
+            timing: Arc::clone(&timing),
         };
         let thread = std::thread::Builder::new()
             .name("lab-relay".into())
@@ -132,6 +144,7 @@ impl Relay {
             thread: Some(thread),
             counters,
             final_cpu_ns,
+            timing,
             started: Instant::now(),
         })
     }
@@ -151,6 +164,8 @@ impl Relay {
             client_to_server: self.counters[1].snapshot(),
             cpu_time,
             elapsed: self.started.elapsed(),
+            late_wakeups: self.timing.late_wakeups.load(Relaxed),
+            worst_late: Duration::from_nanos(self.timing.worst_late_ns.load(Relaxed)),
         }
     }
 
@@ -206,6 +221,28 @@ struct Worker {
     coalesce: u64,
     realtime: bool,
     final_cpu_ns: Arc<AtomicU64>,
+    timing: Arc<Timing>,
+}
+
+/// After a coalescing sleep from `from` to `to` (ns) that was to last `g`: how far past the
+/// wake-up to deliver now, and the arrival stamp of packets read now. Both are half the
+/// sleep, centring each stage's error on zero, but never more than `g / 2`: an overrun only
+/// makes packets late, never early (see the module's notes).
+fn after_sleep(from: u64, to: u64, g: u64) -> (u64, u64) {
+    let half = (to.saturating_sub(from) / 2).min(g / 2);
+    (half, to.saturating_sub(half))
+}
+
+/// The arrival stamp of a packet read at `now`. After a coalescing sleep, `after` holds the
+/// stamp [`after_sleep`] gave and the most a stamp may lie before its read (`G/2`): a read
+/// that comes long after the sleep ended (the host stalled the thread between reads, or the
+/// deliveries before it ran the receiving stack for a while) must not take a stamp from
+/// before the stall. A ping through a 50 ms link came back in 36 ms while that happened.
+fn arrival_stamp(after: Option<(u64, u64)>, now: u64) -> u64 {
+    match after {
+        Some((stamp, max_early)) => stamp.max(now.saturating_sub(max_early)),
+        None => now,
+    }
 }
 
 impl Worker {
@@ -238,7 +275,10 @@ impl Worker {
             // After a coalescing sleep, deliver what falls due in the first half of the next
             // interval now, and stamp arrivals in the middle of the sleep.
             let (horizon, stamp) = match slept {
-                Some((from, to)) => (woke + (to - from) / 2, Some(from + (to - from) / 2)),
+                Some((from, to)) => {
+                    let (ahead, stamp) = after_sleep(from, to, g);
+                    (woke + ahead, Some((stamp, g / 2)))
+                }
                 None => (woke, None),
             };
             let mut worked = false;
@@ -262,7 +302,9 @@ impl Worker {
                 if self.wait(woke + g - now, false).stop {
                     break;
                 }
-                slept = Some((now, now_ns()));
+                let to = now_ns();
+                self.timing.note_sleep(to.saturating_sub(now), g);
+                slept = Some((now, to));
                 continue;
             }
             slept = None;
@@ -408,8 +450,8 @@ impl Pump {
     }
 
     /// Reads up to [`READ_BATCH`] packets, delivering due ones in between. Arrivals are stamped
-    /// `stamp`, or the time of the read without one. `Err` when the device failed.
-    fn read_batch(&mut self, stamp: Option<u64>, horizon: u64) -> Result<usize, ()> {
+    /// as [`arrival_stamp`] says. `Err` when the device failed.
+    fn read_batch(&mut self, stamp: Option<(u64, u64)>, horizon: u64) -> Result<usize, ()> {
         let mut n = 0;
         while n < READ_BATCH {
             match self.read_one(stamp) {
@@ -422,7 +464,7 @@ impl Pump {
         Ok(n)
     }
 
-    fn read_one(&mut self, stamp: Option<u64>) -> ReadOutcome {
+    fn read_one(&mut self, stamp: Option<(u64, u64)>) -> ReadOutcome {
         let fd = self.input.as_raw_fd();
         let Some(off) = self.ring.reserve(SLOT) else {
             // The store is full: drain one packet so the device does not stall, and drop it.
@@ -441,7 +483,7 @@ impl Pump {
             Err(e) => return read_failed(e),
         };
         bump(&self.counters.reads, 1);
-        self.handle_packet(off, n, stamp.unwrap_or_else(now_ns));
+        self.handle_packet(off, n, arrival_stamp(stamp, now_ns()));
         ReadOutcome::Packet
     }
 
@@ -660,4 +702,49 @@ fn read_into(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
 fn read_failed(e: io::Error) -> ReadOutcome {
     tracing::warn!(error = %e, "reading from tun failed; relay direction stops");
     ReadOutcome::Failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{after_sleep, arrival_stamp};
+
+    const G: u64 = 500_000;
+
+    #[test]
+    fn a_sleep_as_asked_centres_the_error() {
+        // Slept G: deliver G/2 ahead, stamp arrivals in the middle.
+        assert_eq!(
+            after_sleep(1_000_000, 1_000_000 + G, G),
+            (G / 2, 1_000_000 + G / 2)
+        );
+        // A short sleep: half of it, both ways.
+        assert_eq!(after_sleep(1_000_000, 1_100_000, G), (50_000, 1_050_000));
+    }
+
+    #[test]
+    fn an_overrun_is_never_more_than_half_the_interval_early() {
+        // Asked for 0.5 ms, slept 43 ms: a packet that came just before the wake-up is
+        // stamped at most G/2 before it, and nothing due later than G/2 from now goes now.
+        let (from, to) = (10_000_000, 53_000_000);
+        let (ahead, stamp) = after_sleep(from, to, G);
+        assert_eq!(ahead, G / 2);
+        assert_eq!(stamp, to - G / 2);
+    }
+
+    #[test]
+    fn a_clock_that_did_not_move_gives_no_correction() {
+        assert_eq!(after_sleep(7, 7, G), (0, 7));
+        assert_eq!(after_sleep(9, 7, G), (0, 7));
+    }
+
+    #[test]
+    fn a_read_long_after_the_sleep_is_stamped_near_the_read() {
+        let after = Some((1_000_000, G / 2));
+        // Right after the sleep: the sleep's stamp.
+        assert_eq!(arrival_stamp(after, 1_100_000), 1_000_000);
+        // 20 ms later (the thread was stalled): at most G/2 before the read.
+        assert_eq!(arrival_stamp(after, 21_000_000), 21_000_000 - G / 2);
+        // No sleep before: the read's own time.
+        assert_eq!(arrival_stamp(None, 5), 5);
+    }
 }

@@ -44,6 +44,13 @@ pub struct RelayStats {
     pub cpu_time: Duration,
     /// Wall time since the relay started.
     pub elapsed: Duration,
+    /// Coalescing sleeps that lasted more than twice the interval asked for: the host did not
+    /// run the relay thread in time. Packets waiting then were delivered late (up to
+    /// `worst_late`), never early; a count that is not small next to the run's length says the
+    /// link's delays were longer than configured for part of it.
+    pub late_wakeups: u64,
+    /// The longest such overrun beyond the interval asked for.
+    pub worst_late: Duration,
 }
 
 impl RelayStats {
@@ -55,6 +62,26 @@ impl RelayStats {
             return 0.0;
         }
         self.cpu_time.saturating_sub(earlier.cpu_time).as_secs_f64() / wall
+    }
+}
+
+/// The relay thread's own timing, for [`RelayStats::late_wakeups`].
+#[derive(Debug, Default)]
+pub(crate) struct Timing {
+    pub(crate) late_wakeups: AtomicU64,
+    pub(crate) worst_late_ns: AtomicU64,
+}
+
+impl Timing {
+    /// A coalescing sleep of `slept` ns was to last `asked`.
+    pub(crate) fn note_sleep(&self, slept: u64, asked: u64) {
+        if slept > 2 * asked {
+            bump(&self.late_wakeups, 1);
+            let late = slept - asked;
+            if late > self.worst_late_ns.load(Relaxed) {
+                self.worst_late_ns.store(late, Relaxed);
+            }
+        }
     }
 }
 

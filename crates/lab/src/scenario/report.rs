@@ -46,6 +46,9 @@ pub struct RunRecord {
     pub server_cpu_s: Option<f64>,
     /// The relay's share of one core during the run.
     pub relay_cpu: f64,
+    /// Relay wake-ups the host delayed during the run ([`crate::RelayStats::late_wakeups`]):
+    /// packets were late then, never early.
+    pub relay_late_wakeups: u64,
     /// Retransmissions the tool reports (iperf3: sender; xfer: its own sockets).
     pub retransmits: Option<u64>,
     /// Wire packets the emulated link dropped server-to-client (full queue, random loss):
@@ -307,7 +310,7 @@ impl Results {
                 };
                 let _ = writeln!(
                     s,
-                    "| {}{rep} | {good} | {frac} | {} | {:.1} | {} | {:.0}% | {} | {}/{} |",
+                    "| {}{rep} | {good} | {frac} | {} | {:.1} | {} | {:.0}%{} | {} | {}/{} |",
                     r.case,
                     r.seconds
                         .map(|v| format!("{v:.1}"))
@@ -317,6 +320,10 @@ impl Results {
                         .map(|v| format!("{v:.1}"))
                         .unwrap_or_else(|| "-".into()),
                     r.relay_cpu * 100.0,
+                    match r.relay_late_wakeups {
+                        0 => String::new(),
+                        n => format!(", {n} late"),
+                    },
                     r.retransmits
                         .map(|v| v.to_string())
                         .unwrap_or_else(|| "-".into()),
@@ -360,7 +367,7 @@ impl Results {
     /// CSV, one line per run, with a header.
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,retransmits,link_drops_queue,link_drops_loss,link_packets,transport_rtt_ms,command\n",
+            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,relay_late_wakeups,retransmits,link_drops_queue,link_drops_loss,link_packets,transport_rtt_ms,command\n",
         );
         let opt = |v: Option<String>| v.unwrap_or_default();
         for r in &self.runs {
@@ -391,6 +398,7 @@ impl Results {
                 format!("{:.3}", r.client_cpu_s),
                 opt(r.server_cpu_s.map(|v| format!("{v:.3}"))),
                 format!("{:.4}", r.relay_cpu),
+                r.relay_late_wakeups.to_string(),
                 opt(r.retransmits.map(|v| v.to_string())),
                 r.link_drops_queue.to_string(),
                 r.link_drops_loss.to_string(),
@@ -458,6 +466,7 @@ pub(crate) mod tests {
             client_cpu_s: 3.0,
             server_cpu_s: Some(2.0),
             relay_cpu: 0.2,
+            relay_late_wakeups: 0,
             retransmits: Some(0),
             link_drops_queue: 5,
             link_drops_loss: 0,

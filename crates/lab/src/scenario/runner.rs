@@ -417,6 +417,7 @@ fn run_case(
         client_cpu_s: finished.cpu.as_secs_f64(),
         server_cpu_s: server_cpu,
         relay_cpu: relay_after.cpu_fraction_since(&relay_before),
+        relay_late_wakeups: relay_after.late_wakeups - relay_before.late_wakeups,
         retransmits: outcome.retransmits,
         link_drops_queue: s2c.packets_dropped_queue - s2c_before.packets_dropped_queue,
         link_drops_loss: s2c.packets_dropped_loss - s2c_before.packets_dropped_loss,
