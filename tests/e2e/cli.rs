@@ -55,15 +55,17 @@ async fn existing_destination_exits_5_untouched() -> TestResult {
     Ok(())
 }
 
+/// A SHA-256 (hex) that differs from `real` in its last digit.
+fn another_digest(real: &str) -> String {
+    let last = if real.ends_with('0') { "1" } else { "0" };
+    format!("{}{last}", &real[..real.len() - 1])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_expected_sha256_exits_4_without_dest() -> TestResult {
     let fx = Fixture::start(Proto::Quic).await?;
     let real = write_random_file(&fx.root().join("b.bin"), 3_000_000, 4)?;
-    let wrong = format!(
-        "{}{}",
-        &real[..63],
-        if real.ends_with('0') { "1" } else { "0" }
-    );
+    let wrong = another_digest(&real);
     let dest = fx.out().join("b.bin");
     let out = run_xfer(args(
         &fx,
@@ -90,11 +92,7 @@ async fn wrong_expected_sha256_exits_4_without_dest() -> TestResult {
 async fn a_declared_digest_other_than_the_expected_one_exits_4_before_writing() -> TestResult {
     let fx = Fixture::start(Proto::Http1Tls).await?;
     let real = write_random_file(&fx.root().join("c.bin"), 3_000_000, 5)?;
-    let wrong = format!(
-        "{}{}",
-        &real[..63],
-        if real.ends_with('0') { "1" } else { "0" }
-    );
+    let wrong = another_digest(&real);
     let mut declared = false;
     // The first request starts the server's background hash; a few more find it done.
     for attempt in 0..50 {
