@@ -84,12 +84,14 @@ run() {
     if [[ "${TIMELINE:-0}" == 1 ]]; then
         ip netns exec "$CLI" bash -c "while :; do echo \$(date +%s.%N) \$(cat /sys/class/net/$CLI_IF/statistics/rx_bytes); sleep 0.02; done" >"$WORK/timeline" &
         sampler=$!
+        PIDS+=("$sampler")
     fi
     local ss_sampler=
     if [[ -n "${SS_KEEP:-}" && -n "$label" ]]; then
         mkdir -p "$SS_KEEP"
         ip netns exec "$SRV" bash -c "while :; do echo \"@ \$(date +%s.%N)\"; ss -tinH state established '( sport = :${PORT[$server]} )'; sleep 0.05; done" >"$SS_KEEP/${label// /_}.ss" &
         ss_sampler=$!
+        PIDS+=("$ss_sampler")
     fi
     c0=$(cpu_of "$pid")
     t0=$(date +%s.%N)
