@@ -86,16 +86,21 @@ async fn the_only_source_with_the_wrong_digest_is_an_error() {
         .unwrap_err();
     assert!(err.to_string().contains("cannot stat"), "{err}");
     assert!(
-        matches!(
-            err,
-            GetError::Stat {
-                source: TransferError::NotExpectedDigest { .. },
-                ..
-            }
-        ),
+        not_expected_digest(&err),
         "a verification failure, not a failed stat: {err:?}"
     );
     assert!(a.requests().is_empty());
+}
+
+/// The failure of a source that declares a digest other than the expected one.
+fn not_expected_digest(err: &GetError) -> bool {
+    matches!(
+        err,
+        GetError::Stat {
+            source: TransferError::NotExpectedDigest { .. },
+            ..
+        }
+    )
 }
 
 #[tokio::test]
@@ -111,16 +116,7 @@ async fn sources_that_all_hold_another_file_are_a_verification_failure() {
     let err = fetch(multi, &dir.path().join("f"), config())
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            GetError::Stat {
-                source: TransferError::NotExpectedDigest { .. },
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(not_expected_digest(&err), "{err:?}");
 }
 
 #[tokio::test]
