@@ -172,7 +172,7 @@ pub struct ClientArgs {
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub h2_send_buffer: Option<u64>,
     /// HTTP/2 without -c: connections to spread the lanes over once the connection in use
-    /// has seen loss (1: never). Default 4.
+    /// has seen loss (1: never). Default 8.
     #[arg(long, value_name = "N")]
     pub h2_loss_connections: Option<usize>,
 

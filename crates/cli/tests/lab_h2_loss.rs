@@ -67,8 +67,8 @@ fn http2_spreads_over_more_connections_once_loss_is_seen() {
     let (n, ooo) = connections(&get(&lab, addr, &out, &[]));
     assert!(ooo > 0, "0.5% loss but no out-of-order packet counted");
     assert_eq!(
-        n, 4,
-        "the default layout spreads over 4 connections under loss"
+        n, 8,
+        "the default layout spreads over 8 connections under loss"
     );
 
     let (n, ooo) = connections(&get(&lab, addr, &out, &["--h2-loss-connections", "3"]));

@@ -472,9 +472,11 @@ pub trait Transport: Send + Sync {
     /// should by default ([`crate::get::GetConfig::request_ahead`]). `Some(true)`: yes, one
     /// more stream on a connection already open, or a request pipelined on it (HTTP/1.1).
     /// `Some(false)`: possible but not by default (a transport whose protocol is not settled
-    /// until a connection's handshake). `None`: never, because the next bodies could starve the current ones: on a shared
-    /// connection whose window is smaller than two stream windows per lane, unread next
-    /// bodies may take the whole connection window and stall the bodies being read.
+    /// until a connection's handshake). `None`: never, because the next bodies could starve
+    /// the current ones: on a shared connection whose window is smaller than two stream
+    /// windows per lane, unread next bodies may take the whole connection window and stall
+    /// the bodies being read. Asked before each request: the answer may change as a transfer
+    /// changes how many lanes share a connection.
     fn request_ahead(&self) -> Option<bool> {
         Some(true)
     }

@@ -85,8 +85,9 @@ pub(super) struct LaneContext {
     pub check_chunks: bool,
     /// One request for the whole resource (the server ignores ranges).
     pub whole: bool,
-    /// Request the next chunk before the current body ends (see [`LaneEvent::Ahead`]).
-    pub ahead: bool,
+    /// Whether to request the next chunk before the current body ends (see
+    /// [`LaneEvent::Ahead`]).
+    pub ahead: Ahead,
     pub write_batch: usize,
     pub writer: mpsc::Sender<WriteOp>,
     pub progress: Progress,
@@ -99,7 +100,26 @@ pub(super) struct LaneContext {
     pub latency_ns: std::sync::atomic::AtomicU64,
 }
 
+/// Who decides whether lanes request ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ahead {
+    /// The user did: always, or never.
+    Fixed(bool),
+    /// The transport, asked before each request: whether it has the room can change during a
+    /// transfer (HTTP/2 spreading its lanes over more connections leaves fewer streams to
+    /// share each connection's window).
+    Transport,
+}
+
 impl LaneContext {
+    /// Whether a request starting now may send its successor ahead.
+    fn ahead(&self) -> bool {
+        match self.ahead {
+            Ahead::Fixed(on) => on,
+            Ahead::Transport => self.transport.request_ahead() == Some(true),
+        }
+    }
+
     fn note_latency(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1);
         self.latency_ns
@@ -210,7 +230,7 @@ pub(super) async fn run(
                     None
                 };
                 let mut conn = spare.pop();
-                if ctx.ahead && current.is_none() && spare.is_empty() {
+                if ctx.ahead() && current.is_none() && spare.is_empty() {
                     // The request sent ahead rides this connection when it can (pipelined):
                     // the lane is opened here, not in the attempt, so its twin can stay in
                     // `spare` for that request; both return there afterwards.
@@ -544,7 +564,7 @@ async fn fetch(
         }
     }
     let started = Instant::now();
-    let mut ahead = (ctx.ahead && !ctx.whole).then_some(AheadClock {
+    let mut ahead = (ctx.ahead() && !ctx.whole).then_some(AheadClock {
         latency,
         first_byte: None,
     });

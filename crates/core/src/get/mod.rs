@@ -121,9 +121,9 @@ pub struct GetConfig {
     /// Send each lane's next request before its current body ends, on another stream
     /// (HTTP/2, QUIC) or pipelined on the lane's connection (HTTP/1.1), so no lane idles a
     /// round trip between chunks. `None` (default) takes the transport's choice
-    /// ([`Transport::request_ahead`]: on for HTTP/1.1, and for HTTP/2 and QUIC when their
-    /// connection window holds two stream windows per lane); never where the windows are too
-    /// small.
+    /// ([`Transport::request_ahead`], asked again before each request: on for HTTP/1.1, and
+    /// for HTTP/2 and QUIC when their connection window holds two stream windows per lane
+    /// sharing it); never where the windows are too small.
     pub request_ahead: Option<bool>,
     /// Cut the last [`crate::plan::TAPER_CHUNKS`] chunks' worth of a file of at least twice
     /// that into pieces of a half, a quarter and an eighth of `chunk_size`, so that the lanes
@@ -585,12 +585,13 @@ impl Download {
             check_chunks,
             whole: !info.accepts_ranges,
             ahead: match (self.transport.request_ahead(), cfg.request_ahead) {
-                (Some(default), asked) => asked.unwrap_or(default),
+                (Some(_), Some(asked)) => lane::Ahead::Fixed(asked),
                 (None, Some(true)) => {
                     tracing::warn!("request ahead needs a connection window of at least two stream windows per lane; not sending requests ahead");
-                    false
+                    lane::Ahead::Fixed(false)
                 }
-                (None, _) => false,
+                (_, Some(false)) => lane::Ahead::Fixed(false),
+                (_, None) => lane::Ahead::Transport,
             },
             write_batch: cfg.write_batch,
             writer: writer.tx.clone(),

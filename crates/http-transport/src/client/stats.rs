@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -276,16 +277,25 @@ impl StatsRegistry {
 
 impl StatsRegistry {
     /// Out-of-order packets received so far on the sockets filed under `indices`, open or
-    /// closed (0 where the kernel does not count them).
-    pub fn out_of_order(&self, indices: std::ops::Range<usize>) -> u64 {
+    /// closed (0 where the kernel does not count them), and the smallest RTT any of them has
+    /// seen.
+    pub fn out_of_order(&self, indices: std::ops::Range<usize>) -> (u64, Option<Duration>) {
         let all = lock(&self.by_index);
-        all.iter()
+        let snapshots: Vec<_> = all
+            .iter()
             .skip(indices.start)
             .take(indices.len())
             .flatten()
             .filter_map(|rec| lock(rec).snapshot())
-            .filter_map(|s| s.rcv_ooopack)
-            .sum()
+            .collect();
+        let count = snapshots.iter().filter_map(|s| s.rcv_ooopack).sum();
+        let rtt = snapshots
+            .iter()
+            .filter_map(|s| s.min_rtt_us)
+            .filter(|&us| us > 0)
+            .min()
+            .map(Duration::from_micros);
+        (count, rtt)
     }
 }
 

@@ -209,8 +209,8 @@ impl Inner {
         if self.mode() != Some(Mode::H2) || !spread.armed() {
             return;
         }
-        let count = self.pool.stats.out_of_order(0..spread.active());
-        if spread.observe(count, std::time::Instant::now()) {
+        let (count, rtt) = self.pool.stats.out_of_order(0..spread.active());
+        if spread.observe(count, rtt, std::time::Instant::now()) {
             tracing::info!(
                 connections = spread.active(),
                 out_of_order_packets = count,
@@ -720,7 +720,9 @@ impl Transport for HttpTransport {
         match self.inner.mode() {
             Some(Mode::H2) => {
                 let h2 = &self.inner.cfg.http2;
-                let lanes = self.inner.cfg.layout(Mode::H2).streams_per_connection as u64;
+                // The layout in use: once loss spreads the lanes, each connection's window is
+                // shared by fewer of them.
+                let lanes = self.inner.h2_layout().streams_per_connection as u64;
                 // An adaptive window keeps the connection's no larger than a stream's.
                 let room =
                     !h2.adaptive_window && h2.connection_window >= 2 * lanes * h2.stream_window;
@@ -754,5 +756,34 @@ impl Transport for HttpTransport {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use xfer_core::transport::Transport;
+
+    use super::*;
+    use crate::config::HttpVersion;
+
+    #[test]
+    fn http2_requests_ahead_once_loss_has_spread_its_lanes() -> Result<(), TransferError> {
+        let cfg = HttpClientConfig {
+            version: HttpVersion::Http2,
+            ..HttpClientConfig::default()
+        };
+        let t = HttpTransport::new("https://localhost:1/file", cfg)?;
+        // 8 lanes on one connection: next bodies could take its whole 64 MiB window.
+        assert_eq!(t.request_ahead(), None);
+        let (t0, rtt) = (Instant::now(), Some(Duration::from_millis(100)));
+        let spread = &t.inner.pool.spread;
+        assert!(!spread.observe(1, rtt, t0));
+        assert!(spread.observe(2, rtt, t0 + Duration::from_secs(1)));
+        // One lane per connection now: its window holds two streams' worth.
+        assert_eq!(t.inner.h2_layout().streams_per_connection, 1);
+        assert_eq!(t.request_ahead(), Some(true));
+        Ok(())
     }
 }
