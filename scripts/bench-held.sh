@@ -5,7 +5,8 @@
 # that make two separate `xfer lab run`s hard to compare.
 #
 # Usage: sudo scripts/bench-held.sh SPEC...
-#   SPEC      "label|server|scheme|get flags": server a or b, scheme https or quic, e.g.
+#   SPEC      "label|server|scheme|get flags[|client]": server a or b, scheme https or quic,
+#             client a (XFER, the default) or b (XFER_CLIENT_B), e.g.
 #             "ack9|a|quic|" "ackoff|b|quic|"  or  "kept|a|https|" "every|a|https|--check-every-chunk"
 #   SERVE_A, SERVE_B   extra `xfer serve` flags of the two servers (default none)
 #   RTT_MS=100  RATE_MBIT=1000  PROFILE=stock (or tuned)  SIZE=2147483648 (bytes)
@@ -14,6 +15,8 @@
 #               (its Repr-Digest known) and have the path saved, as a long-running server has
 #   XFER=path   (default: builds target/release/xfer)
 #   XFER_B=path the binary server b runs (default: XFER), to compare two builds' servers
+#   XFER_CLIENT_B=path  the binary `xfer get` runs for specs whose client is b, to compare
+#               two builds' clients
 #   TIMELINE=1  also sample the client's interface every 20 ms and print where the time went:
 #               the first 64 KiB, the ramp (time to 20% beyond what the 20-80% rate needs), the
 #               tail (80% to the last byte, likewise) and the exit after the last byte
@@ -75,9 +78,13 @@ cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 CLI_IF=$(ip netns exec "$CLI" ls /sys/class/net | grep -vx lo | head -n1)
 TICK=$(getconf CLK_TCK)
 
-# run LABEL SERVER SCHEME FLAGS: one download; prints its row unless LABEL is empty.
+# run LABEL SERVER SCHEME FLAGS [CLIENT]: one download; prints its row unless LABEL is empty.
 run() {
     local label=$1 server=$2 scheme=$3 flags=$4 pid=${SERVER_PID[$2]}
+    local client_bin=$XFER
+    if [[ "${5:-a}" == b ]]; then
+        client_bin=${XFER_CLIENT_B:?"$label: client b needs XFER_CLIENT_B"}
+    fi
     local url="$scheme://$SRV_ADDR:${PORT[$server]}/f.bin"
     local c0 c1 t0 t1
     local sampler=
@@ -96,7 +103,7 @@ run() {
     c0=$(cpu_of "$pid")
     t0=$(date +%s.%N)
     # shellcheck disable=SC2086 # the flags are words
-    ip netns exec "$CLI" /usr/bin/time -f "%U %S" -o "$WORK/time" "$XFER" get "$url" \
+    ip netns exec "$CLI" /usr/bin/time -f "%U %S" -o "$WORK/time" "$client_bin" get "$url" \
         -o "$WORK/out" --overwrite --quiet --ca-cert "$WORK/cert/cert.pem" $flags \
         2>"$WORK/get.err" || { echo "$label: xfer get failed:" >&2; cat "$WORK/get.err" >&2; exit 1; }
     t1=$(date +%s.%N)
@@ -155,9 +162,10 @@ if [[ "$WARM" == 1 ]]; then
     done
 fi
 for spec in "$@"; do
-    IFS='|' read -r label server scheme flags <<<"$spec"
+    IFS='|' read -r label server scheme flags client <<<"$spec"
     [[ "$server" == a || "$server" == b ]] || { echo "$spec: server must be a or b" >&2; exit 2; }
-    run "$label" "$server" "$scheme" "$flags"
+    [[ "${client:-a}" == a || "$client" == b ]] || { echo "$spec: client must be a or b" >&2; exit 2; }
+    run "$label" "$server" "$scheme" "$flags" "${client:-a}"
 done
 lab_hold_stop
 # The emulator's timing: wake-ups the host delayed, when packets were late (never early).

@@ -144,7 +144,7 @@ pub struct ClientArgs {
     pub no_tcp_fastopen: bool,
     /// Do not cap the receive windows of a transfer's TCP connections (by default, once a
     /// queue stands at the bottleneck of a path of 5 ms or more, together they may hold 5/4 of
-    /// goodput x RTT, so that several senders do not overflow it).
+    /// goodput x RTT, so that the senders, or one in its startup, do not overflow it).
     #[arg(long)]
     pub no_window_cap: bool,
     /// Do not send reads as TLS 1.3 early data over TCP (by default a connection that resumes
