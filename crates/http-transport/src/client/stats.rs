@@ -279,7 +279,7 @@ impl StatsRegistry {
     /// Out-of-order packets received so far on the sockets filed under `indices`, open or
     /// closed (0 where the kernel does not count them), and the smallest RTT any of them has
     /// seen.
-    pub fn out_of_order(&self, indices: std::ops::Range<usize>) -> (u64, Option<Duration>) {
+    pub fn loss_signal(&self, indices: std::ops::Range<usize>) -> (u64, Option<Duration>) {
         let all = lock(&self.by_index);
         let snapshots: Vec<_> = all
             .iter()

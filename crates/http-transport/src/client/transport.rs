@@ -209,7 +209,7 @@ impl Inner {
         if self.mode() != Some(Mode::H2) || !spread.armed() {
             return;
         }
-        let (count, rtt) = self.pool.stats.out_of_order(0..spread.active());
+        let (count, rtt) = self.pool.stats.loss_signal(0..spread.active());
         if spread.observe(count, rtt, std::time::Instant::now()) {
             tracing::info!(
                 connections = spread.active(),
