@@ -24,6 +24,8 @@
 #               and keep them as DIR/LABEL.ss: what its congestion control saw
 #   TIMELINE_KEEP=DIR  keep each command's samples as DIR/LABEL.timeline (seconds since the
 #               command's start, bytes received), for a closer look at the ramp
+#   LOG_KEEP=DIR  keep the two servers' logs as DIR/serve-a.log and DIR/serve-b.log (set
+#               RUST_LOG, e.g. xfer_quic::resume=debug, for what their controllers did)
 #
 # Prints, per command: goodput over the whole command (start-up and verification included),
 # its seconds, the client's CPU seconds (user + sys) and the server's (utime + stime of the
@@ -168,5 +170,9 @@ for spec in "$@"; do
     run "$label" "$server" "$scheme" "$flags" "${client:-a}"
 done
 lab_hold_stop
+if [[ -n "${LOG_KEEP:-}" ]]; then
+    mkdir -p "$LOG_KEEP"
+    cp "$WORK"/serve-a.log "$WORK"/serve-b.log "$LOG_KEEP"/
+fi
 # The emulator's timing: wake-ups the host delayed, when packets were late (never early).
 sed -n 's/.*late_wakeups: \([0-9]*\), worst_late: \([^ }]*\).*/# relay: \1 late wake-ups, the worst \2 late/p' "$WORK/lab.err"

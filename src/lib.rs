@@ -188,9 +188,11 @@ pub async fn download(
     get: GetConfig,
 ) -> Result<Report, Error> {
     let transport = transport_for(url, client)?;
-    Ok(Download::new(transport, url, dest.as_ref(), get)
+    let result = Download::new(transport.clone(), url, dest.as_ref(), get)
         .run()
-        .await?)
+        .await;
+    transport.close().await;
+    Ok(result?)
 }
 
 /// One transport over every URL in `urls` (at most [`MAX_SOURCES`]), each chosen by its
@@ -236,9 +238,12 @@ pub async fn download_from(
 ) -> Result<Report, Error> {
     let multi = sources_transport(urls, client, get.expect_sha256, true)?;
     let first = urls.first().copied().unwrap_or_default();
-    Ok(Download::new(Arc::new(multi), first, dest.as_ref(), get)
+    let multi = Arc::new(multi);
+    let result = Download::new(multi.clone(), first, dest.as_ref(), get)
         .run()
-        .await?)
+        .await;
+    multi.close().await;
+    Ok(result?)
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         let dest = fetched.join(format!("data-{i}.bin"));
         let transport = xfer::transport_for(&url, &client)?;
         let download = xfer::Download::new(
-            transport,
+            transport.clone(),
             &url,
             &dest,
             GetConfig {
@@ -107,10 +107,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             },
         );
         let display = Display::start(download.progress(), false);
-        let report = download
-            .run()
-            .await
-            .with_context(|| format!("fetching {url}"))?;
+        let result = download.run().await;
+        transport.close().await;
+        let report = result.with_context(|| format!("fetching {url}"))?;
         display.finish();
         let ok = report.sha256.as_deref() == Some(want.to_hex().as_str());
         failed |= !ok;

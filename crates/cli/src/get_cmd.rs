@@ -238,14 +238,16 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
     if urls.len() > xfer::MAX_SOURCES {
         return Err(UsageError(format!("at most {} sources", xfer::MAX_SOURCES)).into());
     }
-    let transport =
+    let transport = Arc::new(
         xfer::sources_transport(&urls, &client, config.expect_sha256, !args.no_duplicates)
-            .map_err(xfer::Error::from)?;
-    let download = Download::new(Arc::new(transport), &args.url, &dest, config);
+            .map_err(xfer::Error::from)?,
+    );
+    let download = Download::new(transport.clone(), &args.url, &dest, config);
     let display = Display::start(download.progress(), args.quiet || args.json);
     let ctrl_c = crate::interrupt::ctrl_c();
     let progress = download.progress();
     let result = download.run_until(ctrl_c).await;
+    xfer::Transport::close(&*transport).await;
     display.finish();
     let report = match result {
         Ok(report) => report,

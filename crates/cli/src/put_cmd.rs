@@ -70,11 +70,12 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     }
     let url = target_url(&args.url, &args.file)?;
     let transport = xfer::transport_for(&url, &client).map_err(xfer::Error::from)?;
-    let upload = Upload::new(transport, &args.file, &url, config);
+    let upload = Upload::new(transport.clone(), &args.file, &url, config);
     let display = Display::start(upload.progress(), args.quiet || args.json);
     let ctrl_c = crate::interrupt::ctrl_c();
     let progress = upload.progress();
     let result = upload.run_until(ctrl_c).await;
+    transport.close().await;
     display.finish();
     let report = match result {
         Ok(r) => r,
@@ -140,10 +141,11 @@ async fn run_tree(
         put,
         max_files: args.files.max(1),
     };
-    let report = TreeUpload::new(transport, &args.file, &root_url, config)
+    let result = TreeUpload::new(transport.clone(), &args.file, &root_url, config)
         .run()
-        .await
-        .with_context(|| format!("xfer put {} {root_url}", args.file.display()))?;
+        .await;
+    transport.close().await;
+    let report = result.with_context(|| format!("xfer put {} {root_url}", args.file.display()))?;
     // The worst failure decides: local problems over verification over the remote.
     let code = report
         .failed

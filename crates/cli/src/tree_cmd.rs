@@ -81,10 +81,11 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         ..TreeConfig::default()
     };
     let transport = xfer::transport_for(&root_url, &client).map_err(xfer::Error::from)?;
-    let tree = TreeDownload::new(transport, &root_url, &dest, config);
+    let tree = TreeDownload::new(transport.clone(), &root_url, &dest, config);
     let display = crate::tree_progress::start(tree.progress(), args.quiet || args.json);
     let ctrl_c = crate::interrupt::ctrl_c();
     let result = tree.run_until(ctrl_c).await;
+    transport.close().await;
     display.finish();
     let (report, code) = match result {
         Ok(report) => {

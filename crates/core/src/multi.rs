@@ -872,6 +872,16 @@ impl Transport for MultiSource {
         (per * usable.len().max(1)).clamp(1, MAX_DEFAULT_LANES.max(per))
     }
 
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mut closing = tokio::task::JoinSet::new();
+            for (_, transport) in self.transports() {
+                closing.spawn(async move { transport.close().await });
+            }
+            while closing.join_next().await.is_some() {}
+        })
+    }
+
     fn source_reports(&self) -> Vec<SourceReport> {
         let pool = self.lock();
         if pool.sources.len() < 2 {

@@ -522,6 +522,17 @@ pub trait Transport: Send + Sync {
             self.protocol()
         )))
     }
+
+    /// Close the connections, and with them those of every [`Transport::sibling`], telling
+    /// the peers: call it once done with all of them, before the process exits. A peer that
+    /// is not told waits out its idle timeout (30 s for QUIC) with the connection counted
+    /// as open; an xfer server divides a returning client's Careful Resume jump among its
+    /// open connections, so a stale one shrinks the next command's start. Waits a moment
+    /// at most for the goodbye to leave. Lanes opened later connect again. The default does
+    /// nothing: TCP's kernel sends its FIN even after the process has exited.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// What one connection saw, as far as the OS or the QUIC stack tells.

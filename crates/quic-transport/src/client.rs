@@ -151,7 +151,7 @@ struct Slot {
 #[derive(Clone)]
 struct Live {
     /// Kept so the endpoint (and its socket) lives as long as the connection.
-    _endpoint: Endpoint,
+    endpoint: Endpoint,
     connection: Connection,
     buffers: SocketBuffers,
     /// Round trips the connection cost before a request could go: 1 for a handshake, 0 when
@@ -480,7 +480,7 @@ impl Inner {
                     let _ = done_tx.send(Some(accepted.await));
                 });
                 return Ok(Live {
-                    _endpoint: endpoint,
+                    endpoint,
                     connection,
                     buffers,
                     setup: RoundTrips {
@@ -508,7 +508,7 @@ impl Inner {
         })?;
         let _ = done_tx.send(Some(false));
         Ok(Live {
-            _endpoint: endpoint,
+            endpoint,
             connection,
             buffers,
             setup: RoundTrips {
@@ -680,11 +680,32 @@ impl Inner {
     }
 }
 
+/// A connection told to close, until its CONNECTION_CLOSE has left.
+struct Closing {
+    connection: Connection,
+    sent_before: u64,
+    _endpoint: Endpoint,
+}
+
+impl Closing {
+    fn sent(&self) -> bool {
+        self.connection.stats().udp_tx.datagrams > self.sent_before
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
-        let Some(live) = self.live.get_mut().ok().and_then(|l| l.take()) else {
-            return;
-        };
+        self.close();
+    }
+}
+
+impl Slot {
+    /// Closes the connection, if one is open, telling the server now rather than let it wait
+    /// out its idle timeout: it counts a client's open connections (Careful Resume shares a
+    /// jump among them). The endpoint's driver sends the goodbye: returned is what shows it
+    /// has, the connection with the datagrams it had sent before.
+    fn close(&self) -> Option<Closing> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).take()?;
         let s = live.connection.stats();
         // The receiving side of a download: datagram size reached. (quinn counts received
         // datagrams per packet it handles, not per system call, so its statistics cannot tell
@@ -699,13 +720,14 @@ impl Drop for Slot {
             datagrams_sent = s.udp_tx.datagrams,
             "quic connection done"
         );
-        // Tell the server now rather than let it wait out its idle timeout: it counts a
-        // client's open connections (Careful Resume shares a jump among them).
         live.connection.close(ErrorCode::NoError.varint(), b"done");
+        Some(Closing {
+            sent_before: s.udp_tx.datagrams,
+            connection: live.connection,
+            _endpoint: live.endpoint,
+        })
     }
-}
 
-impl Slot {
     fn alive(&self) -> Option<Live> {
         let live = self.live.lock().ok()?;
         live.as_ref()
@@ -823,6 +845,9 @@ fn refusal(addr: SocketAddr) -> io::Error {
 
 /// The TLS `unknown_ca` alert (RFC 8446 §6.2).
 const UNKNOWN_CA_ALERT: u64 = 48;
+
+/// Longest [`Transport::close`] waits for the endpoints' drivers to send the goodbyes.
+const CLOSE_GRACE: Duration = Duration::from_millis(50);
 
 /// Classify a dead connection: TLS alerts (QUIC crypto errors 0x100-0x1ff) are not retried,
 /// timeouts and everything else are.
@@ -966,6 +991,21 @@ impl Transport for QuicTransport {
                 })
             })
             .collect()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let closing: Vec<Closing> = self.inner.slots.iter().filter_map(Slot::close).collect();
+            // The CONNECTION_CLOSE leaves when the endpoint's driver next runs: within a
+            // millisecond or so, but not before the process exits unless something waits.
+            // quinn tells nobody when it has sent it (`Endpoint::wait_idle` waits for the
+            // connection to drain, 3 PTOs, most of a second on a long path), so its datagram
+            // counter is watched, for a bounded time.
+            let deadline = Instant::now() + CLOSE_GRACE;
+            while !closing.iter().all(Closing::sent) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
     }
 
     fn protocol(&self) -> String {

@@ -81,21 +81,37 @@ async fn start_sharing(dir: &Path, resume: CarefulResume, share: PathShare) -> S
 impl Server {
     /// Downloads the file over one fresh connection and checks every byte.
     async fn download(&self) {
-        let config = QuicClientConfig {
-            tuning: tuning(),
-            tls: ClientTlsOptions {
-                client_identity: None,
-                ca_certs: vec![self.ca.clone()],
-                dangerous_insecure: false,
-            },
-            lanes: LaneLayout {
-                connections: Some(1),
-                streams_per_connection: Some(1),
-            },
-            ..QuicClientConfig::default()
-        };
-        let url = format!("quic://127.0.0.1:{}/data.bin", self.addr.port());
-        let t = QuicTransport::new(&url, config).expect("client");
+        download(&client(self.addr, &self.ca)).await;
+    }
+
+    async fn shutdown(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("server task");
+    }
+}
+
+/// A client of the server at `addr` that opens one connection.
+fn client(addr: SocketAddr, ca: &Path) -> QuicTransport {
+    let config = QuicClientConfig {
+        tuning: tuning(),
+        tls: ClientTlsOptions {
+            client_identity: None,
+            ca_certs: vec![ca.to_path_buf()],
+            dangerous_insecure: false,
+        },
+        lanes: LaneLayout {
+            connections: Some(1),
+            streams_per_connection: Some(1),
+        },
+        ..QuicClientConfig::default()
+    };
+    let url = format!("quic://127.0.0.1:{}/data.bin", addr.port());
+    QuicTransport::new(&url, config).expect("client")
+}
+
+/// Downloads the file and checks every byte.
+async fn download(t: &QuicTransport) {
+    {
         let info = t.stat().await.expect("stat");
         let req = RangeRequest {
             range: 0..info.size,
@@ -112,11 +128,6 @@ impl Server {
         }
         assert_eq!(got.len(), FILE_BYTES);
         assert_eq!(body.trailer_digest(), Some(Sha256Digest::of(&got)));
-    }
-
-    async fn shutdown(self) {
-        let _ = self.stop.send(());
-        self.task.await.expect("server task");
     }
 }
 
@@ -299,6 +310,53 @@ async fn turned_off_it_keeps_no_state() {
         .await;
         assert!(server.cache.is_none());
         server.download().await;
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// The server divides a returning client's jump among that client's open connections, so a
+/// connection it still counts after the client has gone shrinks the next command's start.
+/// The client here runs in a runtime of its own that ends right after the download, as a
+/// process's does at exit: without `Transport::close` its goodbye never left, and the server
+/// counted the connection for its whole idle timeout (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_closes_before_it_exits_is_not_counted_open() {
+    limited(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = start(dir.path(), CarefulResume::default()).await;
+        let cache = server
+            .cache
+            .clone()
+            .expect("careful resume is on by default");
+        let key = xfer_quic::resume::PathKey::of("127.0.0.1:0".parse().expect("the client"));
+        let (addr, ca) = (server.addr, server.ca.clone());
+        let exited = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                let t = client(addr, &ca);
+                download(&t).await;
+                t.close().await;
+            });
+        });
+        tokio::task::spawn_blocking(move || exited.join())
+            .await
+            .expect("join")
+            .expect("the client ran");
+        // A tenth of the idle timeout: a connection the server was told about is gone long
+        // before, one it was not is still counted.
+        let mut open = cache.open_count(key);
+        for _ in 0..300 {
+            if open == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            open = cache.open_count(key);
+        }
+        assert_eq!(open, 0, "the server still counts the client's connection");
         server.shutdown().await;
     })
     .await;

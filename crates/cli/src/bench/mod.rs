@@ -154,6 +154,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let cpu = CpuTimes::now().since(&cpu_start);
     live.finish();
+    for t in &plan.targets {
+        t.transport.close().await;
+    }
 
     let servers = plan
         .targets

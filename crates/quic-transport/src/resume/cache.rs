@@ -187,8 +187,9 @@ impl PathCache {
         }
     }
 
-    /// Open connections to `key`.
-    pub(crate) fn open_count(&self, key: PathKey) -> u64 {
+    /// Connections to `key` open now, as far as the server knows: one whose client went away
+    /// without closing it is counted until the idle timeout.
+    pub fn open_count(&self, key: PathKey) -> u64 {
         let active = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
         active.get(&key).copied().unwrap_or(0)
     }

@@ -78,6 +78,7 @@ impl ControllerFactory for ResumeFactory {
         }
         Box::new(ResumeController {
             inner: self.inner.build(now, current_mtu),
+            srtt: None,
             share_at_peak: 1,
             resume: Resume::new(saved, self.limits, current_mtu),
             meter: PathMeter::default(),
@@ -89,6 +90,8 @@ impl ControllerFactory for ResumeFactory {
 
 struct ResumeController {
     inner: Inner,
+    /// quinn's smoothed RTT at the last acknowledgement, for the log.
+    srtt: Option<std::time::Duration>,
     /// The client's open connections when this one measured its highest rate.
     share_at_peak: u64,
     resume: Resume,
@@ -108,7 +111,9 @@ impl ResumeController {
         match event {
             Event::Jumped { window } => {
                 self.cache.count_jump(window);
-                tracing::debug!(peer = %self.key, window, "careful resume: jump");
+                // quinn paces a window over its smoothed RTT: the jump's rate is 1.25 times
+                // window / srtt.
+                tracing::debug!(peer = %self.key, window, srtt = ?self.srtt, "careful resume: jump");
             }
             Event::Retreated { window } => {
                 self.cache.count_retreat();
@@ -119,7 +124,14 @@ impl ResumeController {
                 tracing::debug!(peer = %self.key, ?current, ?saved, "careful resume: RTT differs from the saved path, no jump");
             }
             other => {
-                tracing::debug!(peer = %self.key, ?other, inner_window = self.inner.get().window(), "careful resume")
+                tracing::debug!(
+                    peer = %self.key,
+                    ?other,
+                    inner_window = self.inner.get().window(),
+                    srtt = ?self.srtt,
+                    resume = ?self.resume,
+                    "careful resume"
+                )
             }
         }
     }
@@ -177,6 +189,7 @@ impl Controller for ResumeController {
         self.inner
             .get_mut()
             .on_ack(now, sent, bytes, app_limited, rtt);
+        self.srtt = Some(rtt.get());
         // Saved as the rate rises, not only at the end: the next connection from the same
         // peer may start before this one has drained.
         if self.meter.on_ack(now, sent, bytes) {
@@ -237,6 +250,7 @@ impl Controller for ResumeController {
     fn clone_box(&self) -> Box<dyn Controller> {
         Box::new(Self {
             inner: self.inner.clone_inner(),
+            srtt: self.srtt,
             share_at_peak: self.share_at_peak,
             resume: self.resume.clone(),
             meter: self.meter.clone(),
