@@ -77,7 +77,7 @@ impl ServeConfig {
             tls,
             quic: true,
             quic_listen: None,
-            quic_tuning: QuicTuning::default(),
+            quic_tuning: QuicTuning::for_server(),
             quic_resume: CarefulResume::default(),
             renew_self_signed: false,
             dangerous_fault: None,

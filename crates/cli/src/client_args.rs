@@ -182,7 +182,8 @@ pub struct ClientArgs {
     /// QUIC per-stream receive window. Default 16MiB.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub quic_stream_window: Option<u64>,
-    /// QUIC connection receive window. Default 64MiB.
+    /// QUIC connection receive window. Default 128MiB: two stream windows per stream, so
+    /// lanes can request ahead (see --request-ahead).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub quic_connection_window: Option<u64>,
     /// QUIC send window. Default 64MiB.

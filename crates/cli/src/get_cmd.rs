@@ -129,8 +129,8 @@ pub struct GetArgs {
     /// Send each lane's next request before its current body ends (`on`) or only after
     /// (`off`). Default: on for HTTP/1.1 (pipelined on the lane's own connection); on for
     /// HTTP/2 and QUIC (another stream) when the connection window holds two stream windows
-    /// per lane sharing it (raise --h2-connection-window or --quic-connection-window; HTTP/2
-    /// checks again once loss spreads its lanes over more connections), never below that.
+    /// per lane sharing it (QUIC's default does; for HTTP/2 raise --h2-connection-window, or
+    /// let loss spread its lanes over more connections), never below that.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub request_ahead: Option<bool>,
     /// Print the final report as JSON on stdout.

@@ -258,7 +258,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.quic = !args.no_quic;
     cfg.quic_listen = args.quic_listen;
     cfg.renew_self_signed = args.new_cert;
-    let mut quic = QuicTuning::default();
+    let mut quic = QuicTuning::for_server();
     if let Some(cc) = args.quic_congestion {
         quic.congestion = cc.into();
     }

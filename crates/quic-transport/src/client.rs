@@ -1389,13 +1389,13 @@ mod tests {
             .expect("valid url and config");
         assert_eq!(t.default_lanes(), 8);
         assert_eq!(t.protocol(), "quic");
-        // 4 lanes of 16 MiB streams on a 64 MiB connection window: unread next bodies could
-        // take it all, so no request goes ahead; with two stream windows per lane, it may.
-        assert_eq!(t.request_ahead(), None);
-        let mut roomy = QuicClientConfig::default();
-        roomy.tuning.connection_receive_window = 128 << 20;
-        let t = QuicTransport::new("quic://127.0.0.1:1/x", roomy).expect("valid url and config");
+        // The default connection window holds two 16 MiB stream windows for each of its 4
+        // lanes, so requests go ahead; on 64 MiB unread next bodies could take it all.
         assert_eq!(t.request_ahead(), Some(true));
         assert!(t.connection_stats().is_empty());
+        let mut tight = QuicClientConfig::default();
+        tight.tuning.connection_receive_window = 64 << 20;
+        let t = QuicTransport::new("quic://127.0.0.1:1/x", tight).expect("valid url and config");
+        assert_eq!(t.request_ahead(), None);
     }
 }

@@ -121,7 +121,7 @@ impl QuicServerConfig {
             root,
             listen,
             tls,
-            tuning: QuicTuning::default(),
+            tuning: QuicTuning::for_server(),
             max_connections: 256,
             max_streams_per_connection: 64,
             digest_cache: None,

@@ -13,7 +13,7 @@
 //! | knob | quinn default | xfer default | why |
 //! |---|---|---|---|
 //! | stream receive window | 1.25 MB | 16 MiB | one stream alone can fill the design-point BDP |
-//! | connection receive window | unlimited | 64 MiB | K = 4 streams at a full window, bounded memory |
+//! | connection receive window | unlimited | 128 MiB (server: 64 MiB) | K = 4 streams, each with its next body requested ahead, at full windows; bounded memory |
 //! | send window | 10 MB | 64 MiB | the sender must retain ≥ 1 BDP of unacked data, per connection |
 //! | UDP socket buffers | kernel default (~208 KiB) | 32 MiB | bursts of a 1 Gbit/s flow outlast a small buffer |
 //! | largest datagram (MTU discovery bound) | 1452 | 8972 (6550 with GSO), lowered to the client's route | every byte of an Ethernet frame; fewer packets per GiB where the path takes more |
@@ -99,9 +99,13 @@ pub struct QuicTuning {
     /// window-bound at the design point. Larger costs memory only when the reader falls behind.
     /// Allowed 64 KiB to 1 GiB.
     pub stream_receive_window: u64,
-    /// Receive window of a whole connection, across its streams. Default 64 MiB: four streams
-    /// (the default K) each with a full stream window. It bounds the client's buffered memory
-    /// per connection. Allowed from `stream_receive_window` to 4 GiB.
+    /// Receive window of a whole connection, across its streams. Default 128 MiB: two full
+    /// stream windows for each of the four streams (the default K), as a lane's next body,
+    /// requested ahead, waits in its window until the current one ends; below that the
+    /// engine requests nothing ahead, and every lane idles a round trip between chunks.
+    /// It bounds the client's buffered memory per connection. A server reads every stream
+    /// as it arrives and takes 64 MiB ([`QuicTuning::for_server`]). Allowed from
+    /// `stream_receive_window` to 4 GiB.
     pub connection_receive_window: u64,
     /// Bytes of written but unacknowledged data quinn retains per connection (sender side).
     /// Default 64 MiB: the sender cannot have more than this in flight, so it must exceed the
@@ -179,11 +183,22 @@ pub struct QuicTuning {
     pub ack_eliciting_threshold: Option<u32>,
 }
 
+impl QuicTuning {
+    /// The defaults for a server: it reads every stream of an upload as it arrives, so it
+    /// keeps no bodies waiting their turn and needs half the client's connection window.
+    pub fn for_server() -> Self {
+        Self {
+            connection_receive_window: 64 << 20,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for QuicTuning {
     fn default() -> Self {
         Self {
             stream_receive_window: 16 << 20,
-            connection_receive_window: 64 << 20,
+            connection_receive_window: 128 << 20,
             send_window: 64 << 20,
             congestion: CongestionControl::default(),
             loss_bound: true,
