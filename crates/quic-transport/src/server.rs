@@ -354,7 +354,13 @@ impl Drop for ActiveGuard<'_> {
 
 async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
     let peer = incoming.remote_address();
-    let accepted = match state.resume.as_ref().map(|r| r.for_peer(peer)) {
+    // Counted while it is open and acknowledged: concurrent connections from one client split
+    // a jump.
+    let open = state
+        .resume
+        .as_ref()
+        .map(|r| (r, r.cache().open(crate::resume::PathKey::of(peer))));
+    let accepted = match open.as_ref().map(|(r, o)| r.for_peer(peer, o.liveness())) {
         Some(Ok(config)) => incoming.accept_with(config),
         Some(Err(e)) => {
             tracing::warn!(%peer, error = %e, "careful resume unavailable for this connection");
@@ -362,11 +368,6 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
         }
         None => incoming.accept(),
     };
-    // Counted while it is open: concurrent connections from one client split a jump.
-    let _open = state
-        .resume
-        .as_ref()
-        .map(|r| r.cache().open(crate::resume::PathKey::of(peer)));
     let connecting = match accepted {
         Ok(c) => c,
         Err(e) => {

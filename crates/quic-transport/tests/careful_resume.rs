@@ -315,48 +315,113 @@ async fn turned_off_it_keeps_no_state() {
     .await;
 }
 
+/// Runs `client` on a runtime of its own that ends when the future does, as a process's
+/// does at exit: whatever it left for the runtime to do later (a goodbye not yet sent) never
+/// happens.
+async fn as_a_process<F, Fut>(client: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let exited = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(client());
+    });
+    tokio::task::spawn_blocking(move || exited.join())
+        .await
+        .expect("join")
+        .expect("the client ran");
+}
+
+/// A server with Careful Resume as it is by default, and its path cache.
+async fn with_resume(dir: &Path) -> (Server, PathCache) {
+    let server = start(dir, CarefulResume::default()).await;
+    let cache = server
+        .cache
+        .clone()
+        .expect("careful resume is on by default");
+    (server, cache)
+}
+
+/// How many of the loopback client's connections the server counts after waiting up to
+/// `limit` for none.
+async fn counted_after(cache: &PathCache, limit: Duration) -> u64 {
+    let key = xfer_quic::resume::PathKey::of("127.0.0.1:0".parse().expect("the client"));
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut open = cache.open_count(key);
+    while open > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        open = cache.open_count(key);
+    }
+    open
+}
+
 /// The server divides a returning client's jump among that client's open connections, so a
 /// connection it still counts after the client has gone shrinks the next command's start.
-/// The client here runs in a runtime of its own that ends right after the download, as a
-/// process's does at exit: without `Transport::close` its goodbye never left, and the server
-/// counted the connection for its whole idle timeout (30 s).
+/// The client here ends right after the download, as a process does: without
+/// `Transport::close` its goodbye never left, and the server counted the connection until
+/// it had been silent for 2 s (before that, for its whole idle timeout, 30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_closes_before_it_exits_is_not_counted_open() {
     limited(async {
         let dir = tempfile::tempdir().expect("tempdir");
-        let server = start(dir.path(), CarefulResume::default()).await;
-        let cache = server
-            .cache
-            .clone()
-            .expect("careful resume is on by default");
-        let key = xfer_quic::resume::PathKey::of("127.0.0.1:0".parse().expect("the client"));
+        let (server, cache) = with_resume(dir.path()).await;
         let (addr, ca) = (server.addr, server.ca.clone());
-        let exited = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async {
-                let t = client(addr, &ca);
-                download(&t).await;
-                t.close().await;
-            });
-        });
-        tokio::task::spawn_blocking(move || exited.join())
-            .await
-            .expect("join")
-            .expect("the client ran");
-        // A tenth of the idle timeout: a connection the server was told about is gone long
-        // before, one it was not is still counted.
-        let mut open = cache.open_count(key);
-        for _ in 0..300 {
-            if open == 0 {
-                break;
+        as_a_process(move || async move {
+            let t = client(addr, &ca);
+            download(&t).await;
+            t.close().await;
+        })
+        .await;
+        // Half of the 2 s a silent connection is still counted: told, the server lets go
+        // of it at once.
+        assert_eq!(
+            counted_after(&cache, Duration::from_secs(1)).await,
+            0,
+            "the server still counts the client's connection"
+        );
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// A client that vanishes mid-download (killed, or its goodbye lost) leaves its connection
+/// open on the server until the idle timeout (30 s); once nothing it was sent has been
+/// acknowledged for two seconds, it no longer counts as sharing the client's path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_vanishes_mid_download_stops_counting() {
+    limited(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (server, cache) = with_resume(dir.path()).await;
+        let (addr, ca) = (server.addr, server.ca.clone());
+        // Ends with the body partly read and no goodbye sent.
+        as_a_process(move || async move {
+            let t = client(addr, &ca);
+            let info = t.stat().await.expect("stat");
+            let req = RangeRequest {
+                range: 0..info.size,
+                expected_size: info.size,
+                want_digest: false,
+                validator: info.range_validator().map(str::to_string),
+                whole: false,
+            };
+            let mut lane = t.open_lane(0).await.expect("lane");
+            let mut body = lane.fetch(&req).await.expect("fetch");
+            let mut got = 0;
+            while got < 1 << 20 {
+                got += body.next_data().await.expect("body").expect("more").len();
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            open = cache.open_count(key);
-        }
-        assert_eq!(open, 0, "the server still counts the client's connection");
+        })
+        .await;
+        // Five times those 2 s, a sixth of the idle timeout.
+        assert_eq!(
+            counted_after(&cache, Duration::from_secs(10)).await,
+            0,
+            "a silent connection still counts as sharing the path"
+        );
         server.shutdown().await;
     })
     .await;

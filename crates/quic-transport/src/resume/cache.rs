@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use xfer_common::path_share::PathShare;
 
@@ -23,6 +23,40 @@ pub(crate) const MAX_SAVED_CWND: u64 = 4 << 30;
 /// Longest saved RTT accepted from the file.
 const MAX_SAVED_RTT: Duration = Duration::from_secs(60);
 const FILE_HEADER: &str = "# xfer path cache v1: address cwnd_bytes min_rtt_us saved_unix_s";
+/// A connection shares its client's path while it is younger than this or was last
+/// acknowledged within it. One whose client vanished without closing it (killed, or its
+/// goodbye lost) stays open until the idle timeout, sending nothing that is acknowledged:
+/// counted, it would shrink the next connection's jump for all that time.
+pub(crate) const LIVE: Duration = Duration::from_secs(2);
+
+/// When one open connection was opened and last had data acknowledged: whether it still
+/// shares its client's path. Its congestion controller reports the acknowledgements.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    opened: Instant,
+    /// Nanoseconds from `opened` to the latest acknowledgement; 0 before any.
+    acked_ns: AtomicU64,
+}
+
+impl Liveness {
+    fn new(opened: Instant) -> Self {
+        Self {
+            opened,
+            acked_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn acked(&self, now: Instant) {
+        let ns = now.saturating_duration_since(self.opened).as_nanos();
+        self.acked_ns
+            .fetch_max(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn live(&self, now: Instant) -> bool {
+        let last = self.opened + Duration::from_nanos(self.acked_ns.load(Ordering::Relaxed));
+        now.saturating_duration_since(last) < LIVE
+    }
+}
 
 /// Which saved state a peer gets: its IPv4 address, or the /64 of an IPv6 address (a host's
 /// temporary addresses change within its /64; the path does not).
@@ -75,7 +109,7 @@ pub struct PathCache {
 struct Shared {
     entries: Mutex<HashMap<PathKey, SavedPath>>,
     /// Open connections per peer (from accept to close, draining excluded).
-    active: Mutex<HashMap<PathKey, u64>>,
+    active: Mutex<HashMap<PathKey, Vec<Arc<Liveness>>>>,
     capacity: usize,
     lifetime: Duration,
     jumps: AtomicU64,
@@ -169,29 +203,44 @@ impl PathCache {
     /// Counts a connection to `key` as open until the guard is dropped (when the connection
     /// closes: a draining connection sends nothing and must not shrink the next one's jump).
     pub(crate) fn open(&self, key: PathKey) -> OpenConnection {
-        let mut active = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
-        *active.entry(key).or_insert(0) += 1;
+        self.open_at(key, Instant::now())
+    }
+
+    fn open_at(&self, key: PathKey, now: Instant) -> OpenConnection {
+        let liveness = Arc::new(Liveness::new(now));
+        self.active().entry(key).or_default().push(liveness.clone());
         OpenConnection {
             cache: self.clone(),
             key,
+            liveness,
         }
     }
 
-    fn close(&self, key: PathKey) {
-        let mut active = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = active.get_mut(&key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+    fn active(&self) -> MutexGuard<'_, HashMap<PathKey, Vec<Arc<Liveness>>>> {
+        self.inner.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self, key: PathKey, liveness: &Arc<Liveness>) {
+        let mut active = self.active();
+        if let Some(open) = active.get_mut(&key) {
+            open.retain(|l| !Arc::ptr_eq(l, liveness));
+            if open.is_empty() {
                 active.remove(&key);
             }
         }
     }
 
-    /// Connections to `key` open now, as far as the server knows: one whose client went away
-    /// without closing it is counted until the idle timeout.
+    /// Connections to `key` that share its path now: open, and younger than [`LIVE`] or
+    /// acknowledged within it. A connection whose client went away without closing it is
+    /// open until the idle timeout, but not counted once it has been silent that long.
     pub fn open_count(&self, key: PathKey) -> u64 {
-        let active = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
-        active.get(&key).copied().unwrap_or(0)
+        self.open_count_at(key, Instant::now())
+    }
+
+    fn open_count_at(&self, key: PathKey, now: Instant) -> u64 {
+        self.active()
+            .get(&key)
+            .map_or(0, |open| open.iter().filter(|l| l.live(now)).count() as u64)
     }
 
     pub fn len(&self) -> usize {
@@ -298,11 +347,19 @@ impl PathCache {
 pub(crate) struct OpenConnection {
     cache: PathCache,
     key: PathKey,
+    liveness: Arc<Liveness>,
+}
+
+impl OpenConnection {
+    /// What the connection's congestion controller tells of its acknowledgements.
+    pub fn liveness(&self) -> Arc<Liveness> {
+        self.liveness.clone()
+    }
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.cache.close(self.key);
+        self.cache.close(self.key, &self.liveness);
     }
 }
 
@@ -381,6 +438,28 @@ mod tests {
         assert_eq!(cache.len(), 2);
         assert_eq!(cache.get(key("10.0.0.1:1"), t0), None);
         assert!(cache.get(key("10.0.0.3:1"), t0).is_some());
+    }
+
+    #[test]
+    fn a_silent_connection_stops_sharing_the_path() {
+        let cache = PathCache::new(8, HOUR);
+        let t0 = Instant::now();
+        let peer = key("10.0.0.1:9");
+        let busy = cache.open_at(key("10.0.0.1:1"), t0);
+        let gone = cache.open_at(key("10.0.0.1:2"), t0);
+        // Both count while young, before any acknowledgement.
+        assert_eq!(cache.open_count_at(peer, t0 + LIVE / 2), 2);
+        gone.liveness().acked(t0 + Duration::from_millis(500));
+        busy.liveness().acked(t0 + Duration::from_secs(4));
+        // The one whose client vanished half a second in, not the one still acknowledged.
+        assert_eq!(cache.open_count_at(peer, t0 + Duration::from_secs(5)), 1);
+        assert_eq!(cache.open_count_at(peer, t0 + Duration::from_secs(7)), 0);
+        // An acknowledgement reported late never moves the latest one back.
+        busy.liveness().acked(t0 + Duration::from_secs(1));
+        assert_eq!(cache.open_count_at(peer, t0 + Duration::from_secs(5)), 1);
+        drop(gone);
+        drop(busy);
+        assert!(cache.active().is_empty());
     }
 
     #[test]

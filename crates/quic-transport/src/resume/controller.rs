@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use quinn_proto::RttEstimator;
 
-use super::cache::{PathCache, PathKey, MAX_SAVED_CWND};
+use super::cache::{Liveness, PathCache, PathKey, MAX_SAVED_CWND};
 use super::meter::{PathMeter, MIN_INTERVALS};
 use super::phase::{Event, Limits, Phase, Resume};
 use super::SavedPath;
@@ -67,6 +67,8 @@ pub(crate) struct ResumeFactory {
     pub inner: InnerFactory,
     pub cache: PathCache,
     pub key: PathKey,
+    /// The connection's entry among its client's open ones.
+    pub liveness: Arc<Liveness>,
     pub limits: Limits,
 }
 
@@ -84,6 +86,7 @@ impl ControllerFactory for ResumeFactory {
             meter: PathMeter::default(),
             cache: self.cache.clone(),
             key: self.key,
+            liveness: self.liveness.clone(),
         })
     }
 }
@@ -98,6 +101,7 @@ struct ResumeController {
     meter: PathMeter,
     cache: PathCache,
     key: PathKey,
+    liveness: Arc<Liveness>,
 }
 
 impl ResumeController {
@@ -190,6 +194,7 @@ impl Controller for ResumeController {
             .get_mut()
             .on_ack(now, sent, bytes, app_limited, rtt);
         self.srtt = Some(rtt.get());
+        self.liveness.acked(now);
         // Saved as the rate rises, not only at the end: the next connection from the same
         // peer may start before this one has drained.
         if self.meter.on_ack(now, sent, bytes) {
@@ -256,6 +261,7 @@ impl Controller for ResumeController {
             meter: self.meter.clone(),
             cache: self.cache.clone(),
             key: self.key,
+            liveness: self.liveness.clone(),
         })
     }
 

@@ -132,11 +132,13 @@ impl CarefulResume {
         inner: controller::InnerFactory,
         cache: &PathCache,
         peer: SocketAddr,
+        liveness: Arc<cache::Liveness>,
     ) -> Arc<dyn ControllerFactory + Send + Sync> {
         Arc::new(controller::ResumeFactory {
             inner,
             cache: cache.clone(),
             key: PathKey::of(peer),
+            liveness,
             limits: phase::Limits {
                 max_jump: self.max_jump,
                 rtt_floor_factor: RTT_FLOOR_FACTOR,

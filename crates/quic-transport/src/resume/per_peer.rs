@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cache::Liveness;
 use super::{CarefulResume, PathCache};
 use crate::tuning::{ConfigError, QuicTuning};
 
@@ -49,8 +50,13 @@ impl PerPeerConfig {
         &self.knobs
     }
 
-    /// The server configuration for a connection from `peer`.
-    pub fn for_peer(&self, peer: SocketAddr) -> Result<Arc<quinn::ServerConfig>, ConfigError> {
+    /// The server configuration for a connection from `peer`, whose controller reports its
+    /// acknowledgements to `liveness`.
+    pub fn for_peer(
+        &self,
+        peer: SocketAddr,
+        liveness: Arc<Liveness>,
+    ) -> Result<Arc<quinn::ServerConfig>, ConfigError> {
         let mut transport = self.tuning.transport_config(
             self.idle_timeout,
             self.max_bidi_streams,
@@ -61,6 +67,7 @@ impl PerPeerConfig {
             self.tuning.resume_inner(),
             &self.cache,
             peer,
+            liveness,
         ));
         let mut config = self.base.clone();
         config.transport_config(Arc::new(transport));
