@@ -230,7 +230,7 @@ impl PathCache {
         }
     }
 
-    /// Connections to `key` that share its path now: open, and younger than [`LIVE`] or
+    /// Connections to `key` that share its path now: open, and younger than 2 s (`LIVE`) or
     /// acknowledged within it. A connection whose client went away without closing it is
     /// open until the idle timeout, but not counted once it has been silent that long.
     pub fn open_count(&self, key: PathKey) -> u64 {
