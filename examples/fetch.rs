@@ -59,7 +59,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..GetConfig::default()
     };
 
-    let download = Download::new(xfer::transport_for(&url, &client)?, &url, &dest, get);
+    let transport = xfer::transport_for(&url, &client)?;
+    let download = Download::new(transport.clone(), &url, &dest, get);
     let progress = download.progress();
     let ticker = tokio::spawn(async move {
         loop {
@@ -72,7 +73,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     });
-    let report = download.run().await?;
+    let result = download.run().await;
+    // Tell the server the connections are done (a QUIC server otherwise counts them open
+    // until its idle timeout); HTTP's kernel does it anyway.
+    transport.close().await;
+    let report = result?;
     ticker.abort();
     println!("{}", report.summary());
     for lane in &report.lanes {

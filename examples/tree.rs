@@ -54,7 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         client_identity: None,
     });
     let transport = xfer::transport_for(&url, &client)?;
-    let tree = TreeDownload::new(transport, &url, &dest, TreeConfig::default());
+    let tree = TreeDownload::new(transport.clone(), &url, &dest, TreeConfig::default());
 
     // The callback: here, a line every 200 ms; a GUI would redraw a bar instead.
     let progress = tree.progress();
@@ -76,7 +76,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     });
-    let report = tree.run().await?;
+    let result = tree.run().await;
+    // Closes the connections every file shared, telling the server.
+    transport.close().await;
+    let report = result?;
     ticker.abort();
     println!("{}", report.summary());
     for failed in &report.failed {

@@ -62,7 +62,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         chunk_size: 4 << 20,
         ..PutConfig::default()
     };
-    let report = Upload::new(transport, &file, &url, config).run().await?;
+    let result = Upload::new(transport.clone(), &file, &url, config)
+        .run()
+        .await;
+    transport.close().await;
+    let report = result?;
     println!(
         "{} -> {}: {} in {:.2} s, {}; the server checked sha-256 {}",
         report.source,
