@@ -163,6 +163,11 @@ impl Bbr {
         }
     }
 
+    /// Whether a Careful Resume jump is unconfirmed (`Model::set_jump_in_flight`).
+    pub(crate) fn set_jump_in_flight(&mut self, in_flight: bool) {
+        self.model.set_jump_in_flight(in_flight);
+    }
+
     fn ack(&mut self, now: Instant, sent: Instant, bytes: u64, min_rtt: Duration) {
         self.sampler.on_ack(now, sent, bytes);
         self.model.on_ack(bytes, min_rtt);

@@ -8,6 +8,8 @@
 //! ```
 //!
 //! Startup grows the window by what each acknowledgement delivers (it doubles per round).
+//! While a Careful Resume jump is unconfirmed only loss ends it; the validated jump does
+//! (`Model::leave_startup`).
 //! ProbeBw holds it at [`CWND_GAIN_PERCENT`] of the bandwidth-delay product the model
 //! measured (the largest delivery rate of the last [`BW_WINDOW_ROUNDS`] rounds times the
 //! smallest RTT seen). quinn paces a window over the smoothed RTT, so the window is also the
@@ -130,6 +132,8 @@ pub(crate) struct Model {
     pub exit: Option<StartupExit>,
     cwnd_gain: u64,
     startup_gain: u64,
+    /// A Careful Resume jump is unconfirmed: its rounds say nothing about the path yet.
+    jump_in_flight: bool,
 }
 
 impl Model {
@@ -163,7 +167,20 @@ impl Model {
             lost_this_round: false,
             bound_binding: false,
             exit: None,
+            jump_in_flight: false,
         }
+    }
+
+    /// Careful Resume raised the window to a jump (`true`) and has not yet seen it all
+    /// acknowledged. The jump is paced at about the saved path's rate, so it queues for a few
+    /// milliseconds at the bottleneck while the estimate, built from the handful of rounds
+    /// before it, is still a few Mbit/s: a delay or plateau exit then would leave startup with
+    /// that estimate, and ProbeBw would climb from it by half a window per round. Measured on a
+    /// held 100 ms lossy link, that ramp took 0.95 s against 0.45 (docs/results.md). Loss still
+    /// ends startup; a validated jump ends it with the rate the jump measured
+    /// (`leave_startup`).
+    pub(crate) fn set_jump_in_flight(&mut self, in_flight: bool) {
+        self.jump_in_flight = in_flight;
     }
 
     pub(crate) fn window(&self) -> u64 {
@@ -263,8 +280,14 @@ impl Model {
         };
         let mut exit = None;
         if self.mode == Mode::Startup {
-            exit = lossy.or_else(|| self.queue_building());
-            if exit.is_none() && round_start {
+            exit = lossy.or_else(|| {
+                if self.jump_in_flight {
+                    None
+                } else {
+                    self.queue_building()
+                }
+            });
+            if exit.is_none() && round_start && !self.jump_in_flight {
                 exit = self.check_full_bw(app_limited);
             }
             if exit.is_some() {
@@ -423,6 +446,61 @@ mod tests {
         // A faster round raises it with the estimate.
         round(&mut m, 9_000_000, 45_000_000, 12_000_000, 21_000_000);
         assert_eq!(m.window(), 13_500_000);
+    }
+
+    #[test]
+    fn the_rounds_of_an_unconfirmed_jump_do_not_end_startup() {
+        let slow = Duration::from_millis(150);
+        let run = |jumping: bool| {
+            let mut m = Model::new(240_000, 1472, 150, 289, true);
+            // Two slow-start rounds at the path's 100 ms.
+            let fast = Duration::from_millis(100);
+            for (i, (acked, rate)) in [(240_000, 1_200_000), (480_000, 2_400_000)]
+                .into_iter()
+                .enumerate()
+            {
+                m.on_ack(acked, fast);
+                m.on_end_acks(
+                    Some(RateSample {
+                        rate,
+                        prior_delivered: i as u64 * 240_000,
+                        app_limited: false,
+                        rtt: fast,
+                    }),
+                    (i as u64 + 1) * 240_000 * 2,
+                    false,
+                );
+            }
+            m.set_jump_in_flight(jumping);
+            // The jump's round: a queue of 50 ms in every sample, the rate still low.
+            for _ in 0..ROUND_RTT_SAMPLES {
+                m.on_ack(100_000, fast);
+                m.on_end_acks(
+                    Some(RateSample {
+                        rate: 3_000_000,
+                        prior_delivered: 720_000,
+                        app_limited: false,
+                        rtt: slow,
+                    }),
+                    1_520_000,
+                    false,
+                );
+            }
+            m
+        };
+        let alone = run(false);
+        assert!(
+            matches!(alone.exit, Some(StartupExit::Delay { .. })),
+            "{:?}",
+            alone.exit
+        );
+        let mut jumping = run(true);
+        assert_eq!(jumping.mode, Mode::Startup, "{:?}", jumping.exit);
+        // The jump validated at 60 MB/s: startup ends with that rate.
+        round(&mut jumping, 6_000_000, 60_000_000, 1_520_000, 7_520_000);
+        jumping.set_jump_in_flight(false);
+        assert!(jumping.leave_startup());
+        assert_eq!(jumping.bandwidth(), 60_000_000);
     }
 
     #[test]

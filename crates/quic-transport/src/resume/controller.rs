@@ -217,6 +217,12 @@ impl Controller for ResumeController {
         app_limited: bool,
         largest_packet_num_acked: Option<u64>,
     ) {
+        if let Inner::Bbr(b) = &mut self.inner {
+            b.set_jump_in_flight(matches!(
+                self.resume.phase(),
+                Phase::Unvalidated | Phase::Validating
+            ));
+        }
         self.inner
             .get_mut()
             .on_end_acks(now, in_flight, app_limited, largest_packet_num_acked);
