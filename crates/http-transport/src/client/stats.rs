@@ -33,6 +33,12 @@ pub(crate) struct SocketRecord {
     cap_active: Option<std::time::Instant>,
     /// The window clamp last set, bytes.
     cap_set: Option<u64>,
+    /// When the cap first saw it receive (it is joining for `JOIN_RTTS` round trips after).
+    cap_first: Option<std::time::Instant>,
+    /// Start of its current delivery window: when, and bytes received by then.
+    cap_mark: Option<(std::time::Instant, u64)>,
+    /// Bytes it received over its last round trip.
+    cap_delivered: u64,
 }
 
 impl SocketRecord {
@@ -76,6 +82,9 @@ impl MeteredTcp {
             cap_seen: 0,
             cap_active: None,
             cap_set: None,
+            cap_first: None,
+            cap_mark: None,
+            cap_delivered: 0,
         }));
         Self { stream, record }
     }
@@ -231,17 +240,39 @@ impl StatsRegistry {
             if bytes > r.cap_seen {
                 r.cap_seen = bytes;
                 r.cap_active = Some(now);
+                r.cap_first.get_or_insert(now);
                 if rcv_rtt > 0 {
                     current_rtt_us = current_rtt_us.min(rcv_rtt);
                 }
             }
+            // What it delivered over its last round trip, scaled to one.
+            let round = std::time::Duration::from_micros(u64::from(rtt.max(50_000)));
+            match r.cap_mark {
+                Some((t, at)) if now.saturating_duration_since(t) >= round => {
+                    let span = now.saturating_duration_since(t).as_micros().max(1);
+                    r.cap_delivered = u64::try_from(
+                        u128::from(bytes.saturating_sub(at)) * round.as_micros() / span,
+                    )
+                    .unwrap_or(u64::MAX);
+                    r.cap_mark = Some((now, bytes));
+                }
+                Some(_) => {}
+                None => r.cap_mark = Some((now, bytes)),
+            }
             // Active: received within the last two round trips (a lane between two bodies, or in
             // loss recovery, still holds its share).
-            let span = std::time::Duration::from_micros(2 * u64::from(rtt.max(50_000)));
             if r.cap_active
-                .is_some_and(|t| now.saturating_duration_since(t) <= span)
+                .is_some_and(|t| now.saturating_duration_since(t) <= 2 * round)
             {
-                active.push(rec.clone());
+                let joining = rtt == 0
+                    || r.cap_first.is_some_and(|t| {
+                        now.saturating_duration_since(t) < super::window::JOIN_RTTS * round
+                    });
+                let member = super::window::Member {
+                    joining,
+                    delivered: r.cap_delivered,
+                };
+                active.push((rec.clone(), member));
             }
         }
         let us = |v: u32| (v != u32::MAX).then(|| std::time::Duration::from_micros(u64::from(v)));
@@ -255,7 +286,9 @@ impl StatsRegistry {
         ) else {
             return;
         };
-        for rec in active {
+        let members: Vec<_> = active.iter().map(|(_, m)| *m).collect();
+        let caps = super::window::split(cap, &members);
+        for ((rec, _), cap) in active.into_iter().zip(caps) {
             let mut r = lock(&rec);
             // Re-set only on a change of more than an eighth: each call is a system call.
             if r.cap_set.is_some_and(|old| old.abs_diff(cap) <= old / 8) {
