@@ -144,8 +144,8 @@ pub(crate) struct Member {
 
 /// Each active connection's window, given `each`, the equal share [`WindowPolicy::step`]
 /// returned. Equal shares are right for connections that all carry their part, but not for one
-/// that has just joined: HTTP/2 spreading its lanes over new connections after a loss, or the
-/// default command adding a lane. An equal share halved the old connection's window the moment
+/// that has just joined: HTTP/2 spreading its lanes over new connections after a loss, or
+/// `--lanes auto` adding lanes. An equal share halved the old connection's window the moment
 /// the first new one received a byte, while the new one was still in slow start and the old
 /// one still carried seven of eight lanes: held at 100 ms with 0.01 % loss, the download ran at
 /// 550-800 Mbit/s for 1.5 s. So a joining connection gets room to double what it delivered
