@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// measured (TCP resume: a sock_ops BPF program sets the initial window; needs root).
     #[arg(long)]
     pub no_tcp_resume: bool,
+    /// Let BBR enter ProbeRTT as usual. By default a connection's BBR is restarted every 8 s
+    /// while the client's receive window bounds what is in flight, so that a transfer's
+    /// connections do not all drop to 4 packets together 10 s in.
+    #[arg(long)]
+    pub no_probe_rtt_skip: bool,
     /// TCP congestion control for served connections.
     #[arg(long, value_name = "NAME")]
     pub congestion: Option<String>,
@@ -238,6 +243,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.http.tcp.fast_open = !args.no_tcp_fastopen;
     cfg.http.tcp_resume.enabled = !args.no_tcp_resume;
+    cfg.http.skip_probe_rtt = !args.no_probe_rtt_skip;
     if args.no_early_data {
         cfg.http.max_early_data_size = 0;
     }

@@ -512,6 +512,21 @@ pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
     })
 }
 
+/// What bounds a sender now: the peer's advertised window and the congestion window, bytes
+/// (kernel 5.4+ for the former; `None` before, or when `TCP_INFO` fails).
+#[cfg(target_os = "linux")]
+pub(crate) fn send_limits(fd: &impl AsFd) -> Option<crate::server::probe_rtt::SendLimits> {
+    use std::mem::offset_of;
+    let (raw, len) = raw_tcp_info(fd)?;
+    if len < offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4 {
+        return None;
+    }
+    Some(crate::server::probe_rtt::SendLimits {
+        peer_window: u64::from(raw.tcpi_snd_wnd),
+        cwnd: u64::from(raw.tcpi_snd_cwnd) * u64::from(raw.tcpi_snd_mss),
+    })
+}
+
 /// Bytes the kernel holds for the application that it has not read yet (`SIOCINQ`).
 #[cfg(target_os = "linux")]
 pub(crate) fn unread_bytes(fd: &impl AsFd) -> Option<u64> {

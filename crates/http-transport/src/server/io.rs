@@ -18,6 +18,9 @@ pub(crate) struct ServerIo<T> {
     /// Declared before `inner`: it reads `inner`'s socket, so it must be dropped first.
     #[cfg(target_os = "linux")]
     probe: Option<super::tcp_resume::ConnProbe>,
+    /// Likewise.
+    #[cfg(target_os = "linux")]
+    probe_rtt: Option<super::probe_rtt::ProbeRttSkip>,
     inner: T,
     progress: Arc<AtomicU64>,
 }
@@ -28,6 +31,8 @@ impl<T> ServerIo<T> {
             prefix,
             #[cfg(target_os = "linux")]
             probe: None,
+            #[cfg(target_os = "linux")]
+            probe_rtt: None,
             inner,
             progress,
         }
@@ -37,6 +42,16 @@ impl<T> ServerIo<T> {
     #[cfg(target_os = "linux")]
     pub(crate) fn with_probe(mut self, probe: Option<super::tcp_resume::ConnProbe>) -> Self {
         self.probe = probe;
+        self
+    }
+
+    /// Restart BBR ahead of ProbeRTT while the client bounds the flight.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn with_probe_rtt_skip(
+        mut self,
+        skip: Option<super::probe_rtt::ProbeRttSkip>,
+    ) -> Self {
+        self.probe_rtt = skip;
         self
     }
 
@@ -57,6 +72,10 @@ impl<T> ServerIo<T> {
         self.bump();
         #[cfg(target_os = "linux")]
         if let Some(p) = &mut self.probe {
+            p.wrote();
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(p) = &mut self.probe_rtt {
             p.wrote();
         }
     }

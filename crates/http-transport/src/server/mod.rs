@@ -29,6 +29,7 @@ mod config;
 mod early_tls;
 mod handler;
 mod io;
+pub(crate) mod probe_rtt;
 mod stall;
 pub mod tcp_resume;
 
@@ -115,6 +116,9 @@ pub(crate) struct Shared {
     tls: Option<TlsAcceptor>,
     #[cfg(target_os = "linux")]
     tcp_resume: Option<Arc<tcp_resume::TcpResume>>,
+    /// Restart BBR ahead of ProbeRTT on connections whose client bounds the flight.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    skip_probe_rtt: bool,
 }
 
 /// A bound, not yet serving, HTTP server.
@@ -190,6 +194,7 @@ impl HttpServer {
         } else {
             tcp_resume::TcpResumeStatus::Off
         };
+        let skip_probe_rtt = cfg.skip_probe_rtt && probe_rtt_available();
         tracing::info!(%local_addr, root = %root.display(), tls = tls.is_some(), "http server listening");
         Ok(Self {
             listener,
@@ -214,6 +219,7 @@ impl HttpServer {
                 tls,
                 #[cfg(target_os = "linux")]
                 tcp_resume,
+                skip_probe_rtt,
             }),
         })
     }
@@ -343,6 +349,16 @@ fn start_tcp_resume(
     }
 }
 
+/// Whether BBR may be restarted here ([`probe_rtt`]); logs why not.
+fn probe_rtt_available() -> bool {
+    #[cfg(target_os = "linux")]
+    let r = probe_rtt::available();
+    #[cfg(not(target_os = "linux"))]
+    let r: Result<(), String> = Err("needs Linux".into());
+    r.map_err(|why| tracing::info!(why, "BBR's ProbeRTT is not skipped"))
+        .is_ok()
+}
+
 fn listen(addr: SocketAddr, cfg: &ServerConfig) -> Result<TcpListener, ServerError> {
     let bind_err = |source| ServerError::Bind { addr, source };
     let socket = socket2::Socket::new(
@@ -390,7 +406,10 @@ fn server_io(
             .tcp_resume
             .as_ref()
             .map(|r| r.probe(peer.ip(), io.raw_fd()));
-        io.with_probe(probe)
+        let skip = shared
+            .skip_probe_rtt
+            .then(|| probe_rtt::ProbeRttSkip::new(io.raw_fd()));
+        io.with_probe(probe).with_probe_rtt_skip(skip)
     };
     #[cfg(not(target_os = "linux"))]
     let _ = (shared, peer);
