@@ -115,7 +115,8 @@ pub struct ServerConfig {
     pub tcp_resume: TcpResumeConfig,
     /// Restart a connection's BBR before its 10 s minimum RTT runs out, while the client's
     /// receive window, steady, bounds the flight: BBR then never enters ProbeRTT, whose drop
-    /// to 4 packets all of a transfer's connections took at once, 10 s in ([`super::probe_rtt`]).
+    /// to 4 packets all of a transfer's connections took at once, 10 s in (docs/design.md,
+    /// "ProbeRTT skip").
     /// Default on; Linux, and a process allowed to set `reno` and `bbr`.
     pub skip_probe_rtt: bool,
     /// Where TCP resume publishes each client's measured path for the process's other
