@@ -513,7 +513,8 @@ pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
 }
 
 /// What bounds a sender now: the peer's advertised window and the congestion window, bytes
-/// (kernel 5.4+ for the former; `None` before, or when `TCP_INFO` fails).
+/// (kernel 5.4+ for the former; `None` before, or when `TCP_INFO` fails), and whether it is
+/// repairing a loss.
 #[cfg(target_os = "linux")]
 pub(crate) fn send_limits(fd: &impl AsFd) -> Option<crate::server::probe_rtt::SendLimits> {
     use std::mem::offset_of;
@@ -524,6 +525,8 @@ pub(crate) fn send_limits(fd: &impl AsFd) -> Option<crate::server::probe_rtt::Se
     Some(crate::server::probe_rtt::SendLimits {
         peer_window: u64::from(raw.tcpi_snd_wnd),
         cwnd: u64::from(raw.tcpi_snd_cwnd) * u64::from(raw.tcpi_snd_mss),
+        // TCP_CA_Open (linux/tcp.h).
+        open: raw.tcpi_ca_state == 0,
     })
 }
 

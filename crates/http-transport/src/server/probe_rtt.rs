@@ -37,6 +37,9 @@ pub(crate) struct SendLimits {
     pub peer_window: u64,
     /// The congestion window, bytes.
     pub cwnd: u64,
+    /// Not repairing a loss (`TCP_CA_Open`): a restart in the middle of a recovery would
+    /// hand BBR a state it did not see begin.
+    pub open: bool,
 }
 
 /// When to restart one connection's BBR; pure, with time passed in.
@@ -73,7 +76,10 @@ impl RestartPolicy {
         } else {
             self.bound = 0;
         }
-        if now.saturating_duration_since(self.since) < self.after || self.bound < BOUND_SAMPLES {
+        if now.saturating_duration_since(self.since) < self.after
+            || self.bound < BOUND_SAMPLES
+            || !s.open
+        {
             return false;
         }
         self.since = now;
@@ -209,10 +215,19 @@ mod tests {
         let bound = SendLimits {
             peer_window: 4 << 20,
             cwnd: 6 << 20,
+            open: true,
         };
         let restarts = feed(&mut p, &mut t, 250, bound);
         // At 8 s, 16 s and 24 s, not before.
         assert_eq!(restarts, vec![79, 159, 239]);
+        // Not while a loss is being repaired: the first sample after it.
+        let mut p = RestartPolicy::new(t);
+        let recovering = SendLimits {
+            open: false,
+            ..bound
+        };
+        assert!(feed(&mut p, &mut t, 90, recovering).is_empty());
+        assert_eq!(feed(&mut p, &mut t, 2, bound), vec![0]);
     }
 
     #[test]
@@ -224,6 +239,7 @@ mod tests {
         let free = SendLimits {
             peer_window: 64 << 20,
             cwnd: 6 << 20,
+            open: true,
         };
         assert!(feed(&mut p, &mut t, 150, free).is_empty());
         // A window that doubles every sample (autotuning still growing): never.
@@ -234,6 +250,7 @@ mod tests {
             let grown = SendLimits {
                 peer_window: w,
                 cwnd: u64::MAX,
+                open: true,
             };
             assert!(!p.observe(t, grown));
         }
@@ -241,6 +258,7 @@ mod tests {
         let steady = SendLimits {
             peer_window: 4 << 20,
             cwnd: 6 << 20,
+            open: true,
         };
         assert_eq!(feed(&mut p, &mut t, 10, steady), vec![2]);
     }
