@@ -16,9 +16,10 @@
 //! gain of 2.89 cannot overshoot while the peer's receive window, not the congestion window,
 //! bounds the flight: the extra can only queue what that window allows. So a connection whose
 //! BBR is 8 s old and whose advertised window has been steady and below its congestion window
-//! for the last samples is restarted; otherwise BBR goes its own way. Measured on held links
-//! side by side with the same client: 947-952 against 938-944 Mbit/s at 50 ms, 903-914 against
-//! 892-894 at 200 ms, the same retransmissions.
+//! for the last samples, and is not repairing a loss, is restarted; otherwise BBR goes its own
+//! way. Measured on held links side by side with the same client, `docs/results.md`, "BBR's
+//! ProbeRTT skipped": 942-952 against 924-946 Mbit/s at 50 ms, 906-910 against 867-908 at 200
+//! ms, with the same retransmissions.
 
 use std::time::{Duration, Instant};
 
