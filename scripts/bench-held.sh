@@ -24,8 +24,9 @@
 #               and keep them as DIR/LABEL.ss: what its congestion control saw
 #   TIMELINE_KEEP=DIR  keep each command's samples as DIR/LABEL.timeline (seconds since the
 #               command's start, bytes received), for a closer look at the ramp
-#   LOG_KEEP=DIR  keep the two servers' logs as DIR/serve-a.log and DIR/serve-b.log (set
-#               RUST_LOG, e.g. xfer_quic::resume=debug, for what their controllers did)
+#   LOG_KEEP=DIR  keep the two servers' logs as DIR/serve-a.log and DIR/serve-b.log, and each
+#               command's stderr as DIR/LABEL.client.log (set RUST_LOG, e.g.
+#               xfer_quic::resume=debug, for what the controllers did)
 #
 # Prints, per command: goodput over the whole command (start-up and verification included),
 # its seconds, the client's CPU seconds (user + sys) and the server's (utime + stime of the
@@ -110,6 +111,10 @@ run() {
         2>"$WORK/get.err" || { echo "$label: xfer get failed:" >&2; cat "$WORK/get.err" >&2; exit 1; }
     t1=$(date +%s.%N)
     c1=$(cpu_of "$pid")
+    if [[ -n "${LOG_KEEP:-}" && -n "$label" ]]; then
+        mkdir -p "$LOG_KEEP"
+        cp "$WORK/get.err" "$LOG_KEEP/${label// /_}.client.log"
+    fi
     if [[ -n "$ss_sampler" ]]; then
         kill "$ss_sampler"
         wait "$ss_sampler" 2>/dev/null || true
