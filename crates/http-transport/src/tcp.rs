@@ -497,8 +497,32 @@ pub(crate) struct PathSample {
 /// One `getsockopt(TCP_INFO)`, nothing else: cheap enough to call every few milliseconds.
 #[cfg(target_os = "linux")]
 pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
+    let (raw, len) = raw_tcp_info(fd)?;
+    path_sample_of(&raw, len)
+}
+
+/// A sending connection's reading, from one `getsockopt(TCP_INFO)`: the path as
+/// [`path_sample`] sees it, and what bounds the sender now (`None` before kernel 5.4).
+#[cfg(target_os = "linux")]
+pub(crate) fn sender_sample(
+    fd: &impl AsFd,
+) -> Option<(PathSample, Option<crate::server::probe_rtt::SendLimits>)> {
     use std::mem::offset_of;
     let (raw, len) = raw_tcp_info(fd)?;
+    let limits = (len >= offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4).then(|| {
+        crate::server::probe_rtt::SendLimits {
+            peer_window: u64::from(raw.tcpi_snd_wnd),
+            cwnd: u64::from(raw.tcpi_snd_cwnd) * u64::from(raw.tcpi_snd_mss),
+            // TCP_CA_Open (linux/tcp.h).
+            open: raw.tcpi_ca_state == 0,
+        }
+    });
+    Some((path_sample_of(&raw, len)?, limits))
+}
+
+#[cfg(target_os = "linux")]
+fn path_sample_of(raw: &libc::tcp_info, len: usize) -> Option<PathSample> {
+    use std::mem::offset_of;
     if len < offset_of!(libc::tcp_info, tcpi_delivery_rate) + 8 {
         return None;
     }
@@ -509,24 +533,6 @@ pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
         cwnd: raw.tcpi_snd_cwnd,
         bytes_received: raw.tcpi_bytes_received,
         rcv_rtt_us: raw.tcpi_rcv_rtt,
-    })
-}
-
-/// What bounds a sender now: the peer's advertised window and the congestion window, bytes
-/// (kernel 5.4+ for the former; `None` before, or when `TCP_INFO` fails), and whether it is
-/// repairing a loss.
-#[cfg(target_os = "linux")]
-pub(crate) fn send_limits(fd: &impl AsFd) -> Option<crate::server::probe_rtt::SendLimits> {
-    use std::mem::offset_of;
-    let (raw, len) = raw_tcp_info(fd)?;
-    if len < offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4 {
-        return None;
-    }
-    Some(crate::server::probe_rtt::SendLimits {
-        peer_window: u64::from(raw.tcpi_snd_wnd),
-        cwnd: u64::from(raw.tcpi_snd_cwnd) * u64::from(raw.tcpi_snd_mss),
-        // TCP_CA_Open (linux/tcp.h).
-        open: raw.tcpi_ca_state == 0,
     })
 }
 

@@ -17,10 +17,7 @@ pub(crate) struct ServerIo<T> {
     prefix: Bytes,
     /// Declared before `inner`: it reads `inner`'s socket, so it must be dropped first.
     #[cfg(target_os = "linux")]
-    probe: Option<super::tcp_resume::ConnProbe>,
-    /// Likewise.
-    #[cfg(target_os = "linux")]
-    probe_rtt: Option<super::probe_rtt::ProbeRttSkip>,
+    sampler: Option<SendSampler>,
     inner: T,
     progress: Arc<AtomicU64>,
 }
@@ -30,32 +27,20 @@ impl<T> ServerIo<T> {
         Self {
             prefix,
             #[cfg(target_os = "linux")]
-            probe: None,
-            #[cfg(target_os = "linux")]
-            probe_rtt: None,
+            sampler: None,
             inner,
             progress,
         }
     }
 
-    /// Measure the path while this connection sends (TCP resume).
+    /// Read the socket as this connection sends, for TCP resume and the ProbeRTT skip.
     #[cfg(target_os = "linux")]
-    pub(crate) fn with_probe(mut self, probe: Option<super::tcp_resume::ConnProbe>) -> Self {
-        self.probe = probe;
+    pub(crate) fn with_sampler(mut self, sampler: Option<SendSampler>) -> Self {
+        self.sampler = sampler;
         self
     }
 
-    /// Restart BBR ahead of ProbeRTT while the client bounds the flight.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn with_probe_rtt_skip(
-        mut self,
-        skip: Option<super::probe_rtt::ProbeRttSkip>,
-    ) -> Self {
-        self.probe_rtt = skip;
-        self
-    }
-
-    /// The socket under this wrapper, for the probe.
+    /// The socket under this wrapper, for the sampler.
     #[cfg(target_os = "linux")]
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd
     where
@@ -71,12 +56,62 @@ impl<T> ServerIo<T> {
     fn wrote(&mut self) {
         self.bump();
         #[cfg(target_os = "linux")]
-        if let Some(p) = &mut self.probe {
-            p.wrote();
+        if let Some(s) = &mut self.sampler {
+            s.wrote();
         }
-        #[cfg(target_os = "linux")]
+    }
+}
+
+/// Reads a sending connection's `TCP_INFO` at most every
+/// [`super::tcp_resume::SAMPLE_INTERVAL`], once for everything that watches it.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+pub(crate) struct SendSampler {
+    fd: std::os::fd::RawFd,
+    next: std::time::Instant,
+    resume: Option<super::tcp_resume::ConnProbe>,
+    probe_rtt: Option<super::probe_rtt::ProbeRttSkip>,
+}
+
+#[cfg(target_os = "linux")]
+impl SendSampler {
+    /// For the socket `fd`, which the owner keeps open for as long as this lives; `None` when
+    /// nothing watches.
+    pub fn new(
+        fd: std::os::fd::RawFd,
+        resume: Option<super::tcp_resume::ConnProbe>,
+        probe_rtt: Option<super::probe_rtt::ProbeRttSkip>,
+    ) -> Option<Self> {
+        (resume.is_some() || probe_rtt.is_some()).then(|| Self {
+            fd,
+            next: std::time::Instant::now(),
+            resume,
+            probe_rtt,
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn probe_rtt(&self) -> Option<&super::probe_rtt::ProbeRttSkip> {
+        self.probe_rtt.as_ref()
+    }
+
+    /// Called after each write that moved bytes.
+    pub fn wrote(&mut self) {
+        let now = std::time::Instant::now();
+        if now < self.next {
+            return;
+        }
+        self.next = now + super::tcp_resume::SAMPLE_INTERVAL;
+        // SAFETY: the owner keeps the socket open for as long as this lives.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
+        let Some((path, limits)) = crate::tcp::sender_sample(&fd) else {
+            return;
+        };
+        if let Some(p) = &self.resume {
+            p.sample(path);
+        }
         if let Some(p) = &mut self.probe_rtt {
-            p.wrote();
+            p.sample(fd, now, limits);
         }
     }
 }

@@ -28,7 +28,7 @@ mod body;
 mod config;
 mod early_tls;
 mod handler;
-mod io;
+pub(crate) mod io;
 pub(crate) mod probe_rtt;
 mod stall;
 pub mod tcp_resume;
@@ -406,10 +406,9 @@ fn server_io(
             .tcp_resume
             .as_ref()
             .map(|r| r.probe(peer.ip(), io.raw_fd()));
-        let skip = shared
-            .skip_probe_rtt
-            .then(|| probe_rtt::ProbeRttSkip::new(io.raw_fd()));
-        io.with_probe(probe).with_probe_rtt_skip(skip)
+        let skip = shared.skip_probe_rtt.then(probe_rtt::ProbeRttSkip::new);
+        let fd = io.raw_fd();
+        io.with_sampler(io::SendSampler::new(fd, probe, skip))
     };
     #[cfg(not(target_os = "linux"))]
     let _ = (shared, peer);

@@ -26,8 +26,6 @@ use std::time::{Duration, Instant};
 /// BBR's minimum RTT is restarted when this old: two seconds before its 10 s run out, room for
 /// a few samples to find the window binding.
 pub(crate) const RESTART_AFTER: Duration = Duration::from_secs(8);
-/// How often a sending connection reads its `TCP_INFO` for this.
-pub(crate) const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Consecutive samples the peer's window must bound the flight, steady, before a restart.
 pub(crate) const BOUND_SAMPLES: u32 = 3;
 
@@ -110,28 +108,23 @@ pub(crate) fn available() -> Result<(), String> {
     }
 }
 
-/// Restarts one accepted connection's BBR when [`RestartPolicy`] says so; lives in the
-/// connection's I/O wrapper, sampled as it writes.
+/// Restarts one accepted connection's BBR when [`RestartPolicy`] says so; fed by the
+/// connection's I/O wrapper, which reads the socket every
+/// [`super::tcp_resume::SAMPLE_INTERVAL`] (100 ms) as it writes.
 #[cfg(target_os = "linux")]
 #[derive(Debug)]
 pub(crate) struct ProbeRttSkip {
-    fd: std::os::fd::RawFd,
     policy: RestartPolicy,
-    next_sample: Instant,
-    /// Off for good: not BBR, or a restart failed.
+    /// Off for good: not BBR, no window in `TCP_INFO`, or a restart failed.
     done: bool,
     restarts: u32,
 }
 
 #[cfg(target_os = "linux")]
 impl ProbeRttSkip {
-    /// For the socket `fd`, which the owner keeps open for as long as this lives.
-    pub fn new(fd: std::os::fd::RawFd) -> Self {
-        let now = Instant::now();
+    pub fn new() -> Self {
         Self {
-            fd,
-            policy: RestartPolicy::new(now),
-            next_sample: now + SAMPLE_INTERVAL,
+            policy: RestartPolicy::new(Instant::now()),
             done: false,
             restarts: 0,
         }
@@ -139,23 +132,21 @@ impl ProbeRttSkip {
 
     /// BBR restarts so far.
     #[cfg(test)]
-    fn restarts(&self) -> u32 {
+    pub(crate) fn restarts(&self) -> u32 {
         self.restarts
     }
 
-    /// Called after each write that moved bytes.
-    pub fn wrote(&mut self) {
+    /// One reading of the socket `fd` (`None`: its kernel does not report the peer's window).
+    pub fn sample(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        now: Instant,
+        limits: Option<SendLimits>,
+    ) {
         if self.done {
             return;
         }
-        let now = Instant::now();
-        if now < self.next_sample {
-            return;
-        }
-        self.next_sample = now + SAMPLE_INTERVAL;
-        // SAFETY: the owner keeps the socket open for as long as this lives.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
-        let Some(limits) = crate::tcp::send_limits(&fd) else {
+        let Some(limits) = limits else {
             self.done = true;
             return;
         };
@@ -291,21 +282,25 @@ mod tests {
             eprintln!("skipped: this kernel has no bbr ({e})");
             return;
         }
-        let mut skip = ProbeRttSkip::new(sender.as_raw_fd());
+        let mut skip = ProbeRttSkip::new();
         skip.policy.after = Duration::from_millis(300);
+        let mut sampler = crate::server::io::SendSampler::new(sender.as_raw_fd(), None, Some(skip))
+            .expect("something to sample for");
         let block = vec![7u8; 16 << 10];
         let end = Instant::now() + Duration::from_secs(3);
-        while skip.restarts() < 2 && Instant::now() < end {
+        let restarts =
+            |s: &crate::server::io::SendSampler| s.probe_rtt().map_or(0, |p| p.restarts());
+        while restarts(&sampler) < 2 && Instant::now() < end {
             sender.write_all(&block).expect("write");
-            skip.wrote();
+            sampler.wrote();
         }
         let cc = socket2::SockRef::from(&sender)
             .tcp_congestion()
             .expect("TCP_CONGESTION");
         drop(sender);
         reader.join().expect("reader");
-        assert_eq!(skip.restarts(), 2, "not restarted within 3 s");
-        assert!(!skip.done);
+        assert_eq!(restarts(&sampler), 2, "not restarted within 3 s");
+        assert!(sampler.probe_rtt().is_some_and(|p| !p.done));
         assert_eq!(cc.split(|b| *b == 0).next(), Some(b"bbr".as_slice()));
     }
 }

@@ -6,11 +6,11 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use xfer_common::path_share::{MeasuredPath, PathShare};
 
-use super::{bpf, cgroup, PathMeasurement, SavedTcpPath, TcpResumeConfig, SAMPLE_INTERVAL};
+use super::{bpf, cgroup, PathMeasurement, SavedTcpPath, TcpResumeConfig};
 
 /// The running feature: the map, the linked program and what open connections measure.
 #[derive(Debug)]
@@ -73,7 +73,7 @@ impl TcpResume {
         }))
     }
 
-    /// Start measuring an accepted connection; `fd` must stay open as long as the probe.
+    /// Start measuring an accepted connection (`fd`, read once here for the log).
     pub(crate) fn probe(self: &Arc<Self>, peer: IpAddr, fd: RawFd) -> ConnProbe {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the caller keeps `fd` open for the probe's life, which this call is in.
@@ -87,8 +87,6 @@ impl TcpResume {
             resume: Arc::clone(self),
             peer,
             id,
-            fd,
-            next_sample: Instant::now(),
         }
     }
 
@@ -185,29 +183,19 @@ impl TcpResume {
     }
 }
 
-/// Measures one accepted connection while it sends; tells the feature when it closes.
+/// Measures one accepted connection while it sends (its I/O wrapper reads the socket every
+/// [`super::SAMPLE_INTERVAL`]); tells the feature when it closes.
 #[derive(Debug)]
 pub(crate) struct ConnProbe {
     resume: Arc<TcpResume>,
     peer: Ipv6Addr,
     id: u64,
-    fd: RawFd,
-    next_sample: Instant,
 }
 
 impl ConnProbe {
-    /// Called after each write that moved bytes.
-    pub fn wrote(&mut self) {
-        let now = Instant::now();
-        if now < self.next_sample {
-            return;
-        }
-        self.next_sample = now + SAMPLE_INTERVAL;
-        // SAFETY: the owner keeps the socket open for as long as this probe lives.
-        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-        if let Some(s) = crate::tcp::path_sample(&fd) {
-            self.resume.sample(self.peer, self.id, s);
-        }
+    /// One reading of the connection's socket.
+    pub fn sample(&self, s: crate::tcp::PathSample) {
+        self.resume.sample(self.peer, self.id, s);
     }
 }
 
