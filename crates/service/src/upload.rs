@@ -301,6 +301,23 @@ impl Part {
             .is_some_and(|(_, &e)| e >= end)
     }
 
+    /// Journal the verified range `start..end`, then hold it in memory. A crash after the
+    /// journal line keeps the chunk, before it loses only this chunk. Both steps run in one
+    /// call on the blocking pool, under the state's lock: a request's future is dropped when
+    /// its client goes away, and no one may see the chunk on disk but missing from what
+    /// `HEAD` reports (a client resuming would send it again, or give up on a gap).
+    fn record(&self, start: u64, end: u64) -> Result<(), Refusal> {
+        let mut s = self.lock();
+        OpenOptions::new()
+            .append(true)
+            .open(&self.sidecar)
+            .and_then(|mut f| f.write_all(format!("{start}-{end}\n").as_bytes()))
+            .map_err(|e| Refusal::io("recording", &self.sidecar, &e))?;
+        insert_range(&mut s.received, start, end);
+        s.last_activity = Instant::now();
+        Ok(())
+    }
+
     fn is_whole(&self) -> bool {
         let s = self.lock();
         s.received.len() == 1 && s.received.get(&0) == Some(&self.size) || self.size == 0
@@ -576,6 +593,21 @@ pub(crate) async fn blocking<T: Send + 'static>(
     off_runtime(move || f(&root, &path)).await
 }
 
+/// Run `work` as a task of its own and wait for it. A request's future is dropped when its
+/// client goes away; work that changes an upload's state on disk and in memory must then
+/// still run to its end. A panic there answers 500.
+pub(crate) async fn to_completion<T: Send + 'static>(
+    work: impl Future<Output = Result<T, Refusal>> + Send + 'static,
+) -> Result<T, Refusal> {
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(Refusal::new(
+            status::INTERNAL_ERROR,
+            "server error\n",
+            format!("upload task failed: {e}"),
+        ))
+    })
+}
+
 /// Run file work on the blocking pool; a panic there answers 500.
 pub(crate) async fn off_runtime<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
@@ -800,23 +832,8 @@ async fn chunk(
         plan.headers.push((UPLOAD_SIZE, part.size.to_string()));
         return Ok(plan);
     }
-    // Journal the verified range; a crash after this line keeps it, before it loses only
-    // this chunk.
-    let line = format!("{start}-{end}\n");
-    let sidecar = part.sidecar.clone();
-    off_runtime(move || {
-        OpenOptions::new()
-            .append(true)
-            .open(&sidecar)
-            .and_then(|mut f| f.write_all(line.as_bytes()))
-            .map_err(|e| Refusal::io("recording", &sidecar, &e))
-    })
-    .await?;
-    {
-        let mut s = part.lock();
-        insert_range(&mut s.received, start, end);
-        s.last_activity = Instant::now();
-    }
+    let p = Arc::clone(&part);
+    off_runtime(move || p.record(start, end)).await?;
     part.spawn_prefix_hash();
     drop(gate);
     let mut plan = ResponsePlan::empty(status::NO_CONTENT);
@@ -841,6 +858,31 @@ async fn complete(
     })?;
     let target = blocking(root, request_path, resolve_for_write).await?;
     let part = open_part(uploads, id, &target, None).await?;
+    // Its own task: a completion cut off between its steps (the client gone) would leave
+    // the upload marked as completing, or stored but still listed as in progress.
+    let (digests, uploads) = (digests.clone(), uploads.clone());
+    let (root, path, id) = (root.to_path_buf(), request_path.to_string(), id.to_string());
+    to_completion(async move {
+        settle(
+            &root, &path, &id, &digests, &uploads, part, target, declared,
+        )
+        .await
+    })
+    .await
+}
+
+/// The steps of [`complete`] after the upload was found.
+#[allow(clippy::too_many_arguments)]
+async fn settle(
+    root: &Path,
+    request_path: &str,
+    id: &str,
+    digests: &DigestCache,
+    uploads: &Uploads,
+    part: Arc<Part>,
+    target: WriteTarget,
+    declared: Sha256Digest,
+) -> Result<ResponsePlan, Refusal> {
     {
         let mut s = part.lock();
         if s.completing {

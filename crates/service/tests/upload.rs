@@ -31,6 +31,16 @@ access = "read"
 prefix = "/"
 "#;
 
+/// A waker that only notes it was woken, for polling a request by hand.
+#[derive(Default)]
+struct Woken(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A body delivered in pieces, as a network would.
 struct Pieces(VecDeque<Bytes>);
 
@@ -72,6 +82,20 @@ fn put(path: &str, token: Option<&str>, upload: UploadHead) -> Request {
         client_certificate: None,
     };
     r.upload = upload;
+    r
+}
+
+/// The `HEAD` asking which ranges of upload [`ID`] the server holds.
+fn upload_status(path: &str) -> Request {
+    let mut r = put(
+        path,
+        Some("w"),
+        UploadHead {
+            id: Some(ID.into()),
+            ..UploadHead::default()
+        },
+    );
+    r.method = Method::Head;
     r
 }
 
@@ -218,15 +242,7 @@ async fn parallel_chunks_resume_across_a_restart_and_complete_verified() {
     }
     // A new server process: the upload's record on disk is all that is left.
     let svc = service(dir.path());
-    let mut status_req = put(
-        "/in/p.bin",
-        Some("w"),
-        UploadHead {
-            id: Some(ID.into()),
-            ..UploadHead::default()
-        },
-    );
-    status_req.method = Method::Head;
+    let status_req = upload_status("/in/p.bin");
     let plan = svc.respond(&status_req).await;
     assert_eq!(plan.status, status::OK);
     assert!(
@@ -253,6 +269,139 @@ async fn parallel_chunks_resume_across_a_restart_and_complete_verified() {
         .await;
     assert_eq!(plan.status, status::BAD_REQUEST);
     assert!(!dir.path().join("root/in/p.bin").exists());
+}
+
+/// The client goes away (its request's future is dropped) at the moment its chunk's record
+/// line is on disk: the status the next client asks for holds that chunk all the same.
+#[tokio::test]
+async fn a_chunk_on_record_is_held_even_when_its_request_is_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let all = data(600_000);
+    let svc = service(dir.path());
+    let req = put(
+        "/in/d.bin",
+        Some("w"),
+        chunk_head(&all, 0, 300_000, &all[..300_000]),
+    );
+    let mut body = Pieces::of(&all[..300_000]);
+    let recorded = || {
+        std::fs::read_dir(dir.path().join("root/in"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".ranges"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .any(|t| t.lines().any(|l| l == "0-300000"))
+    };
+    {
+        let answer = svc.respond_with_body(&req, &mut body);
+        tokio::pin!(answer);
+        let woken = Arc::new(Woken::default());
+        let waker = std::task::Waker::from(Arc::clone(&woken));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // Poll by hand, one step at a time. Between steps, wait for the step's wake-up and
+        // look at the record; drop the request as soon as the line is there, before its
+        // future is polled again. The line is written before that wake-up, so it is seen.
+        'steps: loop {
+            let mut cx = std::task::Context::from_waker(&waker);
+            if let std::task::Poll::Ready(plan) = answer.as_mut().poll(&mut cx) {
+                panic!("answered {} before its record was seen", plan.status);
+            }
+            loop {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the chunk was never recorded"
+                );
+                let was_woken = woken.0.swap(false, std::sync::atomic::Ordering::AcqRel);
+                if recorded() {
+                    break 'steps;
+                }
+                if was_woken {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        }
+    }
+    let status_req = upload_status("/in/d.bin");
+    let plan = svc.respond(&status_req).await;
+    assert_eq!(plan.status, status::OK);
+    assert!(
+        plan.headers
+            .contains(&("xfer-upload-received", "0-299999".into())),
+        "{:?}",
+        plan.headers
+    );
+}
+
+/// A completion whose client goes away after any number of its steps is done whole or not
+/// at all: never the file stored while the upload stays open (and refuses to complete).
+#[tokio::test]
+async fn a_dropped_completion_is_done_whole_or_not_at_all() {
+    let all = data(400_000);
+    for steps in 1..=4 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let svc = service(dir.path());
+        for (s, e) in [(0, 200_000), (200_000, 400_000)] {
+            let plan = svc
+                .respond_with_body(
+                    &put("/in/c.bin", Some("w"), chunk_head(&all, s, e, &all[s..e])),
+                    &mut Pieces::of(&all[s..e]),
+                )
+                .await;
+            assert_eq!(plan.status, status::NO_CONTENT);
+        }
+        let completion = put("/in/c.bin", Some("w"), complete_head(&all));
+        let mut empty = Pieces::of(&[]);
+        {
+            let answer = svc.respond_with_body(&completion, &mut empty);
+            tokio::pin!(answer);
+            let woken = Arc::new(Woken::default());
+            let waker = std::task::Waker::from(Arc::clone(&woken));
+            for _ in 0..steps {
+                let mut cx = std::task::Context::from_waker(&waker);
+                if answer.as_mut().poll(&mut cx).is_ready() {
+                    break;
+                }
+                while !woken.0.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+        }
+        let stored = dir.path().join("root/in/c.bin");
+        let status_req = upload_status("/in/c.bin");
+        // Work that outlived the request settles; then the upload is either stored and gone,
+        // or still open with all its bytes.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let open = loop {
+            let open = svc.respond(&status_req).await.status == status::OK;
+            if open != stored.exists() {
+                break open;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after {steps} steps: stored = {}, upload open = {open}",
+                stored.exists()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        };
+        if open {
+            let plan = svc
+                .respond_with_body(&completion, &mut Pieces::of(&[]))
+                .await;
+            assert_eq!(
+                plan.status,
+                status::CREATED,
+                "after {steps} steps: {:?}",
+                plan.detail
+            );
+        }
+        assert_eq!(
+            std::fs::read(&stored).expect("read"),
+            all,
+            "after {steps} steps"
+        );
+    }
 }
 
 #[tokio::test]

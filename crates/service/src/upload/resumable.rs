@@ -950,14 +950,35 @@ async fn receive(
 }
 
 /// The client marked the upload complete at `end` bytes: verify and rename into place.
+/// Its own task, so a client gone mid-way cannot leave the file stored but the upload
+/// still open.
 async fn finish(ctx: &Ctx<'_>, up: &Arc<Resumable>, end: u64) -> Result<ResponsePlan, Problem> {
+    let (root, digests, uploads) = (
+        ctx.root.to_path_buf(),
+        ctx.digests.clone(),
+        ctx.uploads.clone(),
+    );
+    let up = Arc::clone(up);
+    let settled =
+        super::to_completion(async move { Ok(settle(&root, &digests, &uploads, &up, end).await) })
+            .await;
+    settled.unwrap_or_else(|r| Err(r.into()))
+}
+
+async fn settle(
+    root: &Path,
+    digests: &DigestCache,
+    uploads: &Uploads,
+    up: &Arc<Resumable>,
+    end: u64,
+) -> Result<ResponsePlan, Problem> {
     let declared = {
         let mut s = up.lock();
         s.length = Some(end);
         s.repr_digest
     };
     let u = Arc::clone(up);
-    let (root, path) = (ctx.root.to_path_buf(), up.request_path.clone());
+    let (root, path) = (root.to_path_buf(), up.request_path.clone());
     let finished = off_runtime(move || {
         let actual = hash_file(&u.file, end).map_err(|e| Refusal::io("reading", &u.staging, &e))?;
         if let Some(declared) = declared {
@@ -979,7 +1000,7 @@ async fn finish(ctx: &Ctx<'_>, up: &Arc<Resumable>, end: u64) -> Result<Response
     match finished {
         Ok((digest, existed, resource)) => {
             if let Some(resource) = resource {
-                ctx.digests.insert(&resource, digest);
+                digests.insert(&resource, digest);
             }
             up.lock().complete = true;
             tracing::info!(path = %up.target.display(), size = end, sha256 = %digest, "resumable upload complete");
@@ -994,7 +1015,7 @@ async fn finish(ctx: &Ctx<'_>, up: &Arc<Resumable>, end: u64) -> Result<Response
                 || r.status == status::CONFLICT
             {
                 // Processing the whole representation failed: the upload is over.
-                ctx.uploads.resumable.remove(&up.id);
+                uploads.resumable.remove(&up.id);
                 up.remove_files();
                 return Err(Problem {
                     complete: Some(true),
