@@ -52,6 +52,9 @@ HOLD=$PWD/target/release/examples/lab_hold
 command -v ip >/dev/null || { echo "needs iproute2" >&2; exit 1; }
 
 WORK=$(mktemp -d /dev/shm/xfer-bench-held.XXXXXX)
+# xfer's path memory starts empty for each run of this script and is shared by its commands
+# (unless a spec's flags name another, or --no-path-memory).
+export XFER_PATH_MEMORY=$WORK/path-memory
 PIDS=()
 # shellcheck source=lib/lab-hold.sh
 source scripts/lib/lab-hold.sh

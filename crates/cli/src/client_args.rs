@@ -175,6 +175,14 @@ pub struct ClientArgs {
     /// has seen loss (1: never). Default 8.
     #[arg(long, value_name = "N")]
     pub h2_loss_connections: Option<usize>,
+    /// File where xfer remembers, per server, whether the last transfer there lost packets,
+    /// so that HTTP/2 starts spread over --h2-loss-connections. Default
+    /// $XDG_CACHE_HOME/xfer/paths (~/.cache/xfer/paths).
+    #[arg(long, value_name = "FILE", env = "XFER_PATH_MEMORY")]
+    pub path_memory: Option<std::path::PathBuf>,
+    /// Remember nothing about paths between transfers.
+    #[arg(long)]
+    pub no_path_memory: bool,
 
     /// Start from quinn's defaults (sized for 100 Mbit/s at 100 ms), for comparison.
     #[arg(long)]
@@ -227,6 +235,23 @@ pub struct ClientArgs {
     /// Fail a request that receives nothing for this long (a bare number is seconds).
     #[arg(long, value_parser = duration_arg, value_name = "DURATION", default_value = "30s")]
     pub idle_timeout: Duration,
+}
+
+/// `$XDG_CACHE_HOME/xfer/paths`, else `$HOME/.cache/xfer/paths`; none when neither names an
+/// absolute directory.
+fn default_path_memory() -> Option<std::path::PathBuf> {
+    let absolute = |v: std::ffi::OsString| {
+        let p = std::path::PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    std::env::var_os("XDG_CACHE_HOME")
+        .and_then(absolute)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .and_then(absolute)
+                .map(|h| h.join(".cache"))
+        })
+        .map(|c| c.join("xfer").join("paths"))
 }
 
 impl ClientArgs {
@@ -307,6 +332,11 @@ impl ClientArgs {
         if let Some(v) = self.h2_loss_connections {
             h.h2_loss_connections = v;
         }
+        h.path_memory = if self.no_path_memory {
+            None
+        } else {
+            self.path_memory.clone().or_else(default_path_memory)
+        };
         h.tcp.send_buffer = self.tcp_send_buffer.or(h.tcp.send_buffer);
         h.tcp.recv_buffer = self.tcp_recv_buffer.or(h.tcp.recv_buffer);
         h.tcp.window_clamp = self.tcp_window_clamp.or(h.tcp.window_clamp);

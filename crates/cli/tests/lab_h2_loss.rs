@@ -2,7 +2,8 @@
 //! with the default layout the client sees the loss on its one connection (packets arriving
 //! out of order) and spreads its lanes over `--h2-loss-connections` connections; with `-c 1`
 //! given by hand, or `--h2-loss-connections 1`, it keeps one. The report's per-connection
-//! `out_of_order_packets` is the signal, and the download verifies either way.
+//! `out_of_order_packets` is the signal, and the download verifies either way. With a path
+//! memory, the transfer keeps its verdict (lossy) and the next one starts spread.
 //!
 //! Needs root, /dev/net/tun and iproute2. Without them the test prints why and passes, except
 //! under CI=true, where it fails.
@@ -32,6 +33,11 @@ fn get(lab: &Lab, addr: SocketAddr, out: &std::path::Path, extra: &[&str]) -> se
     let meta = std::fs::metadata(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
     assert_eq!(meta.len(), SIZE, "{extra:?}");
     report
+}
+
+fn path_str(p: &std::path::Path) -> &str {
+    p.to_str()
+        .unwrap_or_else(|| panic!("{} is not UTF-8", p.display()))
 }
 
 /// Connections in the report and their out-of-order packets in all.
@@ -64,18 +70,45 @@ fn http2_spreads_over_more_connections_once_loss_is_seen() {
     let _server = serve_plain(&lab, dir.path(), addr);
     let out = dir.path().join("out.bin");
 
-    let (n, ooo) = connections(&get(&lab, addr, &out, &[]));
+    let (n, ooo) = connections(&get(&lab, addr, &out, &["--no-path-memory"]));
     assert!(ooo > 0, "0.5% loss but no out-of-order packet counted");
     assert_eq!(
         n, 8,
         "the default layout spreads over 8 connections under loss"
     );
 
-    let (n, ooo) = connections(&get(&lab, addr, &out, &["--h2-loss-connections", "3"]));
-    assert!(ooo > 0);
-    assert_eq!(n, 3, "--h2-loss-connections 3");
+    // The path memory: a transfer that saw loss says so, and the next HTTP/2 transfer to the
+    // same server starts spread.
+    let memory = dir.path().join("paths");
+    let remember = ["--path-memory", path_str(&memory)];
+    let (n, _) = connections(&get(&lab, addr, &out, &remember));
+    assert_eq!(n, 8);
+    let kept = std::fs::read_to_string(&memory).unwrap_or_default();
+    assert!(
+        kept.lines()
+            .any(|l| l.starts_with(&format!("{addr} ")) && l.ends_with(" lossy")),
+        "the path memory holds {kept:?}"
+    );
+    let url = format!("http://{addr}/.xfer/synthetic?size={SIZE}&seed=7");
+    let o = lab
+        .command_in_client(env!("CARGO_BIN_EXE_xfer"))
+        .args(["get", &url, "-o", path_str(&out), "--overwrite", "--quiet"])
+        .args(["--protocol", "http2", "--h2-loss-connections", "3"])
+        .args(remember)
+        .env("RUST_LOG", "xfer_http=info")
+        .output()
+        .unwrap_or_else(|e| panic!("running xfer get: {e}"));
+    let log = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{log}");
+    assert!(
+        log.contains("from the start") && log.contains("connections=3"),
+        "spread from the start over --h2-loss-connections: {log}"
+    );
 
-    for pinned in [&["-c", "1"][..], &["--h2-loss-connections", "1"][..]] {
+    for pinned in [
+        &["-c", "1", "--no-path-memory"][..],
+        &["--h2-loss-connections", "1", "--no-path-memory"][..],
+    ] {
         let (n, ooo) = connections(&get(&lab, addr, &out, pinned));
         assert!(ooo > 0, "{pinned:?}");
         assert_eq!(n, 1, "{pinned:?} keeps one connection");

@@ -31,6 +31,13 @@ pub struct HttpClientConfig {
     /// layout: measured at 1 Gbit/s, 100 ms, 0.01% loss, 8 came level with HTTP/1.1 x 8
     /// where 4 stayed 5-7 % behind (docs/results.md, "HTTP/2 under loss").
     pub h2_loss_connections: usize,
+    /// A file where the client remembers, per peer (`host:port`), whether its last transfer
+    /// there lost packets, for a day. HTTP/2 with the default number of connections then
+    /// starts spread over [`Self::h2_loss_connections`] instead of finding the loss again on
+    /// one connection. A transfer gives a verdict when it saw loss twice after its start-up
+    /// (lossy), or none over 256 MiB (clean); a shorter one leaves the last verdict standing.
+    /// Default none (nothing kept); `xfer` keeps `$XDG_CACHE_HOME/xfer/paths`.
+    pub path_memory: Option<std::path::PathBuf>,
     /// Socket options for every connection (client defaults: autotuned buffers, `bbr`).
     pub tcp: TcpConfig,
     /// Which CAs to trust for `https://`.
@@ -68,6 +75,7 @@ impl Default for HttpClientConfig {
             lanes: LaneLayout::default(),
             http2: Http2Config::default(),
             h2_loss_connections: 8,
+            path_memory: None,
             tcp: TcpConfig::default(),
             tls: ClientTlsOptions::default(),
             early_data: true,

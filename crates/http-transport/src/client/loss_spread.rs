@@ -44,6 +44,43 @@ pub(crate) fn episode_gap(rtt: Option<Duration>) -> Duration {
     })
 }
 
+/// Loss episodes in a cumulative count of out-of-order packets.
+#[derive(Debug, Default)]
+pub(crate) struct Episodes {
+    last_count: u64,
+    episodes: u32,
+    last_episode: Option<Instant>,
+}
+
+impl Episodes {
+    /// Feed the count at `now` and the path's smallest RTT if known. Returns true when the
+    /// count grew at least [`episode_gap`] after the previous episode began: a new one.
+    pub fn observe(&mut self, count: u64, rtt: Option<Duration>, now: Instant) -> bool {
+        if count <= self.last_count {
+            return false;
+        }
+        self.last_count = count;
+        let new_episode = self
+            .last_episode
+            .is_none_or(|t| now.saturating_duration_since(t) >= episode_gap(rtt));
+        if new_episode {
+            self.episodes += 1;
+            self.last_episode = Some(now);
+        }
+        new_episode
+    }
+
+    /// Take `count` as the level from which growth counts, without counting an episode.
+    pub fn observe_baseline(&mut self, count: u64) {
+        self.last_count = self.last_count.max(count);
+    }
+
+    /// Episodes so far.
+    pub fn count(&self) -> u32 {
+        self.episodes
+    }
+}
+
 /// Whether, and over how many connections, an HTTP/2 transport's lanes are spread.
 #[derive(Debug)]
 pub(crate) struct LossSpread {
@@ -51,14 +88,7 @@ pub(crate) struct LossSpread {
     target: usize,
     /// Connections requests go to now: `base`, then `target`.
     active: AtomicUsize,
-    watch: Mutex<Watch>,
-}
-
-#[derive(Debug, Default)]
-struct Watch {
-    last_count: u64,
-    episodes: u32,
-    last_episode: Option<Instant>,
+    watch: Mutex<Episodes>,
 }
 
 impl LossSpread {
@@ -68,7 +98,7 @@ impl LossSpread {
         Self {
             target: target.max(base),
             active: AtomicUsize::new(base),
-            watch: Mutex::new(Watch::default()),
+            watch: Mutex::new(Episodes::default()),
         }
     }
 
@@ -89,7 +119,7 @@ impl LossSpread {
 
     /// Loss episodes seen so far.
     pub fn episodes(&self) -> u32 {
-        self.lock().episodes
+        self.lock().count()
     }
 
     /// Feed the out-of-order packet count of the connections in use at `now`, and their
@@ -99,22 +129,16 @@ impl LossSpread {
             return false;
         }
         let mut w = self.lock();
-        if count <= w.last_count {
-            return false;
-        }
-        w.last_count = count;
-        let new_episode = w
-            .last_episode
-            .is_none_or(|t| now.saturating_duration_since(t) >= episode_gap(rtt));
-        if !new_episode {
-            return false;
-        }
-        w.episodes += 1;
-        w.last_episode = Some(now);
-        if w.episodes < EPISODES {
+        if !w.observe(count, rtt, now) || w.count() < EPISODES {
             return false;
         }
         self.active.swap(self.target, Ordering::Relaxed) != self.target
+    }
+
+    /// Spread now, whatever the readings say: the last transfer on this path saw loss
+    /// (`path_memory.rs`).
+    pub fn spread_now(&self) {
+        self.active.store(self.target, Ordering::Relaxed);
     }
 
     /// The lanes of `configured` divided over the connections in use: unchanged until the
@@ -128,7 +152,7 @@ impl LossSpread {
         Lanes::new(active.min(lanes), lanes.div_ceil(active.min(lanes)))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Watch> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Episodes> {
         self.watch.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -17,7 +17,8 @@
 //!                       ahead, its twin pipelines on it (pipeline/)
 //!             HTTP/2:   stream slot on shared connection (i / K) mod M; with the default
 //!                       layout, spread over more connections once loss is seen
-//!                       (loss_spread.rs)
+//!                       (loss_spread.rs), from the start when the last transfer to
+//!                       the peer saw it (path_memory.rs)
 //!                                  └─► HttpRangeBody: Bytes as hyper yields them,
 //!                                      exact length, Content-Digest trailer
 //! ```
@@ -40,6 +41,7 @@ mod first;
 mod lane;
 mod listing;
 mod loss_spread;
+mod path_memory;
 mod pipeline;
 mod req_body;
 mod response;

@@ -309,6 +309,16 @@ impl StatsRegistry {
 }
 
 impl StatsRegistry {
+    /// Bytes received so far over every socket, open or closed.
+    pub fn received(&self) -> u64 {
+        lock(&self.by_index)
+            .iter()
+            .flatten()
+            .filter_map(|rec| lock(rec).snapshot())
+            .filter_map(|s| s.bytes_received)
+            .sum()
+    }
+
     /// Out-of-order packets received so far on the sockets filed under `indices`, open or
     /// closed (0 where the kernel does not count them), and the smallest RTT any of them has
     /// seen.

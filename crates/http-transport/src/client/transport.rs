@@ -20,7 +20,8 @@ use crate::client::config::HttpClientConfig;
 use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
-use crate::client::loss_spread::LossSpread;
+use crate::client::loss_spread::{Episodes, LossSpread, EPISODES};
+use crate::client::path_memory::{PathMemory, Verdict};
 use crate::client::response::{
     content_length, declared_checksums, described, header_str, repr_digest,
 };
@@ -65,16 +66,93 @@ pub(crate) enum SharedPick {
 /// the connections, so a tree of files pays one handshake per connection, not per file.
 /// Run the receive-window cap over a pool's sockets until the pool is gone.
 #[cfg(target_os = "linux")]
-async fn cap_windows(pool: std::sync::Weak<Pool>) {
+/// (`cap`), and count its loss episodes for the path memory, until the pool is gone.
+async fn watch_sockets(pool: std::sync::Weak<Pool>, cap: bool) {
     let mut policy = super::window::WindowPolicy::default();
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
+    for n in 0u64.. {
         tick.tick().await;
         let Some(pool) = pool.upgrade() else { return };
-        pool.stats
-            .cap_windows(&mut policy, std::time::Instant::now());
+        let now = std::time::Instant::now();
+        if cap {
+            pool.stats.cap_windows(&mut policy, now);
+        }
+        // Episodes are round trips apart: a reading every 100 ms tells them apart.
+        if let Some(memory) = pool.memory.as_ref().filter(|_| n % 5 == 0) {
+            memory.observe(&pool.stats, now);
+        }
     }
+}
+
+/// What this transfer finds on its path, for the next one (`path_memory.rs`).
+struct LossMemory {
+    store: PathMemory,
+    peer: String,
+    /// Loss episodes over all the connections, counted from `counting_from` on.
+    episodes: Mutex<Episodes>,
+    /// When the start-up ends, and the bytes received by the time it was set.
+    counting_from: Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+/// Loss in the first moments of a transfer is often its own start-up overflowing the
+/// bottleneck's queue, not the path's: episodes count only this long after the first byte...
+const MEMORY_STARTUP: std::time::Duration = std::time::Duration::from_secs(2);
+/// ...or this many round trips, when that is longer.
+const MEMORY_STARTUP_RTTS: u32 = 20;
+
+impl LossMemory {
+    fn observe(&self, stats: &StatsRegistry, now: std::time::Instant) {
+        let (count, rtt) = stats.loss_signal(0..usize::MAX);
+        let mut from = lock_ignoring_poison(&self.counting_from);
+        let Some((start, _)) = *from else {
+            let received = stats.received();
+            if received > 0 {
+                let startup = rtt.map_or(MEMORY_STARTUP, |r| {
+                    r.saturating_mul(MEMORY_STARTUP_RTTS).max(MEMORY_STARTUP)
+                });
+                *from = Some((now + startup, received));
+            }
+            return;
+        };
+        let mut episodes = lock_ignoring_poison(&self.episodes);
+        if now < start {
+            // The count so far is the start-up's: growth after it is what counts.
+            episodes.observe_baseline(count);
+            return;
+        }
+        if episodes.observe(count, rtt, now) {
+            tracing::debug!(peer = %self.peer, episodes = episodes.count(), out_of_order_packets = count, "path memory: loss episode");
+        }
+    }
+
+    /// Keep what the transfer found, if it found enough to say.
+    fn settle(&self, stats: &StatsRegistry) {
+        let now = std::time::Instant::now();
+        self.observe(stats, now);
+        let Some((start, at_first_byte)) = *lock_ignoring_poison(&self.counting_from) else {
+            return;
+        };
+        let episodes = lock_ignoring_poison(&self.episodes).count();
+        let counted = now.saturating_duration_since(start);
+        let bytes = stats.received().saturating_sub(at_first_byte);
+        let Some(verdict) = Verdict::of(episodes, EPISODES, counted, bytes) else {
+            return;
+        };
+        match self
+            .store
+            .remember(&self.peer, verdict, std::time::SystemTime::now())
+        {
+            Ok(()) => {
+                tracing::debug!(peer = %self.peer, ?verdict, episodes, bytes, "path memory kept")
+            }
+            Err(e) => tracing::debug!(peer = %self.peer, "path memory not kept: {e}"),
+        }
+    }
+}
+
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 pub(crate) struct Pool {
@@ -90,8 +168,19 @@ pub(crate) struct Pool {
     spread: LossSpread,
     /// HTTP/1.1: pipelined requests the server dropped without announcing it.
     pipeline_losses: std::sync::atomic::AtomicU32,
-    /// The receive-window cap's task runs (started with the first connection).
-    window_cap: std::sync::atomic::AtomicBool,
+    /// The sockets' watch (the receive-window cap, the path memory's loss count) runs
+    /// (started with the first connection).
+    watching: std::sync::atomic::AtomicBool,
+    /// Where the path memory is kept and what this transfer found; `None` when not kept.
+    memory: Option<LossMemory>,
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let Some(m) = &self.memory {
+            m.settle(&self.stats);
+        }
+    }
 }
 
 /// Pipelined requests lost (the server closed without `Connection: close`) before the lanes
@@ -174,15 +263,17 @@ impl Inner {
         self.pool.stats.register(index, conn.record.clone());
         // A fixed clamp the user set is theirs: the cap would move it.
         #[cfg(target_os = "linux")]
-        if self.cfg.tcp.window_cap
-            && self.cfg.tcp.window_clamp.is_none()
-            && !self
-                .pool
-                .window_cap
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
         {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(cap_windows(Arc::downgrade(&self.pool)));
+            let cap = self.cfg.tcp.window_cap && self.cfg.tcp.window_clamp.is_none();
+            if (cap || self.pool.memory.is_some())
+                && !self
+                    .pool
+                    .watching
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(watch_sockets(Arc::downgrade(&self.pool), cap));
+                }
             }
         }
     }
@@ -404,6 +495,26 @@ impl HttpTransport {
             Some((target.origin.clone(), Arc::new(fields)))
         };
         let spread = LossSpread::new(cfg.layout(Mode::H2).connections, cfg.h2_loss_target());
+        let memory = cfg.path_memory.clone().map(|file| LossMemory {
+            store: PathMemory::new(file),
+            peer: target.origin.peer(),
+            episodes: Mutex::default(),
+            counting_from: Mutex::default(),
+        });
+        let h2_possible = cfg.version != HttpVersion::Http1;
+        if let Some(m) = memory.as_ref().filter(|_| h2_possible && spread.armed()) {
+            if let Some((Verdict::Lossy, age)) =
+                m.store.recall(&m.peer, std::time::SystemTime::now())
+            {
+                spread.spread_now();
+                tracing::info!(
+                    peer = %m.peer,
+                    connections = spread.active(),
+                    minutes_ago = age.as_secs() / 60,
+                    "HTTP/2: the last transfer to this peer lost packets; spreading the lanes over more connections from the start"
+                );
+            }
+        }
         let slots = (0..spread.max_connections())
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
@@ -423,7 +534,8 @@ impl HttpTransport {
                     stats: StatsRegistry::default(),
                     spread,
                     pipeline_losses: Default::default(),
-                    window_cap: Default::default(),
+                    watching: Default::default(),
+                    memory,
                 }),
             }),
             duplicates: Arc::default(),
@@ -784,6 +896,40 @@ mod tests {
         // One lane per connection now: its window holds two streams' worth.
         assert_eq!(t.inner.h2_layout().streams_per_connection, 1);
         assert_eq!(t.request_ahead(), Some(true));
+        Ok(())
+    }
+
+    #[test]
+    fn http2_starts_spread_when_the_last_transfer_to_the_peer_lost_packets(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("paths");
+        let now = std::time::SystemTime::now();
+        PathMemory::new(file.clone()).remember("localhost:1", Verdict::Lossy, now)?;
+        PathMemory::new(file.clone()).remember("localhost:2", Verdict::Clean, now)?;
+        let make = |url: &str, version, connections| {
+            HttpTransport::new(
+                url,
+                HttpClientConfig {
+                    version,
+                    path_memory: Some(file.clone()),
+                    lanes: xfer_core::layout::LaneLayout {
+                        connections,
+                        streams_per_connection: None,
+                    },
+                    ..HttpClientConfig::default()
+                },
+            )
+        };
+        let spread = make("https://localhost:1/f", HttpVersion::Http2, None)?;
+        assert_eq!(spread.inner.h2_layout(), Lanes::new(8, 1));
+        let clean = make("https://localhost:2/f", HttpVersion::Http2, None)?;
+        assert_eq!(clean.inner.h2_layout(), Lanes::new(1, 8));
+        let unknown = make("https://localhost:3/f", HttpVersion::Http2, None)?;
+        assert_eq!(unknown.inner.h2_layout(), Lanes::new(1, 8));
+        // Connections given by hand are kept.
+        let by_hand = make("https://localhost:1/f", HttpVersion::Http2, Some(2))?;
+        assert_eq!(by_hand.inner.h2_layout(), Lanes::new(2, 8));
         Ok(())
     }
 }

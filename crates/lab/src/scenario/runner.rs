@@ -352,6 +352,9 @@ fn run_case(
     let stderr_path = opts.work_dir.join("client.err");
     let mut cmd = lab.command_in_client(&program);
     cmd.args(&args);
+    // xfer's path memory: one per scenario run, shared by its cells as a long-running
+    // client's transfers share one, and not carried over from an earlier run.
+    cmd.env("XFER_PATH_MEMORY", opts.work_dir.join("path-memory"));
     let relay_before = lab.relay_stats();
     let server_cpu_before = server_pid.and_then(proc_cpu_time);
     let started = Instant::now();
