@@ -35,6 +35,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The resume and CLI tests drive the real binary.
 cargo build --locked -p xfer-cli
-cargo test --workspace --locked
+# The binary's path memory goes to a scratch file, not the user's ~/.cache.
+XFER_PATH_MEMORY="$(mktemp -d)/path-memory" cargo test --workspace --locked
 # The library's documentation builds without warnings (broken links, bad HTML).
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked

@@ -62,11 +62,9 @@ pub(crate) enum SharedPick {
     H1(Connection),
 }
 
-/// What every transport made by [`HttpTransport::sibling`] shares with the one it came from:
-/// the connections, so a tree of files pays one handshake per connection, not per file.
-/// Run the receive-window cap over a pool's sockets until the pool is gone.
+/// Run the receive-window cap over a pool's sockets (`cap`), and count their loss episodes
+/// for the path memory, until the pool is gone.
 #[cfg(target_os = "linux")]
-/// (`cap`), and count its loss episodes for the path memory, until the pool is gone.
 async fn watch_sockets(pool: std::sync::Weak<Pool>, cap: bool) {
     let mut policy = super::window::WindowPolicy::default();
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
@@ -155,6 +153,8 @@ fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What every transport made by [`HttpTransport::sibling`] shares with the one it came from:
+/// the connections, so a tree of files pays one handshake per connection, not per file.
 pub(crate) struct Pool {
     tls: Arc<rustls::ClientConfig>,
     mode: OnceLock<Mode>,
