@@ -34,8 +34,9 @@ pub struct HttpClientConfig {
     /// A file where the client remembers, per peer (`host:port`), whether its last transfer
     /// there lost packets, for a day. HTTP/2 with the default number of connections then
     /// starts spread over [`Self::h2_loss_connections`] instead of finding the loss again on
-    /// one connection. A transfer gives a verdict when it saw loss twice after its start-up
-    /// (lossy), or none over 256 MiB (clean); a shorter one leaves the last verdict standing.
+    /// one connection. A transfer's verdict is lossy when it saw two loss episodes or more
+    /// after its start-up, one every 5 s or more often; clean when not, over at least 5 s
+    /// after its start-up and 256 MiB; a shorter one leaves the last verdict standing.
     /// Default none (nothing kept); `xfer` keeps `$XDG_CACHE_HOME/xfer/paths`.
     pub path_memory: Option<std::path::PathBuf>,
     /// Socket options for every connection (client defaults: autotuned buffers, `bbr`).
