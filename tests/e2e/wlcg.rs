@@ -708,10 +708,13 @@ async fn xfer_pushes_into_xrootd_by_http_tpc() -> TestResult {
     let pusher = Fixture::start_with(Proto::Http1Tls, move |cfg: &mut ServeConfig, dir: &Path| {
         configure(cfg, dir);
         cfg.tpc = Some(Default::default());
-        cfg.tpc_client = xfer::ClientConfig::default().with_tls(xfer::ClientTlsOptions {
+        let mut client = xfer::ClientConfig::default().with_tls(xfer::ClientTlsOptions {
             ca_certs: vec![ca.clone()],
             ..Default::default()
         });
+        // XRootD's stall (below) costs an idle timeout per attempt: 10 s here, not 30.
+        client.http.idle_timeout = Duration::from_secs(10);
+        cfg.tpc_client = client;
     })
     .await?;
     std::fs::create_dir_all(pusher.root().join("in"))?;
@@ -720,8 +723,8 @@ async fn xfer_pushes_into_xrootd_by_http_tpc() -> TestResult {
     let pusher_ca = pusher.ca_cert().ok_or("no certificate")?;
     // XRootD 5.5's HTTP server now and then reads xfer's PUT body but for its last few bytes
     // and then waits (its trace, `http.trace all`: every byte but the last 3 of 40 MiB + 3
-    // read, then silence). xfer waits 30 s for the answer and sends the file again (up to 8
-    // attempts); here that happened to about one attempt in two. `curl -T` of the same file
+    // read, then silence). xfer waits its idle timeout for the answer and sends the file
+    // again (up to 8 attempts); here that happened to about one attempt in two. `curl -T` of the same file
     // never stalled, nor did an xfer PUT of exactly 40 MiB: what in xfer's PUT triggers it is
     // not found yet (docs/tpc.md). The limit leaves room for several such attempts.
     let out = run(
