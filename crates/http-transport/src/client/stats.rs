@@ -309,14 +309,18 @@ impl StatsRegistry {
 }
 
 impl StatsRegistry {
-    /// Bytes received so far over every socket, open or closed.
-    pub fn received(&self) -> u64 {
-        lock(&self.by_index)
+    /// Over every socket, open or closed, in one reading each: bytes received, out-of-order
+    /// packets, and the smallest RTT any has seen.
+    pub fn receive_totals(&self) -> (u64, u64, Option<Duration>) {
+        let all = lock(&self.by_index);
+        let snapshots: Vec<_> = all
             .iter()
             .flatten()
             .filter_map(|rec| lock(rec).snapshot())
-            .filter_map(|s| s.bytes_received)
-            .sum()
+            .collect();
+        let bytes = snapshots.iter().filter_map(|s| s.bytes_received).sum();
+        let (ooo, rtt) = loss_of(&snapshots);
+        (bytes, ooo, rtt)
     }
 
     /// Out-of-order packets received so far on the sockets filed under `indices`, open or
@@ -331,15 +335,20 @@ impl StatsRegistry {
             .flatten()
             .filter_map(|rec| lock(rec).snapshot())
             .collect();
-        let count = snapshots.iter().filter_map(|s| s.rcv_ooopack).sum();
-        let rtt = snapshots
-            .iter()
-            .filter_map(|s| s.min_rtt_us)
-            .filter(|&us| us > 0)
-            .min()
-            .map(Duration::from_micros);
-        (count, rtt)
+        loss_of(&snapshots)
     }
+}
+
+/// Out-of-order packets in all, and the smallest RTT, of these readings.
+fn loss_of(snapshots: &[TcpInfoSnapshot]) -> (u64, Option<Duration>) {
+    let count = snapshots.iter().filter_map(|s| s.rcv_ooopack).sum();
+    let rtt = snapshots
+        .iter()
+        .filter_map(|s| s.min_rtt_us)
+        .filter(|&us| us > 0)
+        .min()
+        .map(Duration::from_micros);
+    (count, rtt)
 }
 
 /// Statistics are best effort: a panic elsewhere must not hide them, so poisoning is ignored.

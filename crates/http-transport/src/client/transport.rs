@@ -100,40 +100,41 @@ const MEMORY_STARTUP: std::time::Duration = std::time::Duration::from_secs(2);
 const MEMORY_STARTUP_RTTS: u32 = 20;
 
 impl LossMemory {
-    fn observe(&self, stats: &StatsRegistry, now: std::time::Instant) {
-        let (count, rtt) = stats.loss_signal(0..usize::MAX);
+    /// Feed one reading of the sockets; returns the bytes received so far.
+    fn observe(&self, stats: &StatsRegistry, now: std::time::Instant) -> u64 {
+        let (received, count, rtt) = stats.receive_totals();
         let mut from = lock_ignoring_poison(&self.counting_from);
         let Some((start, _)) = *from else {
-            let received = stats.received();
             if received > 0 {
                 let startup = rtt.map_or(MEMORY_STARTUP, |r| {
                     r.saturating_mul(MEMORY_STARTUP_RTTS).max(MEMORY_STARTUP)
                 });
                 *from = Some((now + startup, received));
             }
-            return;
+            return received;
         };
         let mut episodes = lock_ignoring_poison(&self.episodes);
         if now < start {
             // The count so far is the start-up's: growth after it is what counts.
             episodes.observe_baseline(count);
-            return;
+            return received;
         }
         if episodes.observe(count, rtt, now) {
             tracing::debug!(peer = %self.peer, episodes = episodes.count(), out_of_order_packets = count, "path memory: loss episode");
         }
+        received
     }
 
     /// Keep what the transfer found, if it found enough to say.
     fn settle(&self, stats: &StatsRegistry) {
         let now = std::time::Instant::now();
-        self.observe(stats, now);
+        let received = self.observe(stats, now);
         let Some((start, at_first_byte)) = *lock_ignoring_poison(&self.counting_from) else {
             return;
         };
         let episodes = lock_ignoring_poison(&self.episodes).count();
         let counted = now.saturating_duration_since(start);
-        let bytes = stats.received().saturating_sub(at_first_byte);
+        let bytes = received.saturating_sub(at_first_byte);
         let Some(verdict) = Verdict::of(episodes, EPISODES, counted, bytes) else {
             return;
         };
