@@ -87,10 +87,15 @@ async fn watch_sockets(pool: std::sync::Weak<Pool>, cap: bool) {
 struct LossMemory {
     store: PathMemory,
     peer: String,
-    /// Loss episodes over all the connections, counted from `counting_from` on.
-    episodes: Mutex<Episodes>,
-    /// When the start-up ends, and the bytes received by the time it was set.
-    counting_from: Mutex<Option<(std::time::Instant, u64)>>,
+    count: Mutex<LossCount>,
+}
+
+/// Loss episodes over all the transfer's connections, counted once the start-up is over.
+#[derive(Default)]
+struct LossCount {
+    /// When the start-up ends, and the bytes received when the first was seen.
+    from: Option<(std::time::Instant, u64)>,
+    episodes: Episodes,
 }
 
 /// Loss in the first moments of a transfer is often its own start-up overflowing the
@@ -103,24 +108,21 @@ impl LossMemory {
     /// Feed one reading of the sockets; returns the bytes received so far.
     fn observe(&self, stats: &StatsRegistry, now: std::time::Instant) -> u64 {
         let (received, count, rtt) = stats.receive_totals();
-        let mut from = lock_ignoring_poison(&self.counting_from);
-        let Some((start, _)) = *from else {
+        let mut c = lock_ignoring_poison(&self.count);
+        let Some((start, _)) = c.from else {
             if received > 0 {
                 let startup = rtt.map_or(MEMORY_STARTUP, |r| {
                     r.saturating_mul(MEMORY_STARTUP_RTTS).max(MEMORY_STARTUP)
                 });
-                *from = Some((now + startup, received));
+                c.from = Some((now + startup, received));
             }
             return received;
         };
-        let mut episodes = lock_ignoring_poison(&self.episodes);
         if now < start {
             // The count so far is the start-up's: growth after it is what counts.
-            episodes.observe_baseline(count);
-            return received;
-        }
-        if episodes.observe(count, rtt, now) {
-            tracing::debug!(peer = %self.peer, episodes = episodes.count(), out_of_order_packets = count, "path memory: loss episode");
+            c.episodes.observe_baseline(count);
+        } else if c.episodes.observe(count, rtt, now) {
+            tracing::debug!(peer = %self.peer, episodes = c.episodes.count(), out_of_order_packets = count, "path memory: loss episode");
         }
         received
     }
@@ -129,10 +131,13 @@ impl LossMemory {
     fn settle(&self, stats: &StatsRegistry) {
         let now = std::time::Instant::now();
         let received = self.observe(stats, now);
-        let Some((start, at_first_byte)) = *lock_ignoring_poison(&self.counting_from) else {
+        let (from, episodes) = {
+            let c = lock_ignoring_poison(&self.count);
+            (c.from, c.episodes.count())
+        };
+        let Some((start, at_first_byte)) = from else {
             return;
         };
-        let episodes = lock_ignoring_poison(&self.episodes).count();
         let counted = now.saturating_duration_since(start);
         let bytes = received.saturating_sub(at_first_byte);
         let Some(verdict) = Verdict::of(episodes, EPISODES, counted, bytes) else {
@@ -499,8 +504,7 @@ impl HttpTransport {
         let memory = cfg.path_memory.clone().map(|file| LossMemory {
             store: PathMemory::new(file),
             peer: target.origin.peer(),
-            episodes: Mutex::default(),
-            counting_from: Mutex::default(),
+            count: Mutex::default(),
         });
         let h2_possible = cfg.version != HttpVersion::Http1;
         if let Some(m) = memory.as_ref().filter(|_| h2_possible && spread.armed()) {
