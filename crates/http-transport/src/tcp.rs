@@ -492,6 +492,9 @@ pub(crate) struct PathSample {
     pub bytes_received: u64,
     /// The receiver's current RTT estimate, microseconds; 0 when unknown.
     pub rcv_rtt_us: u32,
+    /// Packets that arrived beyond a hole so far; 0 where the kernel does not count them
+    /// (before 5.4).
+    pub rcv_ooopack: u32,
 }
 
 /// One `getsockopt(TCP_INFO)`, nothing else: cheap enough to call every few milliseconds.
@@ -533,6 +536,11 @@ fn path_sample_of(raw: &libc::tcp_info, len: usize) -> Option<PathSample> {
         cwnd: raw.tcpi_snd_cwnd,
         bytes_received: raw.tcpi_bytes_received,
         rcv_rtt_us: raw.tcpi_rcv_rtt,
+        rcv_ooopack: if len >= offset_of!(libc::tcp_info, tcpi_rcv_ooopack) + 4 {
+            raw.tcpi_rcv_ooopack
+        } else {
+            0
+        },
     })
 }
 

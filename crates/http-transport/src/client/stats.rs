@@ -39,6 +39,10 @@ pub(crate) struct SocketRecord {
     cap_mark: Option<(std::time::Instant, u64)>,
     /// Bytes it received over its last round trip.
     cap_delivered: u64,
+    /// Packets it had received beyond a hole at the cap's last look, and the hole that count
+    /// last grew in.
+    cap_ooo: u32,
+    cap_hole: Option<super::window::Hole>,
 }
 
 impl SocketRecord {
@@ -85,6 +89,8 @@ impl MeteredTcp {
             cap_first: None,
             cap_mark: None,
             cap_delivered: 0,
+            cap_ooo: 0,
+            cap_hole: None,
         }));
         Self { stream, record }
     }
@@ -237,6 +243,10 @@ impl StatsRegistry {
             if rtt > 0 {
                 min_rtt_us = min_rtt_us.min(rtt);
             }
+            if sample.rcv_ooopack > r.cap_ooo {
+                r.cap_ooo = sample.rcv_ooopack;
+                r.cap_hole = Some(super::window::Hole::seen(r.cap_hole, now));
+            }
             if bytes > r.cap_seen {
                 r.cap_seen = bytes;
                 r.cap_active = Some(now);
@@ -272,7 +282,7 @@ impl StatsRegistry {
                     joining,
                     delivered: r.cap_delivered,
                 };
-                active.push((rec.clone(), member));
+                active.push((rec.clone(), member, r.cap_hole));
             }
         }
         let us = |v: u32| (v != u32::MAX).then(|| std::time::Duration::from_micros(u64::from(v)));
@@ -286,9 +296,12 @@ impl StatsRegistry {
         ) else {
             return;
         };
-        let members: Vec<_> = active.iter().map(|(_, m)| *m).collect();
-        let caps = super::window::split(cap, &members);
-        for ((rec, _), cap) in active.into_iter().zip(caps) {
+        let members: Vec<_> = active.iter().map(|(_, m, _)| *m).collect();
+        let mut caps = super::window::split(cap, &members);
+        let shares = caps.clone();
+        let holes: Vec<_> = active.iter().map(|(_, _, h)| *h).collect();
+        super::window::open_for_repairs(&mut caps, &holes, now);
+        for (((rec, _, _), cap), share) in active.into_iter().zip(caps).zip(shares) {
             let mut r = lock(&rec);
             // Re-set only on a change of more than an eighth: each call is a system call.
             if r.cap_set.is_some_and(|old| old.abs_diff(cap) <= old / 8) {
@@ -299,7 +312,7 @@ impl StatsRegistry {
             let fd = unsafe { BorrowedFd::borrow_raw(fd) };
             match crate::tcp::set_window_clamp(&fd, cap) {
                 Ok(()) => {
-                    tracing::trace!(peer = %r.peer, cap, "receive window capped");
+                    tracing::trace!(peer = %r.peer, cap, repairing = cap > share, "receive window capped");
                     r.cap_set = Some(cap);
                 }
                 Err(e) => tracing::debug!(peer = %r.peer, error = %e, "TCP_WINDOW_CLAMP failed"),
