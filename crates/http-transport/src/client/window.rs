@@ -19,6 +19,10 @@
 //! [`APP_LIMITED_UNREAD`] unread counts only if it raises the estimate, and it never engages
 //! the cap.
 //!
+//! The cap is divided among the connections by [`split`], which lets one that has just joined
+//! grow into its share, and [`open_for_repairs`] gives a connection repairing a loss room for
+//! the packets that wait beyond the hole.
+//!
 //! [`WindowPolicy`] is the decision, pure and tested with time passed in; the transport's
 //! statistics registry applies it to the live sockets.
 
