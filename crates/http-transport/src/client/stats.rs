@@ -281,8 +281,9 @@ impl StatsRegistry {
                 let member = super::window::Member {
                     joining,
                     delivered: r.cap_delivered,
+                    hole: r.cap_hole,
                 };
-                active.push((rec.clone(), member, r.cap_hole));
+                active.push((rec.clone(), member));
             }
         }
         let us = |v: u32| (v != u32::MAX).then(|| std::time::Duration::from_micros(u64::from(v)));
@@ -296,12 +297,10 @@ impl StatsRegistry {
         ) else {
             return;
         };
-        let members: Vec<_> = active.iter().map(|(_, m, _)| *m).collect();
+        let members: Vec<_> = active.iter().map(|(_, m)| *m).collect();
         let mut caps = super::window::split(cap, &members);
-        let shares = caps.clone();
-        let holes: Vec<_> = active.iter().map(|(_, _, h)| *h).collect();
-        super::window::open_for_repairs(&mut caps, &holes, now);
-        for (((rec, _, _), cap), share) in active.into_iter().zip(caps).zip(shares) {
+        super::window::open_for_repairs(&mut caps, &members, now);
+        for ((rec, _), cap) in active.into_iter().zip(caps) {
             let mut r = lock(&rec);
             // Re-set only on a change of more than an eighth: each call is a system call.
             if r.cap_set.is_some_and(|old| old.abs_diff(cap) <= old / 8) {
@@ -312,7 +311,7 @@ impl StatsRegistry {
             let fd = unsafe { BorrowedFd::borrow_raw(fd) };
             match crate::tcp::set_window_clamp(&fd, cap) {
                 Ok(()) => {
-                    tracing::trace!(peer = %r.peer, cap, repairing = cap > share, "receive window capped");
+                    tracing::trace!(peer = %r.peer, cap, "receive window capped");
                     r.cap_set = Some(cap);
                 }
                 Err(e) => tracing::debug!(peer = %r.peer, error = %e, "TCP_WINDOW_CLAMP failed"),

@@ -135,7 +135,7 @@ impl WindowPolicy {
 
 /// A connection with a hole in its data keeps its window open this long after the last
 /// reading that found packets arriving beyond the hole (readings come every 20 ms).
-pub(crate) const REPAIR_HOLD: Duration = Duration::from_millis(50);
+const REPAIR_HOLD: Duration = Duration::from_millis(50);
 
 /// The connections repairing losses may together advertise this much of the cap more (1/4).
 const REPAIR_BUDGET: (u64, u64) = (1, 4);
@@ -166,8 +166,8 @@ impl Hole {
     }
 }
 
-/// Open the windows of connections repairing a loss: each `windows[i]` is connection `i`'s
-/// share of the cap, `holes[i]` its latest hole. The connections whose holes are open, the
+/// Open the windows of connections repairing a loss: each `windows[i]` is the share of the
+/// cap of `members[i]`, which carries its latest hole. The connections whose holes are open, the
 /// oldest first, may advertise up to twice their share, while the extra over all of them
 /// stays within a quarter of the cap; a lone connection keeps its share.
 ///
@@ -184,16 +184,16 @@ impl Hole {
 /// let the senders overflow the queue again: a lone HTTP/2 connection at 200 ms, whose cap is
 /// what holds BBR's start-up back, lost 35,730 packets where it had lost 5,122, and moved 880
 /// Mbit/s against 911. Hence the budget, and nothing for a lone connection.
-pub(crate) fn open_for_repairs(windows: &mut [u64], holes: &[Option<Hole>], now: Instant) {
-    if windows.len() < 2 || holes.len() != windows.len() {
+pub(crate) fn open_for_repairs(windows: &mut [u64], members: &[Member], now: Instant) {
+    if windows.len() < 2 || members.len() != windows.len() {
         return;
     }
     let total: u128 = windows.iter().map(|&w| u128::from(w)).sum();
     let mut budget = total * u128::from(REPAIR_BUDGET.0) / u128::from(REPAIR_BUDGET.1);
-    let mut repairing: Vec<(Instant, usize)> = holes
+    let mut repairing: Vec<(Instant, usize)> = members
         .iter()
         .enumerate()
-        .filter_map(|(i, h)| h.filter(|h| h.open(now)).map(|h| (h.since, i)))
+        .filter_map(|(i, m)| m.hole.filter(|h| h.open(now)).map(|h| (h.since, i)))
         .collect();
     repairing.sort();
     for (_, i) in repairing {
@@ -207,13 +207,15 @@ pub(crate) fn open_for_repairs(windows: &mut [u64], holes: &[Option<Hole>], now:
 /// byte: long enough for slow start from ten segments to reach a share of the path.
 pub(crate) const JOIN_RTTS: u32 = 8;
 
-/// One active connection, as the split of the cap sees it.
+/// One active connection, as the split of the cap and the repairs see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Member {
     /// It received its first byte less than [`JOIN_RTTS`] round trips ago.
     pub joining: bool,
     /// What it delivered over its last round trip, bytes.
     pub delivered: u64,
+    /// Its latest hole, if it has had one.
+    pub hole: Option<Hole>,
 }
 
 /// Each active connection's window, given `each`, the equal share [`WindowPolicy::step`]
@@ -260,10 +262,12 @@ mod tests {
         let old = Member {
             joining: false,
             delivered: 12_000_000,
+            hole: None,
         };
         let new = |delivered| Member {
             joining: true,
             delivered,
+            hole: None,
         };
         // All settled, or all joining (a transfer's start): equal shares.
         assert_eq!(split(each, &[old, old]), vec![each, each]);
@@ -299,8 +303,16 @@ mod tests {
         };
         let now = t0 + 100 * MS;
         let open = |holes: &[Option<Hole>]| {
+            let members: Vec<Member> = holes
+                .iter()
+                .map(|&hole| Member {
+                    joining: false,
+                    delivered: 0,
+                    hole,
+                })
+                .collect();
             let mut w = vec![s; holes.len()];
-            open_for_repairs(&mut w, holes, now);
+            open_for_repairs(&mut w, &members, now);
             w
         };
         // Eight connections, one repairing: twice its share.
