@@ -73,3 +73,10 @@ mod wlcg;
 
 #[path = "e2e/load.rs"]
 mod load;
+
+#[path = "examples.rs"]
+mod examples;
+#[path = "guide.rs"]
+mod guide;
+#[path = "parity.rs"]
+mod parity;

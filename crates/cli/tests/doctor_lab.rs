@@ -5,7 +5,7 @@
 //! Needs root, /dev/net/tun and iproute2. Without them the test prints why and passes, except
 //! under CI=true, where it fails.
 
-mod lab_support;
+use crate::lab_support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

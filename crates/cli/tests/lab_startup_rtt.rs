@@ -12,7 +12,7 @@
 
 // Shared with the other lab tests; this one starts its own TLS server.
 #[allow(dead_code)]
-mod lab_support;
+use crate::lab_support;
 
 use std::ffi::OsStr;
 use std::net::SocketAddr;

@@ -8,7 +8,7 @@
 //! under CI=true, where it fails.
 
 #[allow(dead_code)]
-mod lab_support;
+use crate::lab_support;
 
 use std::ffi::OsStr;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! numbers are printed for a human to read).
 //!
 //! ```text
-//! cargo test --release -p xfer-http --test server_perf -- --ignored --nocapture
+//! cargo test --release -p xfer-http --test suite server_perf:: -- --ignored --nocapture
 //! ```
 //! Client and server share the machine's cores, so the figures are a floor for the server.
 

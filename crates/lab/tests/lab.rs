@@ -665,7 +665,7 @@ mod teardown {
         let mut child = Command::new(exe)
             .args([
                 "--exact",
-                "teardown::sigterm_child",
+                "lab::teardown::sigterm_child",
                 "--ignored",
                 "--nocapture",
             ])

@@ -12,8 +12,8 @@ use xfer_core::transport::{FirstRequest, Lane, RoundTrips, TlsStart, Transport};
 use xfer_http::server::{HttpServer, ServerConfig};
 use xfer_http::{HttpTransport, HttpVersion};
 
-use crate::support::{pattern, TestResult};
-use crate::{client_cfg, fetch, range_req, read_all};
+use crate::client_suite::support::{pattern, TestResult};
+use crate::client_suite::{client_cfg, fetch, range_req, read_all};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -363,12 +363,16 @@ async fn a_proxy_that_forwarded_early_data_gets_425_for_an_upload() -> TestResul
 
 #[tokio::test]
 async fn a_read_answered_425_is_sent_again_on_a_new_connection() -> TestResult {
-    let data = crate::support::pattern(10_000);
-    let script = crate::support::Script::new(data.clone());
+    let data = crate::client_suite::support::pattern(10_000);
+    let script = crate::client_suite::support::Script::new(data.clone());
     script
         .too_early
         .store(1, std::sync::atomic::Ordering::SeqCst);
-    let srv = crate::support::TestServer::start(crate::support::Wire::Tls, script).await?;
+    let srv = crate::client_suite::support::TestServer::start(
+        crate::client_suite::support::Wire::Tls,
+        script,
+    )
+    .await?;
     let mut cfg = client_cfg(HttpVersion::Http1);
     cfg.tls.ca_certs = srv.cert.iter().cloned().collect();
     let t = HttpTransport::new(&srv.url("/file"), cfg)?;

@@ -9,8 +9,8 @@ use xfer_core::transport::Transport;
 use xfer_core::{Sha256Digest, TransferError};
 use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
 
-use crate::support::{pattern, Script, TestResult, TestServer, Wire};
-use crate::{client_cfg, fetch, range_req};
+use crate::client_suite::support::{pattern, Script, TestResult, TestServer, Wire};
+use crate::client_suite::{client_cfg, fetch, range_req};
 
 const SIZE: usize = 200_000;
 

@@ -13,9 +13,9 @@ mod xfer_server;
 
 use std::time::Duration;
 
-use xfer_core::transport::{Lane, RangeBody, RangeRequest, RemoteInfo, Transport};
+use xfer_core::transport::{Lane, RangeBody, RangeRequest, RemoteInfo};
 use xfer_core::TransferError;
-use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
+use xfer_http::{HttpClientConfig, HttpVersion};
 
 /// A client config for loopback tests: short timeouts so failures show quickly.
 pub fn client_cfg(version: HttpVersion) -> HttpClientConfig {
@@ -54,8 +54,4 @@ pub async fn fetch(
     let mut body = lane.fetch(req).await?;
     let bytes = read_all(body.as_mut()).await?;
     Ok((bytes, body.trailer_digest()))
-}
-
-pub async fn stat(t: &HttpTransport) -> Result<RemoteInfo, TransferError> {
-    t.stat().await
 }

@@ -14,8 +14,8 @@ use xfer_core::transport::{RemoteInfo, Transport};
 use xfer_core::Sha256Digest;
 use xfer_http::{HttpTransport, HttpVersion};
 
-use crate::support::{pattern, TestResult};
-use crate::{client_cfg, fetch, range_req};
+use crate::client_suite::support::{pattern, TestResult};
+use crate::client_suite::{client_cfg, fetch, range_req};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Behaviour {

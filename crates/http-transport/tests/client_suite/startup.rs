@@ -13,8 +13,8 @@ use xfer_http::{HttpTransport, HttpVersion};
 
 use xfer_test_support::{Fault, FaultProxy};
 
-use crate::support::{pattern, Script, TestResult, TestServer, Wire};
-use crate::{client_cfg, read_all};
+use crate::client_suite::support::{pattern, Script, TestResult, TestServer, Wire};
+use crate::client_suite::{client_cfg, read_all};
 
 fn transport(
     srv: &TestServer,
@@ -179,8 +179,8 @@ async fn a_later_connection_resumes_the_tls_session() -> TestResult {
     // The first connection's ticket arrived with its answer: the next connection resumes.
     let mut lane = t.open_lane(1).await?;
     lane.connect().await?;
-    let req = crate::range_req(&opened.info, 4096..8192);
-    let (bytes, _) = crate::fetch(lane.as_mut(), &req).await?;
+    let req = crate::client_suite::range_req(&opened.info, 4096..8192);
+    let (bytes, _) = crate::client_suite::fetch(lane.as_mut(), &req).await?;
     assert_eq!(bytes, data[4096..8192]);
     let rt = lane.first_round_trips().ok_or("no round trips")?;
     assert_eq!(rt.tls, TlsStart::Resumed);

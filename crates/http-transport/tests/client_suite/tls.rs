@@ -8,8 +8,8 @@ use xfer_core::transport::Transport;
 use xfer_core::TransferError;
 use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
 
-use crate::support::{pattern, Script, TestResult, TestServer, Wire};
-use crate::{client_cfg, fetch, range_req};
+use crate::client_suite::support::{pattern, Script, TestResult, TestServer, Wire};
+use crate::client_suite::{client_cfg, fetch, range_req};
 
 #[tokio::test]
 async fn wrong_ca_fails_with_tls_error() -> TestResult {

@@ -9,8 +9,8 @@ use xfer_core::Sha256Digest;
 use xfer_http::server::{HttpServer, ServerConfig};
 use xfer_http::{HttpTransport, HttpVersion};
 
-use crate::support::{pattern, TestResult};
-use crate::{client_cfg, fetch, range_req};
+use crate::client_suite::support::{pattern, TestResult};
+use crate::client_suite::{client_cfg, fetch, range_req};
 
 struct Running {
     addr: SocketAddr,

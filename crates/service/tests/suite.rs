@@ -1,0 +1,15 @@
+//! The crate's integration tests, one binary: each module was a test file of its own, and
+//! linking one binary instead of several is most of what a clean test build costs.
+
+#[path = "access.rs"]
+mod access;
+#[path = "decisions.rs"]
+mod decisions;
+#[path = "listing.rs"]
+mod listing;
+#[path = "resumable.rs"]
+mod resumable;
+#[path = "tpc.rs"]
+mod tpc;
+#[path = "upload.rs"]
+mod upload;
