@@ -3,6 +3,7 @@
 //! never sends digests. xfer's own server does none of this, and nginx only the last.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,6 +28,7 @@ pub struct Misbehaviour {
 pub struct TinyServer {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    served: Arc<AtomicU64>,
 }
 
 impl TinyServer {
@@ -34,14 +36,20 @@ impl TinyServer {
     pub async fn start(data: Vec<u8>, how: Misbehaviour) -> Result<Self, BoxError> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new((data, how));
+        let served = Arc::new(AtomicU64::new(0));
+        let shared = Arc::new((data, how, Arc::clone(&served)));
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
                 conns.spawn(serve_connection(stream, shared.clone()));
             }
         });
-        Ok(Self { addr, task })
+        Ok(Self { addr, task, served })
+    }
+
+    /// Body bytes handed to clients so far.
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -55,8 +63,11 @@ impl Drop for TinyServer {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, shared: Arc<(Vec<u8>, Misbehaviour)>) {
-    let (data, how) = (&shared.0, &shared.1);
+async fn serve_connection(
+    mut stream: TcpStream,
+    shared: Arc<(Vec<u8>, Misbehaviour, Arc<AtomicU64>)>,
+) {
+    let (data, how, served) = (&shared.0, &shared.1, &shared.2);
     let mut buf = Vec::new();
     loop {
         let Some(end) = find_head_end(&buf) else {
@@ -131,6 +142,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<(Vec<u8>, Misbehavi
             if stream.write_all(&body).await.is_err() {
                 return;
             }
+            served.fetch_add(body.len() as u64, Ordering::Relaxed);
         }
     }
 }

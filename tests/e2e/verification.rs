@@ -116,3 +116,26 @@ async fn altered_bytes_without_digests_fail_require_digest() -> TestResult {
     assert!(stderr.contains("--require-digest"), "{stderr}");
     Ok(())
 }
+
+/// With nothing but per-chunk digests able to vouch for the file, the first chunk that comes
+/// without one settles it: `--require-digest` refuses then, not after fetching every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_digest_refuses_at_the_first_unvouched_chunk() -> TestResult {
+    let data = random_bytes(16 << 20, 10);
+    let server = TinyServer::start(data.clone(), Misbehaviour::default()).await?;
+    let dir = tempfile::tempdir()?;
+    let dest = dir.path().join("strict.bin");
+    let out = run_xfer(json_get(&server.url("/f"), &dest, &["--require-digest"])).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("no digest for chunk"), "{stderr}");
+    assert!(!dest.exists());
+    // 256 chunks of 64 KiB; what lanes had in flight when the first one landed may finish.
+    let served = server.served();
+    assert!(
+        served < data.len() as u64 / 4,
+        "{served} of {} bytes fetched before refusing",
+        data.len()
+    );
+    Ok(())
+}

@@ -244,12 +244,19 @@ impl Report {
     /// One human line: `1.00 GiB in 9.21 s, 932.1 Mbit/s, 8 lanes, sha256 ab12…`.
     pub fn summary(&self) -> String {
         let new = self.size - self.resumed_bytes.min(self.size);
+        // Lanes that carried a chunk: a file of one chunk was moved by one lane, however many
+        // were opened for it.
+        let used = self.lanes.iter().filter(|l| l.chunks > 0).count();
         let mut s = format!(
-            "{} in {:.2} s, {}, {} lanes over {}",
+            "{} in {:.2} s, {}, {} over {}",
             crate::size::HumanBytes(new),
             self.seconds,
             format_bps(self.goodput_bps),
-            self.lanes.len(),
+            if used == 1 {
+                "1 lane".to_string()
+            } else {
+                format!("{used} lanes")
+            },
             self.protocol
         );
         if self.resumed_bytes > 0 {

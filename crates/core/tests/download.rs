@@ -536,6 +536,8 @@ async fn a_file_of_one_chunk_is_checked_without_journal_or_second_pass() {
     assert!(r.verification.server_whole_digest);
     assert!(!journal::journal_path(&dest).exists());
     assert!(!journal::part_path(&dest).exists());
+    // However many lanes were opened, one carried the file.
+    assert!(r.summary().contains(", 1 lane over "), "{}", r.summary());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,6 +42,12 @@ pub(super) enum Ending {
     /// The shutdown future resolved.
     Interrupted,
     Failed(GetError),
+    /// A chunk arrived with no digest from the server while nothing else could vouch for the
+    /// file (`--require-digest` without a whole-file digest): refused at once, not after
+    /// every byte was fetched.
+    Unvouched {
+        chunk: ChunkIndex,
+    },
 }
 
 /// Where the driver's reports come from.
@@ -82,6 +88,10 @@ pub(super) struct Driver {
     server_checked: Vec<bool>,
     /// The digest of the chunk verified last: the whole file's when it has one chunk.
     last_verified: Option<Sha256Digest>,
+    /// End the transfer at the first chunk the server sent no digest for.
+    refuse_unvouched: bool,
+    /// The first such chunk.
+    unvouched: Option<ChunkIndex>,
 }
 
 struct LaneSlot {
@@ -152,6 +162,8 @@ impl Driver {
             errors: HashMap::new(),
             server_checked,
             last_verified: None,
+            refuse_unvouched: false,
+            unvouched: None,
         };
         for start in starts {
             driver.spawn_lane(start);
@@ -256,6 +268,12 @@ impl Driver {
         Some(lc.report(running))
     }
 
+    /// End the transfer at the first chunk verified without a digest from the server.
+    pub fn refuse_unvouched(mut self, on: bool) -> Self {
+        self.refuse_unvouched = on;
+        self
+    }
+
     /// React to reports until the transfer is complete, fails or `shutdown` resolves. Lanes
     /// are stopped and joined before this returns; the writer is left to the caller to finish.
     pub async fn run(
@@ -273,6 +291,9 @@ impl Driver {
             self.dispatch().await;
             if let Some(failure) = self.sched.failure().cloned() {
                 break Ending::Failed(self.error_for(failure));
+            }
+            if let Some(chunk) = self.unvouched {
+                break Ending::Unvouched { chunk };
             }
             if inputs.whole_from_chunk && self.sched.is_finished() {
                 break match self.last_verified {
@@ -528,6 +549,9 @@ impl Driver {
                 losers,
             } => {
                 self.set_server_checked(chunk, server_checked);
+                if self.refuse_unvouched && !server_checked && self.unvouched.is_none() {
+                    self.unvouched = Some(chunk);
+                }
                 self.last_verified = digest;
                 let range = self.sched.plan().range(chunk);
                 let buffered = if direct {

@@ -622,6 +622,14 @@ impl Download {
             server_checked,
             lane_count,
         );
+        // Only per-chunk digests could vouch for the file: one chunk without is enough to
+        // know `require_digest` will refuse it, so the rest is not fetched.
+        let driver = driver.refuse_unvouched(
+            cfg.require_digest
+                && info.sha256.is_none()
+                && cfg.expect_sha256.is_none()
+                && server_checksum.is_none(),
+        );
         let inputs = Inputs {
             events,
             writer_failed: writer.failed.take(),
@@ -644,6 +652,16 @@ impl Download {
             }
             // The error that ended it, not the writer's echo of a write error.
             Ending::Failed(e) => return Err(e),
+            Ending::Unvouched { chunk } => {
+                synced?;
+                return Err(GetError::Unverified {
+                    path: self.dest.clone(),
+                    part: part_path,
+                    what: format!(
+                        "the server sent no digest for chunk {chunk} nor for the whole file"
+                    ),
+                });
+            }
         };
         synced?;
         let mut verification =
