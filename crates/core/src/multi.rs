@@ -1047,7 +1047,14 @@ impl MultiSource {
     fn failure(&self, source: usize, e: TransferError) -> TransferError {
         let mut pool = self.lock();
         pool.failed(source, &e);
-        if e.is_retryable() || !pool.sources.iter().any(|s| s.usable()) {
+        // Only other sources can take the chunk: a lone source's permanent failure (the file
+        // changed under it) ends the transfer at once, not after every retry's backoff.
+        let others = pool
+            .sources
+            .iter()
+            .enumerate()
+            .any(|(i, s)| i != source && s.usable());
+        if e.is_retryable() || !others {
             return e;
         }
         TransferError::Unexpected {

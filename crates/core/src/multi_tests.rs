@@ -273,3 +273,25 @@ fn link_headers_name_duplicates() {
         MAX_SOURCES
     );
 }
+
+/// A lone source whose file changes mid-transfer: nothing else can take its chunks, so the
+/// transfer ends at once with the change, not after every retry's backoff.
+#[tokio::test]
+async fn the_only_source_changing_ends_the_transfer_at_once() {
+    let bytes = data(32 * CHUNK as usize, 5);
+    let a = Arc::new(MemTransport::new(bytes.clone(), 4));
+    a.inject(8 * CHUNK, MemFault::Fail { retryable: false }, 100);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("f");
+    let multi = MultiSource::new(vec![source("mem://a", &a)], None);
+    let started = std::time::Instant::now();
+    let err = fetch(multi, &dest, config()).await.unwrap_err();
+    let GetError::Chunk { source, .. } = &err else {
+        panic!("not a chunk error: {err}");
+    };
+    assert!(!source.is_retryable(), "{err}");
+    assert!(!err.to_string().contains("source dropped"), "{err}");
+    // One request to the bad offset: the error was not retried.
+    let asked = a.requests().iter().filter(|r| r.start == 8 * CHUNK).count();
+    assert_eq!(asked, 1, "{err} after {:?}", started.elapsed());
+}
