@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use xfer_core::transport::{RoundTrips, TlsStart};
 use xfer_core::TransferError;
 
+use crate::client::config::AddressPolicy;
 use crate::client::early::{EarlyTls, Outcome};
 use crate::client::errors::{chain, from_hyper, from_tcp, from_tls_handshake};
 use crate::client::stats::{MeteredTcp, SocketRecord};
@@ -139,6 +140,8 @@ pub(crate) struct ConnectParams<'a> {
     /// request that makes the connection is a read and the protocol is fixed in advance (the
     /// bytes are written before ALPN has answered).
     pub early_data: bool,
+    /// Addresses connections may go to (`HttpClientConfig::address_policy`).
+    pub address_policy: Option<&'a dyn AddressPolicy>,
 }
 
 /// hyper reads HTTP/1.1 bodies into a buffer that grows up to this size; larger reads mean fewer
@@ -168,6 +171,7 @@ pub(crate) async fn connect(
         source,
     })?
     .collect();
+    let addrs = allowed_addresses(p.address_policy, origin, &peer, addrs)?;
     let mut last_err = None;
     let mut connected = None;
     for addr in addrs {
@@ -264,6 +268,37 @@ pub(crate) async fn connect(
             fast_open,
         },
     })
+}
+
+/// The resolved addresses the policy allows, in resolution order; a name none of whose
+/// addresses pass is refused (not retried: resolving again would not help).
+fn allowed_addresses(
+    policy: Option<&dyn AddressPolicy>,
+    origin: &Origin,
+    peer: &str,
+    addrs: Vec<SocketAddr>,
+) -> Result<Vec<SocketAddr>, TransferError> {
+    let Some(policy) = policy else {
+        return Ok(addrs);
+    };
+    let mut refused = None;
+    let allowed: Vec<SocketAddr> = addrs
+        .into_iter()
+        .filter(|addr| match policy.check(&origin.host, *addr) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::info!(%peer, %addr, %why, "address refused by the connection policy");
+                refused.get_or_insert(why);
+                false
+            }
+        })
+        .collect();
+    match refused {
+        Some(why) if allowed.is_empty() => Err(TransferError::Config(format!(
+            "connecting to {peer}: {why}"
+        ))),
+        _ => Ok(allowed),
+    }
 }
 
 type Handshaken = (Sender, Option<tokio::sync::oneshot::Receiver<RawIo>>);
