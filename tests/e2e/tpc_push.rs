@@ -140,8 +140,9 @@ async fn a_remote_without_the_upload_protocol_gets_whole_puts_and_its_digest_is_
     assert_eq!(c.status, 202);
     let text = c.text().await?;
     let last = check_markers(&text);
-    assert!(
-        last.starts_with("failure: ") && last.contains("adler32") && last.contains("different"),
+    assert_eq!(
+        last,
+        "failure: checksum verification failed: the data does not match the remote's checksum",
         "{text}"
     );
     let seen = seen.lock().map_err(|_| "poisoned")?.clone();
@@ -174,6 +175,32 @@ async fn a_remote_without_the_upload_protocol_gets_whole_puts_and_its_digest_is_
     .await?;
     let text = c.text().await?;
     assert_eq!(check_markers(&text), "success: Created", "{text}");
+
+    // A remote that declares nothing is trusted, unless the caller requires verification.
+    for (require, want) in [
+        ("false", "success: Created"),
+        (
+            "true",
+            "failure: checksum verification failed: the remote offers no checksum to compare with",
+        ),
+    ] {
+        let (addr, _) = lying_server("X-Stored: yes".to_string()).await?;
+        let c = copy(
+            &p.a,
+            &p.cert,
+            "/data/big.bin",
+            &fields(
+                "destination",
+                &format!("http://{addr}/x/big.bin"),
+                false,
+                &[("RequireChecksumVerification", require)],
+            ),
+            false,
+        )
+        .await?;
+        let text = c.text().await?;
+        assert_eq!(check_markers(&text), want, "{text}");
+    }
     p.a.shutdown().await;
     p.b.shutdown().await;
     Ok(())
