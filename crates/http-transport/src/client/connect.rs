@@ -388,3 +388,66 @@ pub fn h2_builder(cfg: &Http2Config, streams: usize) -> http2::Builder<TokioExec
     }
     b
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refuses loopback, as a server's copy policy does.
+    #[derive(Debug)]
+    struct NoLoopback;
+
+    impl AddressPolicy for NoLoopback {
+        fn check(&self, _host: &str, addr: SocketAddr) -> Result<(), String> {
+            if addr.ip().is_loopback() {
+                Err(format!("{addr} is loopback"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn origin() -> Origin {
+        Origin {
+            security: Security::Tls,
+            host: "storage.example".to_string(),
+            port: 443,
+        }
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("an address")
+    }
+
+    #[test]
+    fn only_the_addresses_that_pass_are_connected_to() {
+        let resolved = vec![
+            addr("127.0.0.1:443"),
+            addr("192.0.2.7:443"),
+            addr("[::1]:443"),
+        ];
+        let kept = allowed_addresses(Some(&NoLoopback), &origin(), "p", resolved.clone());
+        assert_eq!(kept.ok(), Some(vec![addr("192.0.2.7:443")]));
+        // Without a policy, every address.
+        assert_eq!(
+            allowed_addresses(None, &origin(), "p", resolved).ok(),
+            Some(vec![
+                addr("127.0.0.1:443"),
+                addr("192.0.2.7:443"),
+                addr("[::1]:443")
+            ])
+        );
+    }
+
+    #[test]
+    fn a_name_with_no_allowed_address_is_refused_and_not_retried() {
+        let resolved = vec![addr("127.0.0.1:443"), addr("[::1]:443")];
+        match allowed_addresses(Some(&NoLoopback), &origin(), "p", resolved) {
+            Err(e @ TransferError::Config(_)) => {
+                assert!(!e.is_retryable());
+                assert!(e.to_string().contains("127.0.0.1:443 is loopback"), "{e}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+}
