@@ -264,8 +264,9 @@ async fn loopback_remotes_are_refused_unless_allowed() -> TestResult {
         );
     }
 
-    // A name that resolves to loopback: refused on the address it resolves to.
-    let by_name = format!("https://localhost:{}/f.bin", p.a.servers.http_addr.port());
+    // A name that resolves to loopback: refused on the address it resolves to (the file is
+    // one anybody may read, so only the policy stands in the way).
+    let by_name = format!("https://localhost:{b_port}/data/f.bin");
     let last = pull(&p, "/in/x.bin", &by_name, &[]).await?;
     assert_eq!(last, format!("failure: {NOT_ALLOWED}"));
     let c = copy(
