@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use xfer::crates::core::checksum::{ChecksumAlgorithm, Checksummer};
 use xfer::crates::core::digest::Sha256Digest;
@@ -49,17 +49,7 @@ impl Scripted {
                 let answer = answer.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
-                    loop {
-                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                            let mut more = [0u8; 4096];
-                            match sock.read(&mut more).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buf.extend_from_slice(&more[..n]),
-                            }
-                            continue;
-                        };
-                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                        buf.drain(..end + 4);
+                    while let Some(head) = read_head(&mut sock, &mut buf).await {
                         if sock.write_all(&answer(&head)).await.is_err() {
                             return;
                         }
@@ -72,6 +62,23 @@ impl Scripted {
 
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+}
+
+/// The next request head on `sock` (bytes after it stay in `buf`); `None` once the peer
+/// closes.
+pub(crate) async fn read_head(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            buf.drain(..end + 4);
+            return Some(head);
+        }
+        let mut more = [0u8; 4096];
+        match sock.read(&mut more).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&more[..n]),
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use crate::interop::{nginx, start_nginx};
 use crate::support::{sha256_file, write_random_file, BoxError, TestResult, MIB};
 use crate::tpc::{check_markers, copy, fields, pair, quick, request};
+use crate::tpc_policy::read_head;
 use xfer::crates::core::checksum::{ChecksumAlgorithm, Checksummer};
 
 const SIZE: u64 = 40 * MIB + 12345;
@@ -66,17 +67,7 @@ async fn lying_server(digest: String) -> Result<(std::net::SocketAddr, Seen), Bo
             let (log, digest) = (Arc::clone(&log), digest.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        let mut more = [0u8; 4096];
-                        match sock.read(&mut more).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&more[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                    buf.drain(..end + 4);
+                while let Some(head) = read_head(&mut sock, &mut buf).await {
                     let length: u64 = head
                         .lines()
                         .find_map(|l| {
