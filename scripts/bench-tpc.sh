@@ -60,14 +60,14 @@ echo bench-token >"$WORK/token"
 ip netns exec "$SRV" "$XFER" serve "$WORK/a" --self-signed --cert-dir "$WORK/cert" \
     --cert-name 10.77.0.1 --cert-name 10.77.0.2 --listen 10.77.0.1:8443 --no-quic \
     --access "$WORK/access.toml" --no-anonymous-read --allow-upload \
-    --tpc-ca-cert "$WORK/cert/cert.pem" >"$WORK/a.log" 2>&1 &
+    --tpc-ca-cert "$WORK/cert/cert.pem" --tpc-allow 10.77.0.0/24 >"$WORK/a.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do [[ -s "$WORK/cert/cert.pem" ]] && break; sleep 0.1; done
 CA=$WORK/cert/cert.pem
 cp "$CA" "$WORK/ca/$(openssl x509 -hash -noout -in "$CA").0"
 ip netns exec "$CLI" "$XFER" serve "$WORK/b" --tls-cert "$CA" --tls-key "$WORK/cert/key.pem" \
     --listen 10.77.0.2:8443 --no-quic --access "$WORK/access.toml" --allow-upload \
-    --tpc-ca-cert "$CA" >"$WORK/b.log" 2>&1 &
+    --tpc-ca-cert "$CA" --tpc-allow 10.77.0.0/24 >"$WORK/b.log" 2>&1 &
 PIDS+=($!)
 sleep 1
 

@@ -5,7 +5,7 @@
 //! the whole file's checksums are computed beside it, and compared with whatever the server
 //! declares of what it stored: in the `PUT`'s answer, else in answer to a `HEAD` with
 //! `Want-Digest`. A server that declares nothing is trusted for the bytes the TCP/TLS
-//! stream delivered.
+//! stream delivered, unless the copy requires checksum verification: then it fails.
 
 use std::future::Future;
 use std::os::unix::fs::MetadataExt;
@@ -19,6 +19,7 @@ use xfer_core::progress::Progress;
 use xfer_core::put::PutConfig;
 use xfer_core::transport::{FileBody, Lane, Transport};
 use xfer_core::Sha256Digest;
+use xfer_service::tpc::{CopyFailed, CopyFailure};
 
 /// How often the bytes sent so far are copied into the progress counters.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
@@ -36,21 +37,26 @@ pub(crate) struct Stored {
 
 /// Send `path` whole to the lane's target with one `PUT`; retried from the start (up to
 /// `cfg.max_attempts`) after transient failures. `progress.verified` counts bytes sent and
-/// never goes down; the remote acknowledges only the whole.
+/// never goes down; the remote acknowledges only the whole. With `require_checksum`, a
+/// remote that declares no checksum of what it stored fails the copy.
 pub(crate) async fn put_whole_file(
     transport: &dyn Transport,
     mut lane: Box<dyn Lane>,
     path: &Path,
     cfg: &PutConfig,
     progress: &Progress,
+    require_checksum: bool,
     stop: impl Future<Output = ()>,
-) -> Result<Stored, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+) -> Result<Stored, CopyFailure> {
+    let local = |detail: String| CopyFailure::new(CopyFailed::Local, detail);
+    let stopped = || CopyFailure::new(CopyFailed::Stopped, "stopped during a plain PUT");
+    let file =
+        std::fs::File::open(path).map_err(|e| local(format!("opening {}: {e}", path.display())))?;
     let meta = file
         .metadata()
-        .map_err(|e| format!("reading the size of {}: {e}", path.display()))?;
+        .map_err(|e| local(format!("reading the size of {}: {e}", path.display())))?;
     if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
+        return Err(local(format!("{} is not a regular file", path.display())));
     }
     let (size, mtime) = (meta.len(), (meta.mtime(), meta.mtime_nsec()));
     let file = Arc::new(file);
@@ -77,7 +83,7 @@ pub(crate) async fn put_whole_file(
             tokio::select! {
                 r = &mut put => break r,
                 _ = tick.tick() => report(body.sent.load(Ordering::Relaxed)),
-                _ = &mut stop => return Err("stopped".to_string()),
+                _ = &mut stop => return Err(stopped()),
             }
         };
         match result {
@@ -90,21 +96,25 @@ pub(crate) async fn put_whole_file(
                 tracing::warn!(error = %e, ?wait, attempt, "plain PUT failed; sending the file again");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = &mut stop => return Err("stopped".to_string()),
+                    _ = &mut stop => return Err(stopped()),
                 }
             }
-            Err(e) => return Err(crate::tpc::chain(&e)),
+            Err(e) => return Err(crate::tpc::failure_of_transfer(&e)),
         }
     };
     report(size);
-    let local = hashes
+    let ours = hashes
         .await
-        .map_err(|e| format!("hashing {}: {e}", path.display()))??;
-    let now = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| local(format!("hashing {}: {e}", path.display())))?
+        .map_err(local)?;
+    let now = std::fs::metadata(path).map_err(|e| local(format!("{}: {e}", path.display())))?;
     if now.len() != size || (now.mtime(), now.mtime_nsec()) != mtime {
-        return Err(format!(
-            "{} changed while it was being sent; the remote copy is not it",
-            path.display()
+        return Err(CopyFailure::new(
+            CopyFailed::LocalChanged,
+            format!(
+                "{} changed while it was being sent; the remote copy is not it",
+                path.display()
+            ),
         ));
     }
     let declared = if declared.is_empty() {
@@ -114,27 +124,39 @@ pub(crate) async fn put_whole_file(
     };
     let mut checked = Vec::new();
     for theirs in &declared {
-        let Some(ours) = local.iter().find(|c| c.algorithm == theirs.algorithm) else {
+        let Some(mine) = ours.iter().find(|c| c.algorithm == theirs.algorithm) else {
             continue;
         };
-        if ours != theirs {
-            return Err(format!(
-                "the remote stored a different file: its {} is {}, {} has {}",
-                theirs.algorithm.rfc3230_name(),
-                theirs.to_hex(),
-                path.display(),
-                ours.to_hex()
+        if mine != theirs {
+            return Err(CopyFailure::new(
+                CopyFailed::ChecksumMismatch,
+                format!(
+                    "the remote stored a different file: its {} is {}, {} has {}",
+                    theirs.algorithm.rfc3230_name(),
+                    theirs.to_hex(),
+                    path.display(),
+                    mine.to_hex()
+                ),
             ));
         }
         checked.push(theirs.algorithm);
     }
     if checked.is_empty() {
         tracing::info!(file = %path.display(), "the remote declared no checksum of the stored file");
+        if require_checksum {
+            return Err(CopyFailure::new(
+                CopyFailed::NoChecksum,
+                format!(
+                    "the remote declared no checksum of {} as stored, and verification was required",
+                    path.display()
+                ),
+            ));
+        }
     }
-    let sha256 = local
+    let sha256 = ours
         .iter()
         .find_map(Checksum::as_sha256)
-        .ok_or_else(|| "no SHA-256 computed".to_string())?;
+        .ok_or_else(|| CopyFailure::new(CopyFailed::Other, "no SHA-256 computed"))?;
     Ok(Stored {
         bytes: size,
         sha256,

@@ -14,22 +14,37 @@
 //!
 //! The fields the caller passed with `TransferHeader<Name>` go on every request to the
 //! remote's origin, never to another origin a redirect points at.
+//!
+//! Every connection a copy opens, to the remote and to any origin a redirect names, goes
+//! through a [`CopyGuard`]: the [`RemotePolicy`] judges each resolved address before the
+//! client connects to it. Failures reach the caller as a [`CopyFailed`] (fixed words); the
+//! causes, peers and paths go to the log.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use xfer_common::secret::Secret;
-use xfer_core::get::{Download, GetConfig};
+use xfer_core::checksum::ChecksumAlgorithm;
+use xfer_core::get::{Download, GetConfig, GetError};
 use xfer_core::progress::Progress;
-use xfer_core::put::{PutConfig, Upload};
+use xfer_core::put::{PutConfig, PutError, Upload};
 use xfer_core::transport::Transport;
-use xfer_core::Sha256Digest;
-use xfer_service::tpc::{CopyDirection, CopyJob, CopyOutcome, RunningCopy};
+use xfer_core::{Sha256Digest, TransferError};
+use xfer_http::AddressPolicy;
+use xfer_service::tpc::{
+    CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy, RunningCopy,
+};
 use xfer_service::CopyRunner;
 
 use crate::{plain_put, transport_for, ClientConfig, LaneLayout};
+
+/// How often a pull's engine counters are copied into the ones the markers read.
+const MIRROR_EVERY: Duration = Duration::from_millis(200);
 
 /// Runs copies with xfer's HTTP client and engine.
 #[derive(Debug, Clone)]
@@ -41,6 +56,39 @@ pub struct EngineCopyRunner {
     pub get: GetConfig,
     /// Chunk size and retries of pushes.
     pub put: PutConfig,
+    /// Which remotes copies may reach (`TpcConfig::remote_policy`).
+    pub policy: RemotePolicy,
+}
+
+/// One copy's connection policy: the server's [`RemotePolicy`], and whether it refused
+/// anything, so that a copy that failed for it says so rather than "could not connect".
+#[derive(Debug)]
+pub struct CopyGuard {
+    policy: RemotePolicy,
+    refused: AtomicBool,
+}
+
+impl CopyGuard {
+    pub fn new(policy: RemotePolicy) -> Self {
+        Self {
+            policy,
+            refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a connection of this copy was refused.
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+impl AddressPolicy for CopyGuard {
+    fn check(&self, host: &str, addr: SocketAddr) -> Result<(), String> {
+        self.policy.check(host, addr.ip()).map_err(|why| {
+            self.refused.store(true, Ordering::Relaxed);
+            format!("{addr} is {why}: not allowed by the server's copy policy (--tpc-allow)")
+        })
+    }
 }
 
 impl EngineCopyRunner {
@@ -49,11 +97,13 @@ impl EngineCopyRunner {
             client,
             get: GetConfig::default(),
             put: PutConfig::default(),
+            policy: RemotePolicy::default(),
         }
     }
 
-    fn client_for(&self, job: &CopyJob) -> ClientConfig {
+    fn client_for(&self, job: &CopyJob, guard: &Arc<CopyGuard>) -> ClientConfig {
         let mut client = self.client.clone();
+        client.http.address_policy = Some(Arc::clone(guard) as Arc<dyn AddressPolicy>);
         client.http.extra_headers = job
             .headers
             .iter()
@@ -75,97 +125,219 @@ impl CopyRunner for EngineCopyRunner {
     }
 
     fn start(&self, job: CopyJob) -> RunningCopy {
-        let client = self.client_for(&job);
+        let guard = Arc::new(CopyGuard::new(self.policy.clone()));
+        let client = self.client_for(&job, &guard);
         let CopyJob {
-            direction, stop, ..
+            direction,
+            stop,
+            verify_checksum,
+            ..
         } = job;
-        match direction {
-            CopyDirection::Pull { url, into } => {
-                let transport = match transport_for(&url, &client) {
-                    Ok(t) => t,
-                    Err(e) => return failed(e.to_string()),
-                };
-                let get = GetConfig {
-                    overwrite: false,
-                    ..self.get.clone()
-                };
-                let download = Download::new(transport, url.clone(), into, get);
-                let progress = download.progress();
-                RunningCopy {
-                    progress,
-                    done: Box::pin(async move {
-                        let report = download.run_until(stop).await.map_err(|e| chain(&e))?;
-                        Ok(CopyOutcome {
-                            sha256: report
-                                .sha256
-                                .as_deref()
-                                .and_then(|h| Sha256Digest::from_hex(h).ok()),
-                            bytes: report.size,
-                        })
-                    }),
+        let url = match &direction {
+            CopyDirection::Pull { url, .. } | CopyDirection::Push { url, .. } => url.clone(),
+        };
+        let transport = match transport_for(&url, &client) {
+            Ok(t) => t,
+            Err(e) => return failed(failure_of_transfer(&e)),
+        };
+        let progress = Progress::new();
+        let done: Pin<Box<dyn Future<Output = Result<CopyOutcome, CopyFailure>> + Send>> =
+            match direction {
+                CopyDirection::Pull { url, into } => {
+                    let get = GetConfig {
+                        overwrite: false,
+                        ..self.get.clone()
+                    };
+                    let pull = Pull {
+                        transport,
+                        url,
+                        into,
+                        get,
+                        verify_checksum,
+                    };
+                    Box::pin(pull.run(progress.clone(), stop))
                 }
-            }
-            CopyDirection::Push { from, url } => {
-                let transport = match transport_for(&url, &client) {
-                    Ok(t) => t,
-                    Err(e) => return failed(e.to_string()),
-                };
-                let upload = Upload::new(
-                    Arc::clone(&transport),
-                    from.clone(),
-                    url.clone(),
-                    self.put.clone(),
-                );
-                let progress = upload.progress();
-                let put = self.put.clone();
-                RunningCopy {
-                    progress: progress.clone(),
-                    done: Box::pin(push(transport, upload, from, put, progress, stop)),
+                CopyDirection::Push { from, url } => {
+                    let upload =
+                        Upload::new(Arc::clone(&transport), from.clone(), url, self.put.clone());
+                    let push = Push {
+                        transport,
+                        upload,
+                        from,
+                        put: self.put.clone(),
+                        verify_checksum,
+                    };
+                    Box::pin(push.run(progress.clone(), stop))
                 }
-            }
+            };
+        RunningCopy {
+            progress,
+            done: Box::pin(async move {
+                done.await.map_err(|mut f| {
+                    // A refused address fails the copy as whatever the client made of it
+                    // (a configuration error, lanes that never opened): name the reason
+                    // instead. A status or a checksum stays what it is.
+                    if guard.refused() && matches!(f.what, CopyFailed::Other | CopyFailed::Connect)
+                    {
+                        f.what = CopyFailed::NotAllowed;
+                    }
+                    f
+                })
+            }),
         }
     }
 }
 
-/// Push `from` to `url`: xfer's parallel upload protocol when the remote announces it,
-/// otherwise the whole file in one plain `PUT` streamed from disk. Never guessed: a server
-/// that ignored `Content-Range` would store a chunk as the file.
-async fn push(
+/// A pull and what it needs.
+struct Pull {
+    transport: Arc<dyn Transport>,
+    url: String,
+    into: PathBuf,
+    get: GetConfig,
+    verify_checksum: bool,
+}
+
+impl Pull {
+    /// Fetch into the staging file. With `RequireChecksumVerification`, the source must
+    /// give a whole-file checksum first: its `Repr-Digest` (SHA-256, checked as the bytes
+    /// are hashed), else its adler32 answer to `Want-Digest` (what gfal2 and XRootD use),
+    /// asked before any byte is fetched; neither fails the copy. A mismatch fails it; the
+    /// core removes what was written.
+    async fn run(
+        self,
+        shown: Progress,
+        stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) -> Result<CopyOutcome, CopyFailure> {
+        let Pull {
+            transport,
+            url,
+            into,
+            mut get,
+            verify_checksum,
+        } = self;
+        let mut known = None;
+        if verify_checksum {
+            let info = transport
+                .stat()
+                .await
+                .map_err(|e| failure_of_transfer(&e))?;
+            if info.sha256.is_some() {
+                get.require_digest = true;
+            } else {
+                get.checksum = Some(ChecksumAlgorithm::Adler32);
+            }
+            tracing::info!(%url, repr_digest = info.sha256.is_some(), "checksum verification required");
+            known = Some(info);
+        }
+        let mut download = Download::new(transport, url, into, get);
+        if let Some(info) = known {
+            download = download.with_known_remote(info);
+        }
+        let engine = download.progress();
+        let report = mirrored(&engine, &shown, download.run_until(stop))
+            .await
+            .map_err(|e| failure_of_get(&e))?;
+        Ok(CopyOutcome {
+            sha256: report
+                .sha256
+                .as_deref()
+                .and_then(|h| Sha256Digest::from_hex(h).ok()),
+            bytes: report.size,
+        })
+    }
+}
+
+/// A push and what it needs.
+struct Push {
     transport: Arc<dyn Transport>,
     upload: Upload,
     from: PathBuf,
     put: PutConfig,
-    progress: Progress,
-    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
-) -> Result<CopyOutcome, String> {
-    let mut lane = transport.open_lane(0).await.map_err(|e| chain(&e))?;
-    let parallel = lane.speaks_upload_protocol().await.map_err(|e| chain(&e))?;
-    tracing::info!(file = %from.display(), parallel, "pushing");
-    if !parallel {
-        let stored =
-            plain_put::put_whole_file(&*transport, lane, &from, &put, &progress, stop).await?;
-        return Ok(CopyOutcome {
-            sha256: Some(stored.sha256),
-            bytes: stored.bytes,
-        });
+    verify_checksum: bool,
+}
+
+impl Push {
+    /// Push `from` to `url`: xfer's parallel upload protocol when the remote announces it
+    /// (every chunk and the whole file checked by the destination before it stores it),
+    /// otherwise the whole file in one plain `PUT` streamed from disk. Never guessed: a
+    /// server that ignored `Content-Range` would store a chunk as the file.
+    async fn run(
+        self,
+        progress: Progress,
+        stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) -> Result<CopyOutcome, CopyFailure> {
+        let Push {
+            transport,
+            upload,
+            from,
+            put,
+            verify_checksum,
+        } = self;
+        let mut lane = transport
+            .open_lane(0)
+            .await
+            .map_err(|e| failure_of_transfer(&e))?;
+        let parallel = lane
+            .speaks_upload_protocol()
+            .await
+            .map_err(|e| failure_of_transfer(&e))?;
+        tracing::info!(file = %from.display(), parallel, "pushing");
+        if !parallel {
+            let stored = plain_put::put_whole_file(
+                &*transport,
+                lane,
+                &from,
+                &put,
+                &progress,
+                verify_checksum,
+                stop,
+            )
+            .await?;
+            return Ok(CopyOutcome {
+                sha256: Some(stored.sha256),
+                bytes: stored.bytes,
+            });
+        }
+        drop(lane);
+        let engine = upload.progress();
+        let report = mirrored(&engine, &progress, upload.run_until(stop))
+            .await
+            .map_err(|e| failure_of_put(&e))?;
+        Ok(CopyOutcome {
+            sha256: Sha256Digest::from_hex(&report.sha256).ok(),
+            bytes: report.size,
+        })
     }
-    drop(lane);
-    let report = upload.run_until(stop).await.map_err(|e| chain(&e))?;
-    Ok(CopyOutcome {
-        sha256: Sha256Digest::from_hex(&report.sha256).ok(),
-        bytes: report.size,
-    })
+}
+
+/// Run `work`, copying the engine's verified count into the one the markers read, which
+/// exists before the engine does (a pull may ask the source first).
+async fn mirrored<T>(engine: &Progress, shown: &Progress, work: impl Future<Output = T>) -> T {
+    let mirror = || {
+        let snap = engine.snapshot();
+        shown.advance_to(snap.total, snap.verified);
+    };
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(MIRROR_EVERY);
+    let out = loop {
+        tokio::select! {
+            r = &mut work => break r,
+            _ = tick.tick() => mirror(),
+        }
+    };
+    mirror();
+    out
 }
 
 /// A copy that could not even start.
-fn failed(why: String) -> RunningCopy {
+fn failed(why: CopyFailure) -> RunningCopy {
     RunningCopy {
         progress: Progress::new(),
         done: Box::pin(async move { Err(why) }),
     }
 }
 
-/// An error with its causes, as one line: the `failure:` line is all the orchestrator sees.
+/// An error with its causes, as one line, for the log.
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
@@ -177,7 +349,70 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// A [`xfer_service::Tpc`] over [`EngineCopyRunner`].
+/// What the caller may learn of a client error: refused, reset, timed out, no such name and
+/// a peer that does not speak HTTP are one class, so that copies cannot map a network.
+pub(crate) fn failed_transfer(e: &TransferError) -> CopyFailed {
+    match e {
+        TransferError::Connect { .. }
+        | TransferError::Io { .. }
+        | TransferError::Timeout { .. }
+        | TransferError::Truncated { .. }
+        | TransferError::Protocol { .. } => CopyFailed::Connect,
+        TransferError::Tls { .. } => CopyFailed::Tls,
+        TransferError::Status { status, .. } => CopyFailed::Status(*status),
+        TransferError::Unexpected { .. } | TransferError::RangesIgnored { .. } => {
+            CopyFailed::Protocol
+        }
+        TransferError::RemoteChanged { .. } => CopyFailed::RemoteChanged,
+        TransferError::NotExpectedDigest { .. } => CopyFailed::ChecksumMismatch,
+        _ => CopyFailed::Other,
+    }
+}
+
+pub(crate) fn failure_of_transfer(e: &TransferError) -> CopyFailure {
+    CopyFailure::new(failed_transfer(e), chain(e))
+}
+
+fn failure_of_get(e: &GetError) -> CopyFailure {
+    let what = match e {
+        GetError::Stat { source, .. }
+        | GetError::Chunk { source, .. }
+        | GetError::ServerChecksum { source, .. } => failed_transfer(source),
+        // Retries ran out: the remote kept failing; its last error is only text here.
+        GetError::Schedule { .. } => CopyFailed::Connect,
+        GetError::WholeDigestMismatch { .. } | GetError::ChecksumMismatch { .. } => {
+            CopyFailed::ChecksumMismatch
+        }
+        GetError::NoServerChecksum { .. } | GetError::Unverified { .. } => CopyFailed::NoChecksum,
+        GetError::ImplausibleSize { .. } => CopyFailed::Protocol,
+        GetError::Journal(_)
+        | GetError::Io { .. }
+        | GetError::Write(_)
+        | GetError::NoRoom { .. }
+        | GetError::DestinationExists { .. }
+        | GetError::DestinationNotAFile { .. } => CopyFailed::Local,
+        GetError::Interrupted => CopyFailed::Stopped,
+        _ => CopyFailed::Other,
+    };
+    CopyFailure::new(what, chain(e))
+}
+
+fn failure_of_put(e: &PutError) -> CopyFailure {
+    let what = match e {
+        PutError::Local { .. } => CopyFailed::Local,
+        PutError::Changed { .. } => CopyFailed::LocalChanged,
+        PutError::Chunk { source, .. } | PutError::Remote { source, .. } => failed_transfer(source),
+        PutError::Interrupted => CopyFailed::Stopped,
+        _ => CopyFailed::Other,
+    };
+    CopyFailure::new(what, chain(e))
+}
+
+/// A [`xfer_service::Tpc`] over [`EngineCopyRunner`], with the config's remote policy.
 pub fn engine_tpc(client: ClientConfig, config: xfer_service::TpcConfig) -> xfer_service::Tpc {
-    xfer_service::Tpc::new(Arc::new(EngineCopyRunner::new(client)), config)
+    let runner = EngineCopyRunner {
+        policy: config.remote_policy.clone(),
+        ..EngineCopyRunner::new(client)
+    };
+    xfer_service::Tpc::new(Arc::new(runner), config)
 }

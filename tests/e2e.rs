@@ -68,6 +68,9 @@ mod tpc;
 
 #[path = "e2e/tpc_push.rs"]
 mod tpc_push;
+
+#[path = "e2e/tpc_policy.rs"]
+mod tpc_policy;
 #[path = "e2e/wlcg.rs"]
 mod wlcg;
 

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use crate::interop::{nginx, start_nginx};
 use crate::support::{sha256_file, write_random_file, BoxError, TestResult, MIB};
 use crate::tpc::{check_markers, copy, fields, pair, quick, request};
+use crate::tpc_policy::read_head;
 use xfer::crates::core::checksum::{ChecksumAlgorithm, Checksummer};
 
 const SIZE: u64 = 40 * MIB + 12345;
@@ -66,17 +67,7 @@ async fn lying_server(digest: String) -> Result<(std::net::SocketAddr, Seen), Bo
             let (log, digest) = (Arc::clone(&log), digest.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        let mut more = [0u8; 4096];
-                        match sock.read(&mut more).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&more[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                    buf.drain(..end + 4);
+                while let Some(head) = read_head(&mut sock, &mut buf).await {
                     let length: u64 = head
                         .lines()
                         .find_map(|l| {
@@ -140,8 +131,9 @@ async fn a_remote_without_the_upload_protocol_gets_whole_puts_and_its_digest_is_
     assert_eq!(c.status, 202);
     let text = c.text().await?;
     let last = check_markers(&text);
-    assert!(
-        last.starts_with("failure: ") && last.contains("adler32") && last.contains("different"),
+    assert_eq!(
+        last,
+        "failure: checksum verification failed: the data does not match the remote's checksum",
         "{text}"
     );
     let seen = seen.lock().map_err(|_| "poisoned")?.clone();
@@ -174,6 +166,32 @@ async fn a_remote_without_the_upload_protocol_gets_whole_puts_and_its_digest_is_
     .await?;
     let text = c.text().await?;
     assert_eq!(check_markers(&text), "success: Created", "{text}");
+
+    // A remote that declares nothing is trusted, unless the caller requires verification.
+    for (require, want) in [
+        ("false", "success: Created"),
+        (
+            "true",
+            "failure: checksum verification failed: the remote offers no checksum to compare with",
+        ),
+    ] {
+        let (addr, _) = lying_server("X-Stored: yes".to_string()).await?;
+        let c = copy(
+            &p.a,
+            &p.cert,
+            "/data/big.bin",
+            &fields(
+                "destination",
+                &format!("http://{addr}/x/big.bin"),
+                false,
+                &[("RequireChecksumVerification", require)],
+            ),
+            false,
+        )
+        .await?;
+        let text = c.text().await?;
+        assert_eq!(check_markers(&text), want, "{text}");
+    }
     p.a.shutdown().await;
     p.b.shutdown().await;
     Ok(())

@@ -707,7 +707,8 @@ async fn xfer_pushes_into_xrootd_by_http_tpc() -> TestResult {
     // A second xfer server whose copies trust the certificate XRootD serves.
     let pusher = Fixture::start_with(Proto::Http1Tls, move |cfg: &mut ServeConfig, dir: &Path| {
         configure(cfg, dir);
-        cfg.tpc = Some(Default::default());
+        // XRootD listens on loopback, which copies may reach only when allowed.
+        cfg.tpc = Some(crate::tpc::loopback(Default::default()));
         let mut client = xfer::ClientConfig::default().with_tls(xfer::ClientTlsOptions {
             ca_certs: vec![ca.clone()],
             ..Default::default()

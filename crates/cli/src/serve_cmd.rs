@@ -178,6 +178,12 @@ pub struct ServeArgs {
     /// without it a copy runs 8 HTTP/1.1 connections).
     #[arg(long, default_value_t = xfer::crates::service::TpcConfig::default().max_streams, value_name = "N")]
     pub tpc_max_streams: usize,
+    /// Let third-party copies (both directions, redirects too) reach this host name or
+    /// network (CIDR, e.g. 10.1.0.0/16, or one address) although it is internal: loopback,
+    /// private, link-local, multicast and this host's own addresses are refused otherwise.
+    /// Repeatable.
+    #[arg(long, value_name = "HOST|CIDR", value_parser = |s: &str| s.parse::<xfer::crates::service::tpc::Allowance>())]
+    pub tpc_allow: Vec<xfer::crates::service::tpc::Allowance>,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -225,6 +231,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let tpc = xfer::crates::service::TpcConfig {
             max_active: args.tpc_max_active,
             max_streams: args.tpc_max_streams,
+            remote_policy: xfer::crates::service::RemotePolicy::allowing(args.tpc_allow.clone()),
             ..Default::default()
         };
         tpc.validate().map_err(|e| UsageError(e.to_string()))?;

@@ -57,5 +57,5 @@ pub use plan::{
 pub use request::{Method, Request};
 pub use respond::{check_stream_options, status, Service, ServiceConfig};
 pub use stale_staging::{remove_stale_staging, spawn_stale_staging_sweeper};
-pub use tpc::{CopyRunner, Tpc, TpcConfig};
+pub use tpc::{CopyRunner, RemotePolicy, Tpc, TpcConfig};
 pub use upload::{UploadBody, UploadConfig, UploadHead, Uploads};

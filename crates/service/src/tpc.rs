@@ -23,6 +23,11 @@
 //!                                           │  push: engine uploads the file as it is
 //!                                           └─ the body dropped (client gone) ─► stop, clean up
 //! ```
+//!
+//! Remotes pass a [`RemotePolicy`] (`remote_policy.rs`): an IP literal at once (403), every
+//! address a connection goes to in the runner. What the caller reads of a failure is a
+//! [`CopyFailed`], words fixed here; the runner's detail (bodies, paths, error classes) goes
+//! only to the server's log.
 
 use std::fmt;
 use std::future::Future;
@@ -44,6 +49,10 @@ use crate::plan::ResponsePlan;
 use crate::request::Request;
 use crate::respond::{refusal_for, status};
 use crate::upload::{self, Refusal};
+
+pub mod remote_policy;
+
+pub use remote_policy::{Allowance, IpNet, RemotePolicy};
 
 /// The media type of the marker stream (HTTP-TPC draft).
 pub const CONTENT_TYPE_PERF_MARKERS: &str = "text/perf-marker-stream";
@@ -80,6 +89,10 @@ pub struct TpcConfig {
     pub marker_interval: Duration,
     /// Most lanes a copy runs, whatever `X-Number-Of-Streams` asks. Default 64.
     pub max_streams: usize,
+    /// Which remotes copies may reach, in both directions. Default: no internal, private or
+    /// special-purpose address, and none of this host's (`--tpc-allow` adds hosts and
+    /// networks).
+    pub remote_policy: RemotePolicy,
 }
 
 impl Default for TpcConfig {
@@ -88,6 +101,7 @@ impl Default for TpcConfig {
             max_active: 16,
             marker_interval: Duration::from_secs(5),
             max_streams: 64,
+            remote_policy: RemotePolicy::default(),
         }
     }
 }
@@ -132,6 +146,9 @@ pub struct CopyHead {
     pub overwrite: Option<String>,
     /// `X-Number-Of-Streams`, verbatim.
     pub streams: Option<String>,
+    /// `RequireChecksumVerification: true` (any case): the copy must be checked against a
+    /// checksum the remote gives, or fail.
+    pub require_checksum: bool,
     /// `TransferHeader<Name>: value` fields, as (`Name`, value), in order.
     pub transfer_headers: Vec<(String, String)>,
 }
@@ -148,6 +165,9 @@ impl CopyHead {
                 "destination" => head.destination = Some(value.trim().to_string()),
                 "overwrite" => head.overwrite = Some(value.trim().to_string()),
                 "x-number-of-streams" => head.streams = Some(value.trim().to_string()),
+                "requirechecksumverification" => {
+                    head.require_checksum = value.trim().eq_ignore_ascii_case("true")
+                }
                 _ => {
                     if let Some(rest) = lower.strip_prefix(TRANSFER_HEADER_PREFIX) {
                         if !rest.is_empty() {
@@ -180,6 +200,11 @@ pub struct CopyJob {
     pub headers: Vec<(String, String)>,
     /// Lanes asked for (`X-Number-Of-Streams`, capped); `None`: the runner's default.
     pub lanes: Option<usize>,
+    /// `RequireChecksumVerification: true`: a pull must match a whole-file checksum the
+    /// source gives (its `Repr-Digest`, else its adler32 answer to `Want-Digest`) and fails
+    /// when the source gives none; a push must match what the destination declares of the
+    /// stored file and fails when it declares nothing.
+    pub verify_checksum: bool,
     /// Resolves when the copy must stop (the client went away, the server shuts down). The
     /// runner then stops its lanes and returns an error.
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -194,6 +219,7 @@ impl fmt::Debug for CopyJob {
                 &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
             .field("lanes", &self.lanes)
+            .field("verify_checksum", &self.verify_checksum)
             .finish_non_exhaustive()
     }
 }
@@ -206,12 +232,83 @@ pub struct CopyOutcome {
     pub bytes: u64,
 }
 
+/// What failed, as the caller reads it on the `failure:` line. Fixed words: a remote's body,
+/// a local path or the class of a network error (refused, reset, no such name) would let a
+/// caller read the server's files or map the networks it reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFailed {
+    /// The remote, or a redirect of it, is outside [`TpcConfig::remote_policy`].
+    NotAllowed,
+    /// Name resolution, connect, reset, broken or timed-out connection: all one.
+    Connect,
+    /// The TLS handshake with the remote failed (certificate not trusted, wrong name).
+    Tls,
+    /// The remote answered this status.
+    Status(u16),
+    /// The remote's answers did not make sense (sizes, ranges, framing).
+    Protocol,
+    /// The remote file changed while it was copied.
+    RemoteChanged,
+    /// The local file changed while it was pushed.
+    LocalChanged,
+    /// The bytes do not match the checksum the remote gives.
+    ChecksumMismatch,
+    /// `RequireChecksumVerification: true` and the remote gives no checksum.
+    NoChecksum,
+    /// The server could not read, write or store the file.
+    Local,
+    /// The client went away or the server is shutting down.
+    Stopped,
+    /// Anything else.
+    Other,
+}
+
+impl fmt::Display for CopyFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotAllowed => f.write_str(remote_policy::NOT_ALLOWED),
+            Self::Connect => f.write_str("could not connect to the remote"),
+            Self::Tls => f.write_str("the TLS handshake with the remote failed"),
+            Self::Status(s) => write!(f, "the remote answered {s}"),
+            Self::Protocol => f.write_str("the remote's answer was not usable"),
+            Self::RemoteChanged => f.write_str("the remote file changed during the copy"),
+            Self::LocalChanged => f.write_str("the file changed while it was sent"),
+            Self::ChecksumMismatch => f.write_str(
+                "checksum verification failed: the data does not match the remote's checksum",
+            ),
+            Self::NoChecksum => f.write_str(
+                "checksum verification failed: the remote offers no checksum to compare with",
+            ),
+            Self::Local => f.write_str("the server could not store or read the file"),
+            Self::Stopped => f.write_str("stopped: the client went away"),
+            Self::Other => f.write_str("the copy failed"),
+        }
+    }
+}
+
+/// A failed copy: what the caller is told, and everything known for the server's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyFailure {
+    pub what: CopyFailed,
+    /// Causes, peers, paths: logged, never sent.
+    pub detail: String,
+}
+
+impl CopyFailure {
+    pub fn new(what: CopyFailed, detail: impl Into<String>) -> Self {
+        Self {
+            what,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// A copy that has started.
 pub struct RunningCopy {
     /// Live counters: `verified` is what the markers report.
     pub progress: Progress,
-    /// Resolves when the copy is over; the error is one line for the `failure:` line.
-    pub done: Pin<Box<dyn Future<Output = Result<CopyOutcome, String>> + Send>>,
+    /// Resolves when the copy is over.
+    pub done: Pin<Box<dyn Future<Output = Result<CopyOutcome, CopyFailure>> + Send>>,
 }
 
 /// Runs copies: the server's composition implements it over a real client.
@@ -297,6 +394,7 @@ async fn start(
         }
     };
     let url = remote_url(remote, tpc.runner.schemes())?;
+    check_literal_host(&url, &tpc.config.remote_policy)?;
     let headers = outgoing_headers(&head.transfer_headers)?;
     // gfal2 sends 0 when the user did not choose: the runner's default.
     let lanes = match head.streams.as_deref() {
@@ -377,11 +475,12 @@ async fn start(
         direction,
         headers,
         lanes,
+        verify_checksum: head.require_checksum,
         stop: Box::pin(async move {
             let _ = stop_rx.await;
         }),
     };
-    tracing::info!(peer = %req.peer, path = %req.path, remote = %url, pull, lanes = ?lanes, "third-party copy starting");
+    tracing::info!(peer = %req.peer, path = %req.path, remote = %url, pull, lanes = ?lanes, verify_checksum = head.require_checksum, "third-party copy starting");
     let running = tpc.runner.start(job);
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(drive(Driven {
@@ -438,6 +537,35 @@ fn remote_url(remote: &str, schemes: &[&str]) -> Result<String, Refusal> {
     Ok(format!("{scheme}://{rest}"))
 }
 
+/// The 403's body: [`remote_policy::NOT_ALLOWED`] as a line.
+const NOT_ALLOWED_TEXT: &str = "the remote is not allowed by the server's copy policy\n";
+
+/// A remote whose host is an IP literal is judged at once, so a refused one is a 403 before
+/// anything starts; names are judged on the addresses they resolve to, as the runner
+/// connects.
+fn check_literal_host(url: &str, policy: &RemotePolicy) -> Result<(), Refusal> {
+    let authority = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host_port.starts_with('[') {
+        host_port.split_once(']').map_or(host_port, |(h, _)| h)
+    } else {
+        host_port.split(':').next().unwrap_or(host_port)
+    };
+    match policy.check_literal(host) {
+        Some(Err(why)) => Err(Refusal::new(
+            status::FORBIDDEN,
+            NOT_ALLOWED_TEXT,
+            format!("copy remote {host}: {why}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `TransferHeader<Name>` fields as the remote gets them; names that frame the request are
 /// refused rather than silently dropped, so the caller learns why its copy would behave
 /// differently.
@@ -479,7 +607,7 @@ enum Finish {
 }
 
 impl Finish {
-    async fn complete(&self, outcome: &CopyOutcome) -> Result<(), String> {
+    async fn complete(&self, outcome: &CopyOutcome) -> Result<(), CopyFailure> {
         let Finish::Pull {
             staging,
             target,
@@ -502,7 +630,7 @@ impl Finish {
             Ok(upload::stored_resource(&r, &p, &file))
         })
         .await
-        .map_err(|r| r.detail().to_string())?;
+        .map_err(|r| CopyFailure::new(CopyFailed::Local, r.detail()))?;
         if let (Some(resource), Some(d)) = (stored, outcome.sha256) {
             digests.insert(&resource, d);
         }
@@ -580,7 +708,10 @@ async fn drive(d: Driven) {
     };
     let result = match result {
         Ok(outcome) if stop.is_some() => finish.complete(&outcome).await.map(|()| outcome),
-        Ok(_) => Err("stopped: the client went away".to_string()),
+        Ok(_) => Err(CopyFailure::new(
+            CopyFailed::Stopped,
+            "the client went away before the copy was stored",
+        )),
         Err(e) => Err(e),
     };
     let last = match &result {
@@ -591,8 +722,8 @@ async fn drive(d: Driven) {
         }
         Err(e) => {
             finish.clean_up();
-            tracing::warn!(copy = %what, error = %e, "third-party copy failed");
-            format!("failure: {}\n", one_line(e))
+            tracing::warn!(copy = %what, failed = %e.what, detail = %e.detail, "third-party copy failed");
+            format!("failure: {}\n", e.what)
         }
     };
     let _ = tx.send(Ok(Bytes::from(last))).await;
@@ -608,15 +739,6 @@ fn perf_marker(bytes: u64) -> String {
     format!(
         "Perf Marker\n\tTimestamp: {now}\n\tStripe Index: 0\n\tStripe Bytes Transferred: {bytes}\n\tTotal Stripe Count: 1\nEnd\n"
     )
-}
-
-/// A failure reason fit for the last line: one line, bounded.
-fn one_line(e: &str) -> String {
-    let flat: String = e
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    flat.chars().take(1000).collect()
 }
 
 #[cfg(test)]
@@ -664,6 +786,35 @@ mod tests {
     }
 
     #[test]
+    fn literal_hosts_are_judged_before_the_copy() {
+        let policy = RemotePolicy {
+            refuse_own_addresses: false,
+            ..RemotePolicy::default()
+        };
+        for url in [
+            "https://127.0.0.1:8443/x",
+            "http://[::1]/x",
+            "https://user@10.0.0.1/x",
+            "https://169.254.169.254",
+        ] {
+            assert_eq!(
+                check_literal_host(url, &policy).err().map(|r| r.status),
+                Some(status::FORBIDDEN),
+                "{url}"
+            );
+        }
+        for url in [
+            "https://8.8.8.8/x",
+            "https://localhost/x",
+            "https://[2001:db8::1]:1/x",
+        ] {
+            assert!(check_literal_host(url, &policy).is_ok(), "{url}");
+        }
+        let allowed = RemotePolicy::allowing(["127.0.0.0/8".parse().expect("net")]);
+        assert!(check_literal_host("https://127.0.0.1:8443/x", &allowed).is_ok());
+    }
+
+    #[test]
     fn markers_hold_only_the_standard_lines() {
         let m = perf_marker(42);
         let keys: Vec<&str> = m
@@ -682,6 +833,9 @@ mod tests {
             ]
         );
         assert!(m.contains("Stripe Bytes Transferred: 42\n"));
-        assert_eq!(one_line("a\nb"), "a b");
+        assert_eq!(
+            NOT_ALLOWED_TEXT.trim_end(),
+            CopyFailed::NotAllowed.to_string()
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Third-party copy decided by the core, without sockets: a scripted runner stands in for the
 //! engine. The marker stream, the atomic finish of a pull, a failure's last line, the slot
-//! limit, and a client that drops the body stopping the copy and removing its files.
+//! limit, a client that drops the body stopping the copy and removing its files, the remote
+//! policy's answer to an IP literal, and failure lines that carry none of the runner's detail.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,9 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use xfer_core::progress::Progress;
-use xfer_service::tpc::{CopyDirection, CopyJob, CopyOutcome, RunningCopy};
+use xfer_service::tpc::{
+    CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy, RunningCopy,
+};
 use xfer_service::{
     status, AccessControl, Body, CopyRunner, Credentials, ListingStream, Method, Request, Secret,
     Service, ServiceConfig, Tpc, TpcConfig, UploadConfig,
@@ -28,18 +31,18 @@ prefix = "/"
 enum Script {
     /// Write a few bytes into a pull's staging file and succeed.
     Succeed,
-    /// Fail with a two-line reason.
+    /// Fail with a detail that holds a remote's body and a local path.
     Fail,
     /// Write a little, then wait to be stopped.
     Hang,
 }
 
-type Seen = (CopyDirection, Vec<(String, String)>, Option<usize>);
+type Seen = (CopyDirection, Vec<(String, String)>, Option<usize>, bool);
 
 #[derive(Debug)]
 struct Scripted {
     script: Script,
-    /// Jobs seen: direction, headers passed on, lanes.
+    /// Jobs seen: direction, headers passed on, lanes, checksum required.
     seen: Mutex<Vec<Seen>>,
     /// Copies told to stop.
     stopped: Arc<Mutex<u32>>,
@@ -56,12 +59,13 @@ impl CopyRunner for Scripted {
             direction,
             headers,
             lanes,
+            verify_checksum,
             stop,
         } = job;
         self.seen
             .lock()
             .expect("lock")
-            .push((direction.clone(), headers, lanes));
+            .push((direction.clone(), headers, lanes, verify_checksum));
         let script = self.script;
         let stopped = Arc::clone(&self.stopped);
         let started = self.started.lock().expect("lock").take();
@@ -75,29 +79,41 @@ impl CopyRunner for Scripted {
                 match script {
                     Script::Succeed => {
                         if let Some(p) = &into {
-                            std::fs::write(p, b"copied bytes").map_err(|e| e.to_string())?;
+                            std::fs::write(p, b"copied bytes").map_err(local)?;
                         }
                         Ok(CopyOutcome {
                             sha256: None,
                             bytes: 12,
                         })
                     }
-                    Script::Fail => Err("remote said no\nsecond line".to_string()),
+                    Script::Fail => {
+                        Err(CopyFailure::new(
+                            CopyFailed::Status(500),
+                            format!(
+                            "https://remote/x answered 500: <html>secret page</html>; staging {}",
+                            into.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+                        ),
+                        ))
+                    }
                     Script::Hang => {
                         if let Some(p) = &into {
-                            std::fs::write(p, b"part").map_err(|e| e.to_string())?;
+                            std::fs::write(p, b"part").map_err(local)?;
                             if let Some(tx) = started {
                                 let _ = tx.send(p.clone());
                             }
                         }
                         stop.await;
                         *stopped.lock().expect("lock") += 1;
-                        Err("interrupted".to_string())
+                        Err(CopyFailure::new(CopyFailed::Stopped, "interrupted"))
                     }
                 }
             }),
         }
     }
+}
+
+fn local(e: std::io::Error) -> CopyFailure {
+    CopyFailure::new(CopyFailed::Local, e.to_string())
 }
 
 fn service(dir: &Path, script: Script, max_active: usize) -> (Service, Arc<Scripted>) {
@@ -158,6 +174,7 @@ async fn a_pull_lands_under_its_name_only_when_done() {
                 ("Source", "davs://remote/x"),
                 ("TransferHeaderAuthorization", "Bearer r"),
                 ("X-Number-Of-Streams", "500"),
+                ("RequireChecksumVerification", "TRUE"),
             ],
         ))
         .await;
@@ -173,7 +190,11 @@ async fn a_pull_lands_under_its_name_only_when_done() {
         b"copied bytes"
     );
     let seen = runner.seen.lock().expect("lock").clone();
-    let (direction, headers, lanes) = &seen[0];
+    let (direction, headers, lanes, verify_checksum) = &seen[0];
+    assert!(
+        *verify_checksum,
+        "RequireChecksumVerification reaches the runner"
+    );
     match direction {
         CopyDirection::Pull { url, into } => {
             assert_eq!(url, "https://remote/x");
@@ -202,9 +223,12 @@ async fn a_failure_is_one_last_line_and_leaves_nothing() {
         assert_eq!(plan.status, status::ACCEPTED);
         let text = body_text(plan.body).await;
         assert!(
-            text.ends_with("failure: remote said no second line\n"),
+            text.ends_with("failure: the remote answered 500\n"),
             "{text}"
         );
+        assert!(!text.contains("secret"), "a remote's body: {text}");
+        assert!(!text.contains(".xfer-upload"), "a local path: {text}");
+        assert!(!text.contains(&*dir.path().to_string_lossy()), "{text}");
     }
     assert!(std::fs::read_dir(dir.path().join("root/in"))
         .expect("dir")
@@ -282,4 +306,49 @@ async fn without_tpc_or_uploads_copy_is_not_allowed() {
         .respond(&copy("/x.bin", &[("Source", "https://remote/x")]))
         .await;
     assert_eq!(plan.status, status::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn a_literal_internal_remote_is_refused_before_the_copy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (svc, runner) = service(dir.path(), Script::Succeed, 4);
+    std::fs::write(dir.path().join("root/f.bin"), b"x").expect("write");
+    for (path, field, remote) in [
+        ("/in/a.bin", "Source", "https://127.0.0.1:8443/x"),
+        (
+            "/in/b.bin",
+            "Source",
+            "davs://[::ffff:169.254.169.254]/latest",
+        ),
+        ("/f.bin", "Destination", "https://10.1.2.3/x"),
+        ("/f.bin", "Destination", "https://[::1]:1094/x"),
+    ] {
+        let plan = svc.respond(&copy(path, &[(field, remote)])).await;
+        assert_eq!(plan.status, status::FORBIDDEN, "{field}: {remote}");
+        let Body::Message(text) = plan.body else {
+            panic!("a refusal has a message");
+        };
+        assert_eq!(
+            &text[..],
+            b"the remote is not allowed by the server's copy policy\n"
+        );
+    }
+    assert!(runner.seen.lock().expect("lock").is_empty(), "nothing ran");
+    assert!(!dir.path().join("root/in/a.bin").exists());
+
+    // Allowed by network, the same remote starts.
+    let mut cfg = svc.config().clone();
+    let tpc = cfg.tpc.as_mut().expect("tpc on");
+    let mut tpc_cfg = tpc.config.clone();
+    tpc_cfg.remote_policy = RemotePolicy::allowing(["127.0.0.0/8".parse().expect("net")]);
+    *tpc = Tpc::new(runner.clone(), tpc_cfg);
+    let allowed = Service::new(cfg);
+    let plan = allowed
+        .respond(&copy(
+            "/in/a.bin",
+            &[("Source", "https://127.0.0.1:8443/x")],
+        ))
+        .await;
+    assert_eq!(plan.status, status::ACCEPTED);
+    assert!(body_text(plan.body).await.ends_with("success: Created\n"));
 }

@@ -1,5 +1,8 @@
 //! The client's knobs: protocol, lane counts, timeouts, TLS trust.
 
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use xfer_common::secret::Secret;
@@ -7,6 +10,17 @@ use xfer_common::tls::ClientTlsOptions;
 use xfer_core::layout::{LaneLayout, Lanes};
 
 use crate::config::{ConfigError, Http2Config, HttpVersion, TcpConfig};
+
+/// Which addresses connections may go to: asked with every address a name resolves to,
+/// before connecting, for the URL's origin and every origin a redirect points at. The client
+/// connects to exactly the addresses that passed, so a name that resolves differently a
+/// moment later changes nothing. A server's third-party copies use one to keep away from
+/// internal addresses.
+pub trait AddressPolicy: Send + Sync + fmt::Debug {
+    /// `Err(why)`: no connection to `addr`, which `host` resolved to; `why` is for the log
+    /// and the error's detail.
+    fn check(&self, host: &str, addr: SocketAddr) -> Result<(), String>;
+}
 
 /// How the HTTP client connects and how many lanes it offers.
 #[derive(Debug, Clone)]
@@ -67,6 +81,8 @@ pub struct HttpClientConfig {
     /// origin a redirect points at), e.g. what a third-party copy was asked to pass on. Values
     /// are treated as secrets: kept out of logs and of HTTP/2 header compression. Default none.
     pub extra_headers: Vec<(String, Secret)>,
+    /// Addresses connections may go to. Default none: any.
+    pub address_policy: Option<Arc<dyn AddressPolicy>>,
 }
 
 impl Default for HttpClientConfig {
@@ -86,6 +102,7 @@ impl Default for HttpClientConfig {
             user_agent: concat!("xfer/", env!("CARGO_PKG_VERSION")).to_string(),
             token: None,
             extra_headers: Vec::new(),
+            address_policy: None,
         }
     }
 }

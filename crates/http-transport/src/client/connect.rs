@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use xfer_core::transport::{RoundTrips, TlsStart};
 use xfer_core::TransferError;
 
+use crate::client::config::AddressPolicy;
 use crate::client::early::{EarlyTls, Outcome};
 use crate::client::errors::{chain, from_hyper, from_tcp, from_tls_handshake};
 use crate::client::stats::{MeteredTcp, SocketRecord};
@@ -139,6 +140,8 @@ pub(crate) struct ConnectParams<'a> {
     /// request that makes the connection is a read and the protocol is fixed in advance (the
     /// bytes are written before ALPN has answered).
     pub early_data: bool,
+    /// Addresses connections may go to (`HttpClientConfig::address_policy`).
+    pub address_policy: Option<&'a dyn AddressPolicy>,
 }
 
 /// hyper reads HTTP/1.1 bodies into a buffer that grows up to this size; larger reads mean fewer
@@ -168,6 +171,7 @@ pub(crate) async fn connect(
         source,
     })?
     .collect();
+    let addrs = allowed_addresses(p.address_policy, origin, &peer, addrs)?;
     let mut last_err = None;
     let mut connected = None;
     for addr in addrs {
@@ -266,6 +270,37 @@ pub(crate) async fn connect(
     })
 }
 
+/// The resolved addresses the policy allows, in resolution order; a name none of whose
+/// addresses pass is refused (not retried: resolving again would not help).
+fn allowed_addresses(
+    policy: Option<&dyn AddressPolicy>,
+    origin: &Origin,
+    peer: &str,
+    addrs: Vec<SocketAddr>,
+) -> Result<Vec<SocketAddr>, TransferError> {
+    let Some(policy) = policy else {
+        return Ok(addrs);
+    };
+    let mut refused = None;
+    let allowed: Vec<SocketAddr> = addrs
+        .into_iter()
+        .filter(|addr| match policy.check(&origin.host, *addr) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::info!(%peer, %addr, %why, "address refused by the connection policy");
+                refused.get_or_insert(why);
+                false
+            }
+        })
+        .collect();
+    match refused {
+        Some(why) if allowed.is_empty() => Err(TransferError::Config(format!(
+            "connecting to {peer}: {why}"
+        ))),
+        _ => Ok(allowed),
+    }
+}
+
 type Handshaken = (Sender, Option<tokio::sync::oneshot::Receiver<RawIo>>);
 
 /// A hyper HTTP/1.1 connection again over a stream a pipelined lane let go of between two
@@ -352,4 +387,67 @@ pub fn h2_builder(cfg: &Http2Config, streams: usize) -> http2::Builder<TokioExec
             .initial_connection_window_size(cfg.connection_window_u32());
     }
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refuses loopback, as a server's copy policy does.
+    #[derive(Debug)]
+    struct NoLoopback;
+
+    impl AddressPolicy for NoLoopback {
+        fn check(&self, _host: &str, addr: SocketAddr) -> Result<(), String> {
+            if addr.ip().is_loopback() {
+                Err(format!("{addr} is loopback"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn origin() -> Origin {
+        Origin {
+            security: Security::Tls,
+            host: "storage.example".to_string(),
+            port: 443,
+        }
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("an address")
+    }
+
+    #[test]
+    fn only_the_addresses_that_pass_are_connected_to() {
+        let resolved = vec![
+            addr("127.0.0.1:443"),
+            addr("192.0.2.7:443"),
+            addr("[::1]:443"),
+        ];
+        let kept = allowed_addresses(Some(&NoLoopback), &origin(), "p", resolved.clone());
+        assert_eq!(kept.ok(), Some(vec![addr("192.0.2.7:443")]));
+        // Without a policy, every address.
+        assert_eq!(
+            allowed_addresses(None, &origin(), "p", resolved).ok(),
+            Some(vec![
+                addr("127.0.0.1:443"),
+                addr("192.0.2.7:443"),
+                addr("[::1]:443")
+            ])
+        );
+    }
+
+    #[test]
+    fn a_name_with_no_allowed_address_is_refused_and_not_retried() {
+        let resolved = vec![addr("127.0.0.1:443"), addr("[::1]:443")];
+        match allowed_addresses(Some(&NoLoopback), &origin(), "p", resolved) {
+            Err(e @ TransferError::Config(_)) => {
+                assert!(!e.is_retryable());
+                assert!(e.to_string().contains("127.0.0.1:443 is loopback"), "{e}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
 }

@@ -24,7 +24,10 @@
 //! ```
 //!
 //! Redirects (301/302/303/307/308, relative `Location` too) are followed by `stat` and by range
-//! requests, up to [`HttpClientConfig::max_redirects`]. `http://` with [`HttpVersion::Http2`]
+//! requests, up to [`HttpClientConfig::max_redirects`]. With
+//! [`HttpClientConfig::address_policy`] every address a name resolves to is judged before a
+//! connection goes to it, for redirects too (a server's third-party copies keep away from
+//! internal addresses this way). `http://` with [`HttpVersion::Http2`]
 //! is h2c with prior knowledge; `https://` negotiates by ALPN.
 //!
 //! Not here: proxies, cookies, authentication, content codings (`Accept-Encoding: identity` is
@@ -51,7 +54,7 @@ mod transport;
 mod upload;
 mod window;
 
-pub use config::HttpClientConfig;
+pub use config::{AddressPolicy, HttpClientConfig};
 pub use connect::h2_builder as h2_client_builder;
 pub use transport::HttpTransport;
 pub use xfer_common::tls::ClientTlsOptions;

@@ -262,6 +262,7 @@ impl Inner {
             tls: &self.pool.tls,
             connect_timeout: self.cfg.connect_timeout,
             early_data: self.cfg.early_data_possible(),
+            address_policy: self.cfg.address_policy.as_deref(),
         }
     }
 
