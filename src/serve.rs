@@ -1,5 +1,6 @@
 //! Run xfer's servers: HTTP/1.1 + HTTP/2 on TCP and, with TLS, xfer/1 over QUIC on the same
-//! port number over UDP, all serving one directory read-only.
+//! port number over UDP, all serving one directory: reads for everyone the access rules let
+//! in, uploads and third-party copies only where they grant write scope.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -41,7 +41,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve a directory read-only over HTTP/1.1, HTTP/2 and QUIC.
+    /// Serve a directory over HTTP/1.1, HTTP/2 and QUIC (uploads and copies with --allow-upload).
     Serve(serve_cmd::ServeArgs),
     /// Fetch a URL in parallel chunks, verify it, resume if interrupted.
     Get(get_cmd::GetArgs),

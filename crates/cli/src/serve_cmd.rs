@@ -1,4 +1,4 @@
-//! `xfer serve`: serve a directory read-only.
+//! `xfer serve`: serve a directory; uploads and third-party copies where access rules allow.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +16,8 @@ use crate::exit::UsageError;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Directory to serve (read-only). Also serves /.xfer/synthetic?size=SIZE&seed=N.
+    /// Directory to serve. Written only with --allow-upload, where the access rules grant
+    /// write scope. Also serves /.xfer/synthetic?size=SIZE&seed=N.
     pub dir: PathBuf,
     /// TCP address for HTTP; QUIC listens on the same address over UDP.
     #[arg(short, long, default_value = "[::]:8443")]

@@ -57,9 +57,10 @@ pub struct AdaptConfig {
     /// lanes' first requests distort it). Default 10, at least `min_window`; then windows
     /// repeat at the starting count until two agree within `min_gain`.
     pub warmup_rtts: u32,
-    /// Time after a change before the next window, in round trips (new connections' slow
-    /// start: from a 10-packet window to an eighth of 1 Gbit/s at 50 ms takes about 6).
-    /// Default 8, at least half of `min_window`.
+    /// Time after a change before the next window, in round trips. Default 4, and never less
+    /// than half of `min_window`: new connections' slow start (from a 10-packet window to an
+    /// eighth of 1 Gbit/s at 50 ms takes about 6 round trips) is covered by that floor at
+    /// short round trips (0.5 s is 10 round trips at 50 ms) and by 4 round trips at long ones.
     pub settle_rtts: u32,
     /// Added lanes stay only if goodput rose by at least this fraction. Default 0.05.
     pub min_gain: f64,

@@ -2,9 +2,11 @@
 //!
 //! A client transport and a server for `xfer/1`, a small binary request/response protocol
 //! over QUIC bidirectional streams (quinn 0.11, rustls with ring, ALPN `xfer/1`). One request
-//! per stream: GET (metadata, a byte range, an optional SHA-256 trailer of the bytes sent) or
-//! STAT (metadata only). docs/quic-protocol.md specifies the wire format, statuses and error
-//! codes; [`wire`] implements it.
+//! per stream: GET (metadata, a byte range, an optional SHA-256 trailer of the bytes sent),
+//! STAT (metadata only) and PUT (a whole file, a chunk of a parallel upload, its completion).
+//! docs/quic-protocol.md specifies the wire format, statuses and error codes; [`wire`]
+//! implements it. What a request means (access, status, digests) is the shared request
+//! core's decision (`xfer_service`), as for HTTP.
 //!
 //! It mirrors the HTTP transport: [`QuicTransport`] implements
 //! `xfer_core::transport::Transport` for `quic://host:port/path` URLs, [`QuicServer`] serves
@@ -25,8 +27,10 @@
 //! [`CarefulResume`] lets a sender's second connection to a peer start from the path's
 //! saved bandwidth-delay product instead of slow start (RFC 9959).
 //!
-//! What it does not do: HTTP/3, 0-RTT, connection migration on purpose, client certificates,
-//! retries (the engine retries, guided by `TransferError::is_retryable`).
+//! 0-RTT: a returning client sends its first requests (reads only, never a PUT) with the
+//! handshake when the server allows early data. What it does not do: HTTP/3, connection
+//! migration on purpose, retries (the engine retries, guided by
+//! `TransferError::is_retryable`).
 pub mod bbr;
 pub mod client;
 pub mod loss_bound;

@@ -22,8 +22,8 @@ pub const DEFAULT_MAX_EARLY_DATA: u32 = 16 << 10;
 /// Settings of an [`super::HttpServer`]. All fields but `root` have a [`Default`].
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Directory served read-only. Files outside it are never read, whatever the request
-    /// path or symlinks say. Must exist.
+    /// Directory served (written only by uploads the access rules allow). Files outside it
+    /// are never read, whatever the request path or symlinks say. Must exist.
     pub root: PathBuf,
     /// Address to listen on. Default `[::]:8443` (all interfaces, IPv6 and, where the
     /// system maps them, IPv4). Port 0 picks a free port, see [`super::HttpServer::local_addr`].

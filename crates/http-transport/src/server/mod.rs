@@ -1,12 +1,16 @@
-//! The xfer HTTP server: serves files under a root directory (and the synthetic resource)
-//! read-only over HTTP/1.1 and HTTP/2, with TLS (ALPN `h2`, `http/1.1`) or plain TCP (HTTP/1.1
-//! or h2c with prior knowledge, detected per connection).
+//! The xfer HTTP server: the HTTP/1.1 and HTTP/2 codec over the shared request core
+//! ([`xfer_service::Service`]), with TLS (ALPN `h2`, `http/1.1`) or plain TCP (HTTP/1.1 or h2c
+//! with prior knowledge, detected per connection).
 //!
-//! What it does: `GET`/`HEAD`, single byte ranges (RFC 9110 §14) with `If-Range`, strong `ETag`
-//! and `Last-Modified`, RFC 9530 digests (`Content-Digest` as a trailer computed while sending
-//! when the client asks with `Want-Content-Digest: sha-256`; `Repr-Digest` once the background
-//! digest cache knows the whole-resource value). What it does not do: write anything, list
-//! directories, `multipart/byteranges`, compression, conditional `If-None-Match`/`If-Match`.
+//! What a request means is decided by the request core, once for every codec: `GET`/`HEAD`
+//! with single byte ranges (RFC 9110 §14), `If-Range`, strong `ETag` and `Last-Modified`, RFC
+//! 9530 digests (`Content-Digest` as a trailer computed while sending when the client asks
+//! with `Want-Content-Digest: sha-256`; `Repr-Digest` once the digest cache knows the
+//! whole-resource value), directory listings (`PROPFIND`, JSON), and, where the access rules
+//! grant write scope and uploads are switched on, uploads (`PUT`, parallel chunks, resumable
+//! uploads) and third-party copies (`COPY`). This module owns what is HTTP's: connections,
+//! admission, framing, bodies and trailers. Not done: `multipart/byteranges`, compression,
+//! conditional `If-None-Match`/`If-Match`.
 //!
 //! ```text
 //!  accept ─► connection cap ─► [TLS + ALPN | sniff h2c preface] ─► hyper http1 / http2
