@@ -428,6 +428,8 @@ impl Inner {
     /// instead of each opening one more.
     pub(crate) async fn unpark(&self) -> Option<Connection> {
         let origin = self.target().origin;
+        // One wait in all, however many parked connections fail to settle.
+        let deadline = tokio::time::Instant::now() + PARKED_SETTLE;
         loop {
             let mut conn = {
                 let mut idle = self.idle();
@@ -443,7 +445,7 @@ impl Inner {
             }
             // Dropped (and closed) when it does not settle: a response still arriving on a
             // connection nobody holds will never be read.
-            if let Ok(Ok(())) = tokio::time::timeout(PARKED_SETTLE, conn.sender.ready()).await {
+            if let Ok(Ok(())) = tokio::time::timeout_at(deadline, conn.sender.ready()).await {
                 return Some(conn);
             }
         }
