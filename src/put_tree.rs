@@ -5,8 +5,9 @@
 //! ([`Transport::sibling`]): HTTP/2 streams on the transport's connections, or kept-alive
 //! HTTP/1.1 connections that one file's requests hand to the next. The files share one lane
 //! budget (`PutConfig::lanes`, else the transport's default): a file takes one lane for its
-//! existence check and one-request upload, a file of several chunks as many more as are free,
-//! so the connections open at once never exceed the budget, whatever the number of files.
+//! existence check and one-request upload, a file of several chunks as many more as are free
+//! (files of many chunks start first, while the lanes are free), so the connections open at
+//! once never exceed the budget, whatever the number of files.
 //!
 //! A file the server already holds with the same size and SHA-256 (its `Repr-Digest`, which
 //! an xfer server keeps with the file) is skipped, so a re-run after an interruption sends
@@ -150,7 +151,15 @@ impl TreeUpload {
             .unwrap_or_else(|| self.transport.default_lanes())
             .max(1);
         let lanes = Arc::new(Semaphore::new(budget));
-        let mut queue: VecDeque<(String, PathBuf)> = files.into();
+        // Files of many chunks first, while every lane is free for them: one started last
+        // would find the lanes held by small files and run on one lane, alone at the end.
+        let chunk_size = self.config.put.chunk_size.max(1);
+        let mut files = files;
+        files.sort_by_key(|(_, _, size)| std::cmp::Reverse(size.div_ceil(chunk_size)));
+        let mut queue: VecDeque<(String, PathBuf)> = files
+            .into_iter()
+            .map(|(rel, path, _)| (rel, path))
+            .collect();
         let mut running = JoinSet::new();
         loop {
             while running.len() < self.config.max_files {
@@ -346,10 +355,13 @@ fn exit_code_of(e: &PutError) -> u8 {
     }
 }
 
-/// Regular files under `root` (relative paths joined by `/`, sorted), and what was left
-/// out. Links are not followed.
-#[allow(clippy::type_complexity)]
-fn walk(root: &Path) -> Result<(Vec<(String, PathBuf)>, Vec<String>), PutTreeError> {
+/// A regular file found by [`walk`]: its relative path (joined by `/`), its path, its size
+/// as the walk saw it (0 when it could not be read; the upload reads it again).
+type Found = (String, PathBuf, u64);
+
+/// Regular files under `root` (sorted by relative path), and what was left out. Links are
+/// not followed.
+fn walk(root: &Path) -> Result<(Vec<Found>, Vec<String>), PutTreeError> {
     let mut files = Vec::new();
     let mut not_files = Vec::new();
     let mut dirs = vec![(String::new(), root.to_path_buf())];
@@ -381,7 +393,8 @@ fn walk(root: &Path) -> Result<(Vec<(String, PathBuf)>, Vec<String>), PutTreeErr
             if kind.is_dir() {
                 dirs.push((rel, path));
             } else if kind.is_file() {
-                files.push((rel, path));
+                let size = entry.metadata().map_or(0, |m| m.len());
+                files.push((rel, path, size));
             } else {
                 not_files.push(rel);
             }
