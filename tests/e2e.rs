@@ -54,6 +54,9 @@ mod access;
 #[path = "e2e/upload.rs"]
 mod upload;
 
+#[path = "e2e/put_tree.rs"]
+mod put_tree;
+
 #[path = "e2e/memory.rs"]
 mod memory;
 #[path = "e2e/multi_source.rs"]

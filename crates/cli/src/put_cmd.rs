@@ -19,7 +19,8 @@ pub struct PutArgs {
     /// Where to: an http://, https:// or quic:// URL; for a file, one ending in `/` gets the
     /// file's name appended; for a directory, the URL of the directory it becomes.
     pub url: String,
-    /// Files uploaded at once when uploading a directory.
+    /// Files uploaded at once when uploading a directory. Their lanes come out of one
+    /// budget (--lanes, else what --connections/--streams imply).
     #[arg(long, default_value_t = 8)]
     pub files: usize,
     /// Chunk size: each chunk is one request, checked by the server on arrival.
@@ -51,7 +52,16 @@ pub struct PutArgs {
 const UPLOAD_SEND_BUFFER: u64 = 32 << 20;
 
 pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
-    let mut client = args.client.to_config()?;
+    let tree = args.file.is_dir();
+    let mut client_args = args.client.clone();
+    if tree {
+        // Many files want many requests over few connections: HTTP/2 where the server
+        // offers it, as for `xfer get URL/` (and as --help says).
+        client_args.protocol = client_args
+            .protocol
+            .or(Some(crate::client_args::Protocol::Auto));
+    }
+    let mut client = client_args.to_config()?;
     if args.client.tcp_send_buffer.is_none() {
         // The sending side keeps a whole path's worth in flight, as `xfer serve` does for
         // downloads: autotuning stops at tcp_wmem's maximum (4 MiB on a stock kernel, about
@@ -65,7 +75,7 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
         max_attempts: args.retries.max(1),
         ..PutConfig::default()
     };
-    if args.file.is_dir() {
+    if tree {
         return run_tree(&args, &client, config).await;
     }
     let url = target_url(&args.url, &args.file)?;

@@ -178,9 +178,17 @@ impl DigestCache {
         }
     }
 
-    /// The resource's SHA-256 if already computed.
+    /// The resource's SHA-256 if already computed, here or by the upload that stored the file
+    /// ([`crate::stored_digest`]): a digest evicted from memory, or lost with a restart, is
+    /// read back from the file's record instead of being computed again.
     pub fn get(&self, resource: &Resource) -> Option<Sha256Digest> {
-        self.get_by_key(&resource.content_key())
+        let key = resource.content_key();
+        if let Some(d) = self.get_by_key(&key) {
+            return Some(d);
+        }
+        let stored = resource.stored_sha256()?;
+        record(&mut self.shared.lock(), &self.shared.config, key, stored);
+        Some(stored)
     }
 
     /// The SHA-256 of the content `key` names, if already computed; listings ask this way,
@@ -448,6 +456,49 @@ mod tests {
         cache.ensure(&r);
         wait_idle(&cache);
         assert_eq!(cache.get(&r), None);
+    }
+
+    #[test]
+    fn a_digest_stored_with_the_file_outlives_eviction_until_the_file_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"stored").expect("write");
+        let digest = Sha256Digest::of(b"stored");
+        let f = std::fs::File::open(&path).expect("open");
+        crate::stored_digest::keep(&f, digest, &path);
+        if crate::stored_digest::read(&f).is_none() {
+            eprintln!(
+                "skipping: no user extended attributes under {}",
+                dir.path().display()
+            );
+            return;
+        }
+        let cache = DigestCache::new(DigestCacheConfig {
+            max_entries: 1,
+            ..DigestCacheConfig::default()
+        })
+        .expect("config");
+        let r = Resource::open(dir.path(), "/f", None).expect("open");
+        assert_eq!(cache.get(&r), Some(digest));
+        // Evicted by another entry: read back from the file, nothing hashed.
+        cache.insert(
+            &Resource::synthetic(SyntheticSpec { size: 1, seed: 1 }),
+            Sha256Digest::of(b"x"),
+        );
+        assert_eq!(cache.get_by_key(&r.content_key()), None);
+        assert_eq!(cache.get(&r), Some(digest));
+        assert!(cache.is_idle());
+
+        // Rewritten behind the server's back, same size, another mtime.
+        std::fs::write(&path, b"STORED").expect("rewrite");
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+            .expect("mtime");
+        let changed = Resource::open(dir.path(), "/f", None).expect("open");
+        assert_eq!(cache.get(&changed), None);
     }
 
     #[test]

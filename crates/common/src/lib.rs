@@ -10,7 +10,8 @@
 //! - [`resource`]: an opened file or synthetic spec with validators, positional reads and a
 //!   read-ahead block stream.
 //! - [`digest_cache`]: whole-resource SHA-256 computed in the background (`Repr-Digest`), and
-//!   the digests of ranges already sent ([`range_digests`]).
+//!   the digests of ranges already sent ([`range_digests`]); [`stored_digest`]: the SHA-256
+//!   an upload left with the file (`user.xfer.sha256`), which no cache evicts.
 //! - [`dir_walk`]: a served directory's entries, streamed, with the validators a GET gives.
 //! - [`tls`]: rustls server/client configurations (ring provider) and self-signed certificates.
 //! - [`listing`]: directory listings (WebDAV PROPFIND, nginx JSON, xfer's manifest) read as
@@ -40,6 +41,7 @@ pub mod ranges;
 pub mod resource;
 pub mod secret;
 pub mod sockbuf;
+pub mod stored_digest;
 pub mod synthetic;
 pub mod tls;
 

@@ -310,6 +310,15 @@ impl Resource {
         }
     }
 
+    /// The SHA-256 an upload left with the file ([`crate::stored_digest`]), when it was
+    /// recorded for the size and mtime seen at open. One `fgetxattr` on the open descriptor.
+    pub fn stored_sha256(&self) -> Option<xfer_core::Sha256Digest> {
+        match &self.source {
+            Source::File(f) => crate::stored_digest::recall(&f.file, self.size, f.mtime_ns),
+            Source::Synthetic(_) => None,
+        }
+    }
+
     /// A label for logs: the canonical path or the synthetic spec.
     pub fn describe(&self) -> String {
         match &self.source {

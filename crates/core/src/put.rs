@@ -552,7 +552,8 @@ impl LaneCtx {
     }
 }
 
-fn backoff(cfg: &PutConfig, attempt: u32) -> Duration {
+/// The wait before attempt `attempt + 1`: `backoff_initial`, doubling, at most `backoff_max`.
+pub fn backoff(cfg: &PutConfig, attempt: u32) -> Duration {
     cfg.backoff_initial
         .saturating_mul(1 << attempt.saturating_sub(1).min(10))
         .min(cfg.backoff_max)

@@ -624,8 +624,12 @@ impl Finish {
             root.clone(),
             request_path.clone(),
         );
+        let sha256 = outcome.sha256;
         let stored = upload::off_runtime(move || {
             let file = std::fs::File::open(&s).map_err(|e| Refusal::io("opening", &s, &e))?;
+            if let Some(d) = sha256 {
+                xfer_common::stored_digest::keep(&file, d, &s);
+            }
             upload::commit(&file, &s, &t)?;
             Ok(upload::stored_resource(&r, &p, &file))
         })

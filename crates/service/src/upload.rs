@@ -24,7 +24,7 @@ use bytes::Bytes;
 pub use xfer_common::paths::STAGING_PREFIX;
 use xfer_common::paths::{sanitize, PathError};
 use xfer_common::resource::ContentKey;
-use xfer_common::{DigestCache, Resource};
+use xfer_common::{stored_digest, DigestCache, Resource};
 use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
 use crate::plan::ResponsePlan;
@@ -954,6 +954,7 @@ fn finish(
             ),
         ));
     }
+    stored_digest::keep(&part.file, actual, &part.staging);
     commit(&part.file, &part.staging, &part.target)?;
     let _ = std::fs::remove_file(&part.sidecar);
     Ok(stored_resource(root, request_path, &part.file))
@@ -1147,6 +1148,7 @@ async fn whole(
         let (s, t) = (staging.clone(), target.path.clone());
         let (r, path) = (root.to_path_buf(), request_path.to_string());
         let stored_file = off_runtime(move || {
+            stored_digest::keep(&keep, actual, &s);
             commit(&keep, &s, &t)?;
             Ok(stored_resource(&r, &path, &keep))
         })

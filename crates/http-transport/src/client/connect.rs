@@ -38,6 +38,15 @@ impl Sender {
         }
     }
 
+    /// Resolves once the connection can take a request; an error when it closed instead
+    /// (an HTTP/1.1 connection whose last response was dropped part-way).
+    pub async fn ready(&mut self) -> Result<(), hyper::Error> {
+        match self {
+            Self::H1(s) => s.ready().await,
+            Self::H2(s) => s.ready().await,
+        }
+    }
+
     /// Open and between two requests: an HTTP/1.1 connection whose last response was read
     /// to its end (one dropped part-way is not ready, and must not carry another request).
     pub fn is_idle(&self) -> bool {

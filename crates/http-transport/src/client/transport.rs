@@ -196,6 +196,10 @@ const PIPELINE_LOSSES_TOLERATED: u32 = 3;
 /// Idle HTTP/1.1 connections kept for reuse; more are closed.
 const MAX_IDLE: usize = 256;
 
+/// How long a parked HTTP/1.1 connection may take to become ready for its next request
+/// before it is given up for a new one.
+const PARKED_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Header fields sent to one origin besides those every request carries.
 type ExtraFields = Arc<Vec<(HeaderName, HeaderValue)>>;
 
@@ -418,14 +422,46 @@ impl Inner {
     }
 
     /// An idle HTTP/1.1 connection to this origin, if one is parked; one whose last response
-    /// was dropped part-way never is (hyper closes it).
-    fn unpark(&self) -> Option<Connection> {
+    /// was dropped part-way never is (hyper closes it). A connection parked a moment ago may
+    /// not be between two requests yet (hyper notices the end of the last response when its
+    /// task next runs): it is waited for rather than passed over, so that requests one after
+    /// another (a tree's existence checks and uploads) keep to the connections already open
+    /// instead of each opening one more.
+    pub(crate) async fn unpark(&self) -> Option<Connection> {
         let origin = self.target().origin;
-        let mut idle = self.idle();
-        let i = idle
-            .iter()
-            .rposition(|c| c.origin == origin && c.sender.is_idle())?;
-        Some(idle.swap_remove(i))
+        // One wait in all, however many parked connections fail to settle.
+        let deadline = tokio::time::Instant::now() + PARKED_SETTLE;
+        loop {
+            let mut conn = {
+                let mut idle = self.idle();
+                idle.retain(|c| !c.sender.is_closed());
+                let i = idle
+                    .iter()
+                    .rposition(|c| c.origin == origin && c.sender.is_idle())
+                    .or_else(|| idle.iter().rposition(|c| c.origin == origin))?;
+                idle.swap_remove(i)
+            };
+            if conn.sender.is_idle() {
+                return Some(conn);
+            }
+            // Dropped (and closed) when it does not settle: a response still arriving on a
+            // connection nobody holds will never be read.
+            if let Ok(Ok(())) = tokio::time::timeout_at(deadline, conn.sender.ready()).await {
+                return Some(conn);
+            }
+        }
+    }
+
+    /// A lane for one request of the transport's own (`stat`, `checksum`), on a parked
+    /// HTTP/1.1 connection when there is one.
+    pub(crate) async fn request_lane(self: &Arc<Self>) -> HttpLane {
+        let mut lane = HttpLane::new(Arc::clone(self), 0);
+        if self.mode() == Some(Mode::H1) {
+            if let Some(conn) = self.unpark().await {
+                lane.adopt(conn);
+            }
+        }
+        lane
     }
 }
 
@@ -590,7 +626,7 @@ impl HttpTransport {
 
     pub(crate) async fn stat_inner(&self) -> Result<RemoteInfo, TransferError> {
         let inner = &self.inner;
-        let mut lane = HttpLane::new(inner.clone(), 0);
+        let mut lane = inner.request_lane().await;
         let want_repr = [(
             HeaderName::from_static(WANT_REPR_DIGEST),
             HeaderValue::from_static(SHA256_KEY),
@@ -661,7 +697,7 @@ impl HttpTransport {
         algorithm: ChecksumAlgorithm,
     ) -> Result<Option<Checksum>, TransferError> {
         let inner = &self.inner;
-        let mut lane = HttpLane::new(inner.clone(), 0);
+        let mut lane = inner.request_lane().await;
         let want = [
             (
                 HeaderName::from_static("want-digest"),
@@ -780,7 +816,7 @@ impl HttpTransport {
                 SharedPick::H1(conn) => lane.adopt(conn),
             }
         } else if inner.mode() == Some(Mode::H1) {
-            if let Some(conn) = inner.unpark() {
+            if let Some(conn) = inner.unpark().await {
                 lane.adopt(conn);
             }
         }

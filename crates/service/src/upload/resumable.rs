@@ -992,6 +992,7 @@ async fn settle(
         }
         // The tree may have changed since creation: check the way in again.
         let target = resolve_for_write(&root, &path)?;
+        xfer_common::stored_digest::keep(&u.file, actual, &u.staging);
         commit(&u.file, &u.staging, &target.path)?;
         let _ = std::fs::remove_file(&u.record);
         Ok((actual, target.existed, stored_resource(&root, &path, &u.file)))
