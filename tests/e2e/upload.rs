@@ -507,6 +507,84 @@ async fn full_server_disk_answers_507_and_keeps_serving() -> TestResult {
     Ok(())
 }
 
+/// Append 1 MiB blocks to `path` until the disk is full; how many bytes went in.
+fn fill_disk(path: &Path) -> Result<u64, BoxError> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let block = vec![9u8; MIB as usize];
+    let mut written = 0u64;
+    loop {
+        match f.write(&block) {
+            Ok(0) => return Ok(written),
+            Ok(n) => written += n as u64,
+            Err(e) if e.raw_os_error() == Some(28) => return Ok(written),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A chunk of a parallel upload was admitted (its size fitted), then another writer took the
+/// space and the chunk's writes found the disk full: 507, the upload is abandoned, its staging
+/// file and record are removed and closed at once, so their space is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chunk_that_fills_the_disk_abandons_its_upload() -> TestResult {
+    use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(curl) = require_program("curl", &["/usr/bin/curl"], "curl") else {
+        return Ok(());
+    };
+    let fx = fixture(Proto::H2c).await?;
+    let Some(disk) = crate::disk_full::SmallDisk::mount(&fx.root().join("in"), 8)? else {
+        return Ok(());
+    };
+    let size = 4 * MIB as usize;
+    let chunk: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    let digest = xfer_core::digest::Sha256Digest::of(&chunk).to_header_value();
+    let id = "full-disk-upload-0001";
+    let mut child = Command::new(&curl)
+        .args(CURL_STATUS)
+        .arg("--http2-prior-knowledge")
+        .args(["-T", "-", "-H", "Authorization: Bearer upload-token"])
+        .args(["-H", &format!("Xfer-Upload: {id}")])
+        .args(["-H", &format!("Content-Range: bytes 0-{}/{size}", size - 1)])
+        .args(["-H", &format!("Content-Digest: {digest}")])
+        .arg(fx.url("/in/p.bin"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("curl has no stdin")?;
+    stdin.write_all(&chunk[..size / 2])?;
+    // The server has written part of the chunk into its staging file.
+    let staging = disk.dir.join(format!(".xfer-upload.{id}.p.bin"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&staging).map_or(0, |m| m.blocks() * 512) < MIB {
+        assert!(
+            Instant::now() < deadline,
+            "the server wrote none of the chunk"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let filler = disk.dir.join("filler");
+    fill_disk(&filler)?;
+    // The server may already have answered and stopped reading.
+    let _ = stdin.write_all(&chunk[size / 2..]);
+    drop(stdin);
+    let out = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "507", "{stderr}");
+    assert_eq!(staging_left(&disk.dir), Vec::<String>::new());
+    // What the staging file held is free: a file still open would keep its blocks.
+    let freed = fill_disk(&filler)?;
+    assert!(freed >= MIB, "only {freed} bytes freed");
+    drop(disk);
+    fx.shutdown().await;
+    Ok(())
+}
+
 /// A body of undeclared length (chunked, from curl's standard input) fills the disk: 507,
 /// its staging file removed and closed at once (the space is free again), and a later put
 /// whose declared size does not fit is answered 507 before its body is sent.
