@@ -670,6 +670,28 @@ async fn a_link_planted_at_a_staging_name_is_never_followed() {
         )
         .await;
     assert_eq!(plan.status, status::NO_CONTENT, "{:?}", plan.detail);
+    // Its staging file and record exist now, and no request reaches or lists them.
+    assert_eq!(staging_names(&inside).len(), 2);
+    for name in [&staging, &ranges] {
+        let mut get = put(&format!("/in/{name}"), Some("w"), UploadHead::default());
+        get.method = Method::Get;
+        let plan = svc.respond(&get).await;
+        assert_eq!(plan.status, status::NOT_FOUND, "GET {name}");
+    }
+    let mut propfind = put("/in/", Some("w"), UploadHead::default());
+    propfind.method = Method::Propfind;
+    propfind.depth = Some("1".into());
+    let plan = svc.respond(&propfind).await;
+    let xfer_service::Body::Listing(mut listing) = plan.body else {
+        panic!("PROPFIND answered {} without a listing", plan.status);
+    };
+    let mut text = Vec::new();
+    while let Some(chunk) = listing.next().await {
+        text.extend_from_slice(&chunk.expect("listing"));
+    }
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("/in/"), "{text}");
+    assert!(!text.contains(".xfer-upload."), "{text}");
 }
 
 /// An upload under way whose record, or (across a restart) whose staging file, is swapped for
