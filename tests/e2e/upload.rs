@@ -330,6 +330,130 @@ async fn curl_put_uploads() -> TestResult {
     Ok(())
 }
 
+/// curl, printing only the status, and never for longer than a test should take.
+const CURL_STATUS: [&str; 7] = [
+    "-sS",
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{http_code}",
+    "--max-time",
+    "120",
+];
+
+/// `curl -T <file> <url>` with `version` (`--http1.1`, `--http2`, `--http2-prior-knowledge`)
+/// and an optional token: the status curl printed, its exit code and its stderr.
+fn curl_put(
+    curl: &Path,
+    fx: &Fixture,
+    version: &str,
+    token: Option<&str>,
+    file: &Path,
+    path: &str,
+) -> Result<(String, Option<i32>, String), BoxError> {
+    let mut c = Command::new(curl);
+    c.args(CURL_STATUS).arg(version);
+    if let Some(ca) = fx.ca_cert() {
+        c.arg("--cacert").arg(ca);
+    }
+    c.arg("-T").arg(file);
+    if let Some(t) = token {
+        c.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = c.arg(fx.url(path)).output()?;
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// Names under `dir` that only upload staging uses.
+fn staging_left(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".xfer-upload."))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A 128 MiB `curl -T` that will be refused (anonymous: 401, read-only token: 403) gets the
+/// status, and curl ends cleanly: no `100 Continue` goes out for it, HTTP/1.1 closes after
+/// the answer, HTTP/2 resets the stream with NO_ERROR after it. The server then takes an
+/// upload on the same protocol, and xfer's own client gets the same statuses.
+async fn curl_large_refused_put(proto: Proto, versions: &[&str]) -> TestResult {
+    let Some(curl) = require_program("curl", &["/usr/bin/curl"], "curl") else {
+        return Ok(());
+    };
+    let fx = fixture(proto).await?;
+    // Sparse: 128 MiB that take no disk.
+    let big = fx.out().join("big.bin");
+    std::fs::File::create(&big)?.set_len(128 * MIB)?;
+    let small = fx.out().join("small.bin");
+    let small_sha = write_random_file(&small, MIB, 48)?;
+    for version in versions {
+        for (token, want) in [
+            (None, "401"),
+            (Some("read-token"), "403"),
+            (Some("no-such-token"), "401"),
+        ] {
+            let (code, exit, stderr) = curl_put(&curl, &fx, version, token, &big, "/in/big.bin")?;
+            assert_eq!(code, want, "{proto:?} {version} {token:?}: {stderr}");
+            assert_eq!(exit, Some(0), "{proto:?} {version} {token:?}: {stderr}");
+        }
+        assert!(!fx.root().join("in/big.bin").exists());
+        assert_eq!(staging_left(&fx.root().join("in")), Vec::<String>::new());
+        let (code, exit, stderr) = curl_put(
+            &curl,
+            &fx,
+            version,
+            Some("upload-token"),
+            &small,
+            "/in/small.bin",
+        )?;
+        assert!(
+            code == "201" || code == "204",
+            "{proto:?} {version}: the server serves on: {code} {exit:?} {stderr}"
+        );
+        assert_eq!(sha256_file(&fx.root().join("in/small.bin"))?, small_sha);
+    }
+    // xfer's client, sending the whole file in one request, which it does without
+    // `Expect: 100-continue`: the answer must survive the body it is already sending.
+    for protocol in ["http1", "http2"] {
+        for (token, want) in [("read.token", "403"), ("wrong.token", "401")] {
+            let mut args = put_args(&fx, &big, "/in/big.bin", token, &["--chunk-size", "256MiB"]);
+            if let Some(i) = args.iter().position(|a| a == "--protocol") {
+                args[i + 1] = protocol.into();
+            }
+            let out = run_xfer(args).await?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let case = format!("{proto:?} {protocol} {token}");
+            assert_eq!(out.status.code(), Some(3), "{case}: {stderr}");
+            assert!(
+                stderr.contains(&format!("answered {want}")),
+                "{case}: {stderr}"
+            );
+        }
+    }
+    assert!(!fx.root().join("in/big.bin").exists());
+    fx.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curl_large_refused_put_tls() -> TestResult {
+    curl_large_refused_put(Proto::Http2Tls, &["--http1.1", "--http2"]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curl_large_refused_put_plain() -> TestResult {
+    curl_large_refused_put(Proto::H2c, &["--http1.1", "--http2-prior-knowledge"]).await
+}
+
 /// The server's disk fills up during an upload: 507, nothing under the final name, no
 /// staging file left, and the server goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -358,8 +482,11 @@ async fn full_server_disk_answers_507_and_keeps_serving() -> TestResult {
         assert!(stderr.contains("507"), "{extra:?}: {stderr}");
         assert!(!disk.dir.join("too-big.bin").exists());
     }
-    // The single-request upload cleaned up after itself; the parallel one keeps its record
-    // for a resume once space is freed.
+    // Both were refused on their declared size before a byte was stored.
+    assert_eq!(staging_left(&disk.dir), Vec::<String>::new());
+    if let Some(curl) = require_program("curl", &["/usr/bin/curl"], "curl") {
+        full_mid_body(&curl, &fx, &disk.dir, &src)?;
+    }
     let dest = fx.out().join("other.bin");
     let mut get = vec![
         "get".to_string(),
@@ -381,6 +508,123 @@ async fn full_server_disk_answers_507_and_keeps_serving() -> TestResult {
     assert_eq!(sha256_file(&dest)?, readable);
     drop(disk);
     fx.shutdown().await;
+    Ok(())
+}
+
+/// Append 1 MiB blocks to `path` until the disk is full; how many bytes went in.
+fn fill_disk(path: &Path) -> Result<u64, BoxError> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let block = vec![9u8; MIB as usize];
+    let mut written = 0u64;
+    loop {
+        match f.write(&block) {
+            Ok(0) => return Ok(written),
+            Ok(n) => written += n as u64,
+            Err(e) if e.raw_os_error() == Some(28) => return Ok(written),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A chunk of a parallel upload was admitted (its size fitted), then another writer took the
+/// space and the chunk's writes found the disk full: 507, the upload is abandoned, its staging
+/// file and record are removed and closed at once, so their space is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chunk_that_fills_the_disk_abandons_its_upload() -> TestResult {
+    use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(curl) = require_program("curl", &["/usr/bin/curl"], "curl") else {
+        return Ok(());
+    };
+    let fx = fixture(Proto::H2c).await?;
+    let Some(disk) = crate::disk_full::SmallDisk::mount(&fx.root().join("in"), 8)? else {
+        return Ok(());
+    };
+    let size = 4 * MIB as usize;
+    let chunk: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    let digest = xfer_core::digest::Sha256Digest::of(&chunk).to_header_value();
+    let id = "full-disk-upload-0001";
+    let mut child = Command::new(&curl)
+        .args(CURL_STATUS)
+        .arg("--http2-prior-knowledge")
+        .args(["-T", "-", "-H", "Authorization: Bearer upload-token"])
+        .args(["-H", &format!("Xfer-Upload: {id}")])
+        .args(["-H", &format!("Content-Range: bytes 0-{}/{size}", size - 1)])
+        .args(["-H", &format!("Content-Digest: {digest}")])
+        .arg(fx.url("/in/p.bin"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("curl has no stdin")?;
+    stdin.write_all(&chunk[..size / 2])?;
+    // The server has written part of the chunk into its staging file.
+    let staging = disk.dir.join(format!(".xfer-upload.{id}.p.bin"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&staging).map_or(0, |m| m.blocks() * 512) < MIB {
+        assert!(
+            Instant::now() < deadline,
+            "the server wrote none of the chunk"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let filler = disk.dir.join("filler");
+    fill_disk(&filler)?;
+    // The server may already have answered and stopped reading.
+    let _ = stdin.write_all(&chunk[size / 2..]);
+    drop(stdin);
+    let out = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "507", "{stderr}");
+    assert_eq!(staging_left(&disk.dir), Vec::<String>::new());
+    // What the staging file held is free: a file still open would keep its blocks.
+    let freed = fill_disk(&filler)?;
+    assert!(freed >= MIB, "only {freed} bytes freed");
+    drop(disk);
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// A body of undeclared length (chunked, from curl's standard input) fills the disk: 507,
+/// its staging file removed and closed at once (the space is free again), and a later put
+/// whose declared size does not fit is answered 507 before its body is sent.
+fn full_mid_body(curl: &Path, fx: &Fixture, disk: &Path, src: &Path) -> TestResult {
+    let ca = fx.ca_cert().ok_or("no CA")?;
+    let out = Command::new(curl)
+        .args(CURL_STATUS)
+        .arg("--http2")
+        .arg("--cacert")
+        .arg(&ca)
+        .args(["-T", "-", "-H", "Authorization: Bearer upload-token"])
+        .arg(fx.url("/in/undeclared.bin"))
+        .stdin(std::fs::File::open(src)?)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "507", "{stderr}");
+    assert!(!disk.join("undeclared.bin").exists());
+    assert_eq!(staging_left(disk), Vec::<String>::new());
+    // An open staging file would keep its blocks after being unlinked.
+    let filler = disk.join("filler");
+    std::fs::write(&filler, vec![7u8; 7 * MIB as usize])
+        .map_err(|e| format!("the failed upload's space was not freed: {e}"))?;
+    // Full again: a declared size that does not fit is refused up front, on both versions.
+    for version in ["--http1.1", "--http2"] {
+        let (code, exit, stderr) = curl_put(
+            curl,
+            fx,
+            version,
+            Some("upload-token"),
+            src,
+            "/in/later.bin",
+        )?;
+        assert_eq!(code, "507", "{version}: {stderr}");
+        assert_eq!(exit, Some(0), "{version}: {stderr}");
+    }
+    std::fs::remove_file(&filler)?;
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 //! upload survives a server restart and resumes where it stopped.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::future::Future;
 use std::io::{self, Write as _};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -31,6 +31,9 @@ use crate::plan::ResponsePlan;
 use crate::respond::status;
 
 pub mod resumable;
+mod staging_files;
+
+use staging_files::check_room;
 
 /// Request header naming the upload a chunk, a status query or a completion belongs to.
 pub const UPLOAD_ID: &str = "xfer-upload";
@@ -125,6 +128,9 @@ struct Part {
     prefix: Mutex<PrefixHash>,
     /// A background task is advancing `prefix`.
     hashing: std::sync::atomic::AtomicBool,
+    /// Given up after a write failed for lack of space: its files are gone, and chunks still
+    /// in flight record nothing.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 struct PrefixHash {
@@ -189,6 +195,35 @@ impl Uploads {
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
     }
+
+    /// Give up upload `id` after a write found the disk full: its staging file and sidecar
+    /// are removed at once, and the file is closed once the chunks still in flight let go of
+    /// it, so the space it held is free for the next request, which is then decided on what
+    /// is really free. A client resuming later starts the upload again.
+    fn abandon(&self, id: &str, part: &Arc<Part>) {
+        {
+            let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+            if parts.get(id).is_some_and(|p| Arc::ptr_eq(p, part)) {
+                parts.remove(id);
+            }
+        }
+        // Under the state's lock, so that no chunk records itself in the removed sidecar.
+        let _state = part.lock();
+        if part.abandoned.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::warn!(target = %part.target.display(), "disk full; upload abandoned and its staging file removed");
+        let _ = std::fs::remove_file(&part.staging);
+        let _ = std::fs::remove_file(&part.sidecar);
+    }
+}
+
+fn abandoned_refusal(target: &Path) -> Refusal {
+    Refusal::new(
+        status::INSUFFICIENT_STORAGE,
+        "insufficient storage on the server; the upload was abandoned, start it again\n",
+        format!("upload of {} abandoned for lack of space", target.display()),
+    )
 }
 
 impl Part {
@@ -217,6 +252,7 @@ impl Part {
                 hasher: Some(Sha256Hasher::new()),
             }),
             hashing: std::sync::atomic::AtomicBool::new(false),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -308,9 +344,10 @@ impl Part {
     /// `HEAD` reports (a client resuming would send it again, or give up on a gap).
     fn record(&self, start: u64, end: u64) -> Result<(), Refusal> {
         let mut s = self.lock();
-        OpenOptions::new()
-            .append(true)
-            .open(&self.sidecar)
+        if self.abandoned.load(Ordering::Acquire) {
+            return Err(abandoned_refusal(&self.target));
+        }
+        staging_files::open_append(&self.sidecar)
             .and_then(|mut f| f.write_all(format!("{start}-{end}\n").as_bytes()))
             .map_err(|e| Refusal::io("recording", &self.sidecar, &e))?;
         insert_range(&mut s.received, start, end);
@@ -679,7 +716,7 @@ fn restore_or_create(
     sidecar: PathBuf,
     create: Option<u64>,
 ) -> Result<Part, Refusal> {
-    match std::fs::read_to_string(&sidecar) {
+    match staging_files::read_text(&sidecar) {
         Ok(text) => {
             let mut lines = text.lines();
             let size: u64 = lines
@@ -711,10 +748,7 @@ fn restore_or_create(
                     }
                 }
             }
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&staging)
+            let file = staging_files::open_existing(&staging)
                 .map_err(|e| Refusal::io("opening", &staging, &e))?;
             Ok(Part::new(target, staging, sidecar, size, file, received))
         }
@@ -726,17 +760,23 @@ fn restore_or_create(
                     format!("no upload record {}", sidecar.display()),
                 ));
             };
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&staging)
+            if let Some(dir) = staging.parent() {
+                check_room(dir, size)?;
+            }
+            let file = staging_files::create_new(&staging)
                 .map_err(|e| Refusal::io("creating", &staging, &e))?;
             // Sparse: space is taken as chunks arrive, and a full disk shows as 507 then.
-            file.set_len(size)
-                .map_err(|e| Refusal::io("sizing", &staging, &e))?;
-            std::fs::write(&sidecar, format!("size {size}\n"))
-                .map_err(|e| Refusal::io("creating", &sidecar, &e))?;
+            let made = file
+                .set_len(size)
+                .map_err(|e| Refusal::io("sizing", &staging, &e))
+                .and_then(|()| {
+                    staging_files::write_new(&sidecar, &format!("size {size}\n"))
+                        .map_err(|e| Refusal::io("creating", &sidecar, &e))
+                });
+            if let Err(refusal) = made {
+                let _ = std::fs::remove_file(&staging);
+                return Err(refusal);
+            }
             Ok(Part::new(
                 target,
                 staging,
@@ -798,13 +838,14 @@ async fn chunk(
     let file = if part.holds(start, end) {
         None
     } else {
+        check_room(&target.dir, end - start)?;
         Some(
             part.file
                 .try_clone()
                 .map_err(|e| Refusal::io("opening", &part.staging, &e))?,
         )
     };
-    let actual = receive(
+    let received = receive(
         file,
         &part.staging,
         start,
@@ -812,8 +853,16 @@ async fn chunk(
         end - start,
         body,
     )
-    .await?
-    .0;
+    .await;
+    let actual = match received {
+        Ok((actual, _)) => actual,
+        Err(r) => {
+            if r.status == status::INSUFFICIENT_STORAGE {
+                uploads.abandon(id, &part);
+            }
+            return Err(r);
+        }
+    };
     if actual != expected {
         let mut plan = Refusal::new(
             status::BAD_REQUEST,
@@ -1107,19 +1156,20 @@ async fn whole(
         None => digest_field(&head.repr_digest, "Repr-Digest")?,
     };
     let target = blocking(root, request_path, resolve_for_write).await?;
+    if let Some(n) = head.content_length {
+        check_room(&target.dir, n)?;
+    }
     let staging = target.dir.join(staging_name(&unique_id(), &target.name));
     let file = {
         let s = staging.clone();
         off_runtime(move || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&s)
-                .map_err(|e| Refusal::io("creating", &s, &e))
+            staging_files::create_new(&s).map_err(|e| Refusal::io("creating", &s, &e))
         })
         .await?
     };
+    // Removed on every way out but a stored file, the client going away included (the
+    // request's future is then dropped mid-body).
+    let mut guard = StagingGuard(Some(staging.clone()));
     let keep = file
         .try_clone()
         .map_err(|e| Refusal::io("opening", &staging, &e))?;
@@ -1159,14 +1209,21 @@ async fn whole(
         Ok((actual, n))
     }
     .await;
-    match outcome {
-        Ok((digest, n)) => {
-            tracing::info!(path = %target.path.display(), size = n, sha256 = %digest, "upload complete");
-            Ok(stored(target.existed, digest))
-        }
-        Err(r) => {
-            let _ = std::fs::remove_file(&staging);
-            Err(r)
+    let (digest, n) = outcome?;
+    guard.0 = None;
+    tracing::info!(path = %target.path.display(), size = n, sha256 = %digest, "upload complete");
+    Ok(stored(target.existed, digest))
+}
+
+/// A plain PUT's staging file, removed when dropped unless it was renamed into place.
+struct StagingGuard(Option<PathBuf>);
+
+impl Drop for StagingGuard {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "removing a failed upload's staging file");
+            }
         }
     }
 }

@@ -511,3 +511,257 @@ async fn a_corrupt_resend_of_a_recorded_chunk_changes_nothing() {
         all
     );
 }
+
+/// A body that hands out `first`, then tells `asked` that more was wanted and never ends, as
+/// a client that went away mid-upload would; or, with nothing, one that may not be read.
+struct Stalled {
+    first: Option<Bytes>,
+    asked: Option<tokio::sync::oneshot::Sender<()>>,
+    polled: bool,
+}
+
+impl UploadBody for Stalled {
+    fn next_chunk(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Option<std::io::Result<Bytes>>> + Send + '_>> {
+        self.polled = true;
+        if let Some(first) = self.first.take() {
+            return Box::pin(async move { Some(Ok(first)) });
+        }
+        if let Some(asked) = self.asked.take() {
+            let _ = asked.send(());
+        }
+        Box::pin(std::future::pending())
+    }
+}
+
+fn staging_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".xfer-upload."))
+        .collect()
+}
+
+/// A declared size the disk cannot hold is answered 507 before a byte of the body is read,
+/// for a whole PUT and for the first chunk of a parallel upload (whose staging file would
+/// be that large).
+#[tokio::test]
+async fn no_room_is_answered_507_before_the_body_is_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(dir.path());
+    // Below the 16 TiB upload limit, above any disk a test runs on.
+    let huge: u64 = 15 << 40;
+    let mut body = Stalled {
+        first: None,
+        asked: None,
+        polled: false,
+    };
+    let whole = UploadHead {
+        content_length: Some(huge),
+        ..UploadHead::default()
+    };
+    let first_chunk = UploadHead {
+        content_range: Some(format!("bytes 0-999/{huge}")),
+        content_digest: Some(digest(&data(1000))),
+        id: Some(ID.into()),
+        ..UploadHead::default()
+    };
+    for (head, what) in [(whole, "whole"), (first_chunk, "chunk")] {
+        let plan = svc
+            .respond_with_body(&put("/in/huge.bin", Some("w"), head), &mut body)
+            .await;
+        let detail = plan.detail;
+        assert_eq!(
+            plan.status,
+            status::INSUFFICIENT_STORAGE,
+            "{what}: {detail:?}"
+        );
+        assert!(
+            !body.polled,
+            "{what}: the body of a refused upload was read"
+        );
+    }
+    assert_eq!(
+        staging_names(&dir.path().join("root/in")),
+        Vec::<String>::new()
+    );
+}
+
+/// A whole PUT whose client goes away mid-body (its request future dropped) leaves no
+/// staging file behind.
+#[tokio::test]
+async fn a_whole_put_cut_off_mid_body_removes_its_staging_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(dir.path());
+    std::fs::create_dir_all(dir.path().join("root/in")).expect("mkdir");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut body = Stalled {
+        first: Some(Bytes::from(data(100_000))),
+        asked: Some(tx),
+        polled: false,
+    };
+    let head = UploadHead {
+        content_length: Some(1_000_000),
+        ..UploadHead::default()
+    };
+    let req = put("/in/cut.bin", Some("w"), head);
+    tokio::select! {
+        plan = svc.respond_with_body(&req, &mut body) => {
+            panic!("a stalled body was answered: {} {:?}", plan.status, plan.detail)
+        }
+        _ = rx => {}
+    }
+    assert_eq!(
+        staging_names(&dir.path().join("root/in")),
+        Vec::<String>::new()
+    );
+    assert!(!dir.path().join("root/in/cut.bin").exists());
+}
+
+/// Symbolic links planted at the staging file and at the received-ranges record of a
+/// parallel upload (names a client can predict, as it picks the id) are never written or
+/// read through: the upload fails, the links' targets are untouched.
+#[tokio::test]
+async fn a_link_planted_at_a_staging_name_is_never_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(dir.path());
+    let inside = dir.path().join("root/in");
+    std::fs::create_dir_all(&inside).expect("mkdir");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let all = data(200_000);
+    let staging = format!(".xfer-upload.{ID}.p.bin");
+    let ranges = format!("{staging}.ranges");
+    // A record a reader through the link would take for a complete upload.
+    let victim_record = format!("size {}\n0-{}\n", all.len(), all.len());
+    for (links, what) in [
+        (&[staging.as_str()][..], "staging"),
+        (&[ranges.as_str()][..], "record"),
+        (&[staging.as_str(), ranges.as_str()][..], "both"),
+    ] {
+        let victim_text = |link: &str| {
+            if link.ends_with(".ranges") {
+                victim_record.clone()
+            } else {
+                "precious\n".to_string()
+            }
+        };
+        for link in links {
+            let victim = outside.join(link);
+            std::fs::write(&victim, victim_text(link)).expect("victim");
+            std::os::unix::fs::symlink(&victim, inside.join(link)).expect("symlink");
+        }
+        for (head, body) in [
+            (chunk_head(&all, 0, all.len(), &all), &all[..]),
+            (complete_head(&all), &[][..]),
+        ] {
+            let plan = svc
+                .respond_with_body(&put("/in/p.bin", Some("w"), head), &mut Pieces::of(body))
+                .await;
+            let detail = plan.detail;
+            assert!(plan.status >= 400, "{what}: {} {detail:?}", plan.status);
+        }
+        for link in links {
+            let victim = outside.join(link);
+            assert_eq!(
+                std::fs::read_to_string(&victim).expect("victim"),
+                victim_text(link),
+                "{what}: written through {link}"
+            );
+            let meta = std::fs::symlink_metadata(inside.join(link)).expect("link");
+            assert!(meta.file_type().is_symlink(), "{what}: {link} replaced");
+            std::fs::remove_file(inside.join(link)).expect("unlink");
+        }
+        assert!(!inside.join("p.bin").exists(), "{what}");
+    }
+    // With the links gone the same upload goes through.
+    let plan = svc
+        .respond_with_body(
+            &put("/in/p.bin", Some("w"), chunk_head(&all, 0, all.len(), &all)),
+            &mut Pieces::of(&all),
+        )
+        .await;
+    assert_eq!(plan.status, status::NO_CONTENT, "{:?}", plan.detail);
+    // Its staging file and record exist now, and no request reaches or lists them.
+    assert_eq!(staging_names(&inside).len(), 2);
+    for name in [&staging, &ranges] {
+        let mut get = put(&format!("/in/{name}"), Some("w"), UploadHead::default());
+        get.method = Method::Get;
+        let plan = svc.respond(&get).await;
+        assert_eq!(plan.status, status::NOT_FOUND, "GET {name}");
+    }
+    let mut propfind = put("/in/", Some("w"), UploadHead::default());
+    propfind.method = Method::Propfind;
+    propfind.depth = Some("1".into());
+    let plan = svc.respond(&propfind).await;
+    let xfer_service::Body::Listing(mut listing) = plan.body else {
+        panic!("PROPFIND answered {} without a listing", plan.status);
+    };
+    let mut text = Vec::new();
+    while let Some(chunk) = listing.next().await {
+        text.extend_from_slice(&chunk.expect("listing"));
+    }
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("/in/"), "{text}");
+    assert!(!text.contains(".xfer-upload."), "{text}");
+}
+
+/// An upload under way whose record, or (across a restart) whose staging file, is swapped for
+/// a symbolic link: the next chunk fails, and the link's target is neither appended to nor
+/// overwritten.
+#[tokio::test]
+async fn a_link_swapped_in_mid_upload_is_never_followed() {
+    let all = data(200_000);
+    let half = all.len() / 2;
+    let staging = format!(".xfer-upload.{ID}.p.bin");
+    for swapped in [format!("{staging}.ranges"), staging.clone()] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inside = dir.path().join("root/in");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").expect("victim");
+        let first = service(dir.path());
+        let plan = first
+            .respond_with_body(
+                &put(
+                    "/in/p.bin",
+                    Some("w"),
+                    chunk_head(&all, 0, half, &all[..half]),
+                ),
+                &mut Pieces::of(&all[..half]),
+            )
+            .await;
+        assert_eq!(plan.status, status::NO_CONTENT, "{:?}", plan.detail);
+        std::fs::remove_file(inside.join(&swapped)).expect("unlink");
+        std::os::unix::fs::symlink(&victim, inside.join(&swapped)).expect("symlink");
+        // The record is read again only by a server that does not hold the upload: a restart.
+        let svc = if swapped == staging {
+            drop(first);
+            service(dir.path())
+        } else {
+            first
+        };
+        let plan = svc
+            .respond_with_body(
+                &put(
+                    "/in/p.bin",
+                    Some("w"),
+                    chunk_head(&all, half, all.len(), &all[half..]),
+                ),
+                &mut Pieces::of(&all[half..]),
+            )
+            .await;
+        assert!(
+            plan.status >= 400,
+            "{swapped}: {} {:?}",
+            plan.status,
+            plan.detail
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "precious\n",
+            "written through {swapped}"
+        );
+        assert!(!inside.join("p.bin").exists(), "{swapped}");
+    }
+}

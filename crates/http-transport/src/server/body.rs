@@ -19,6 +19,22 @@ pub(crate) struct ServeBody {
     kind: Kind,
     /// Streamed bodies report each frame to the stall watch of their stream or connection.
     sending: Option<Sending>,
+    /// Work that may start only once the response's head is written; spawned when the body
+    /// is dropped, which hyper does after writing the head (and the body, if any).
+    after: Option<AfterHead>,
+}
+
+/// Work spawned when a response body is dropped.
+type AfterHeadWork = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+struct AfterHead(Option<AfterHeadWork>);
+
+impl Drop for AfterHead {
+    fn drop(&mut self) {
+        if let (Some(work), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(work);
+        }
+    }
 }
 
 enum Kind {
@@ -33,6 +49,7 @@ impl ServeBody {
         Self {
             kind: Kind::Empty,
             sending: None,
+            after: None,
         }
     }
 
@@ -40,6 +57,7 @@ impl ServeBody {
         Self {
             kind: Kind::Message(Some(text.into())),
             sending: None,
+            after: None,
         }
     }
 
@@ -47,6 +65,7 @@ impl ServeBody {
         Self {
             kind: Kind::Stream(stream),
             sending: Sending::start(),
+            after: None,
         }
     }
 
@@ -54,7 +73,13 @@ impl ServeBody {
         Self {
             kind: Kind::Listing(listing),
             sending: Sending::start(),
+            after: None,
         }
+    }
+
+    /// Run `work` once the response's head is written and this body is done with.
+    pub(crate) fn after_head(&mut self, work: AfterHeadWork) {
+        self.after = Some(AfterHead(Some(work)));
     }
 }
 

@@ -13,6 +13,7 @@ use http::header::{
     IF_RANGE, LAST_MODIFIED, LOCATION, RANGE, TE, TRAILER, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
+use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use xfer_common::ranges::{content_range, unsatisfied_content_range};
@@ -62,19 +63,60 @@ pub(crate) async fn handle(
         .service
         .respond_with_body(&request, &mut body)
         .await;
-    if plan.status >= 400 && matches!(request.method, Method::Put | Method::Post | Method::Patch) {
-        body.discard().await;
-    }
+    let refused = plan.status >= 400;
     let head_only = request.method == Method::Head;
-    Ok(encode(plan, version, head_only))
+    let mut response = encode(plan, version, head_only);
+    if refused && !body.0.is_end_stream() {
+        refuse_body(&mut response, body, version);
+    }
+    Ok(response)
 }
 
-/// A refused upload's body is read and dropped, up to this much, before the answer goes out:
-/// over HTTP/2 an answer that leaves the body unread resets the stream, which clients such as
-/// curl report as a framing error instead of showing the 401 or 403.
-const DISCARD_LIMIT: u64 = 8 << 20;
-/// How long reading a refused body may take.
-const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+/// A refusal leaves the rest of the request body unread. The core decides before it reads a
+/// byte whenever it can, so no `100 Continue` went out and a client that asked for one
+/// (`curl -T`) sends nothing more. What a client sends anyway is read and dropped once the
+/// answer is out, within a bound; reading starts only after the answer's head is written,
+/// as hyper sends `100 Continue` when a body is read before that.
+///
+/// HTTP/1.1: the answer says `Connection: close`, and the connection closes after
+/// [`H1_DRAIN`]. Closing with unread bytes in the socket would send a TCP reset, and a client
+/// still sending would lose the answer with it.
+///
+/// HTTP/2: the body is read to its end, up to [`H2_DRAIN`]; beyond that the stream is reset
+/// with `NO_ERROR` (RFC 9113 §8.1, done by h2 when the body is dropped). Clients such as curl
+/// 7.88 take a reset that arrives while they still send for a failure and drop the answer
+/// they already received, so the reset is kept for clients that send more than the bound.
+fn refuse_body(response: &mut Response<ServeBody>, body: RequestBody, version: Version) {
+    let bound = if version >= Version::HTTP_2 {
+        H2_DRAIN
+    } else {
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        H1_DRAIN
+    };
+    response.body_mut().after_head(Box::pin(body.drain(bound)));
+}
+
+/// How much of a refused body is read after the answer, and for how long.
+#[derive(Clone, Copy)]
+struct Drain {
+    bytes: u64,
+    time: std::time::Duration,
+}
+
+/// HTTP/1.1: enough for a client to read the answer before the connection closes.
+const H1_DRAIN: Drain = Drain {
+    bytes: 8 << 20,
+    time: std::time::Duration::from_secs(5),
+};
+
+/// HTTP/2: only the stream is held, so a client that cannot take a reset may finish sending
+/// a large file.
+const H2_DRAIN: Drain = Drain {
+    bytes: 1 << 30,
+    time: std::time::Duration::from_secs(30),
+};
 
 /// A request that may have come in TLS early data not yet confirmed by the end of the
 /// handshake, or that a proxy says came so (`Early-Data: 1`, RFC 8470 §5.1).
@@ -128,17 +170,19 @@ fn busy(version: Version) -> Response<ServeBody> {
 struct RequestBody(Incoming);
 
 impl RequestBody {
-    async fn discard(&mut self) {
+    /// Read and drop the body, up to `bound`; dropping it then makes hyper close the
+    /// connection's reading side (HTTP/1.1) or reset the stream (HTTP/2).
+    async fn drain(mut self, bound: Drain) {
         let mut seen = 0u64;
         let read = async {
             while let Some(Ok(piece)) = self.next_chunk().await {
                 seen += piece.len() as u64;
-                if seen > DISCARD_LIMIT {
+                if seen > bound.bytes {
                     return;
                 }
             }
         };
-        let _ = tokio::time::timeout(DISCARD_TIME, read).await;
+        let _ = tokio::time::timeout(bound.time, read).await;
     }
 }
 

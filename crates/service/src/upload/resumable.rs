@@ -15,7 +15,7 @@
 //! recommends, so a half-open connection never blocks a resumption.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read as _};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -28,8 +28,8 @@ use xfer_common::DigestCache;
 use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
 use super::{
-    commit, digest_field, hash_file, off_runtime, resolve_for_write, staging_name, stored_resource,
-    Refusal, UploadBody, UploadConfig, UploadHead, Uploads, WRITE_BLOCK,
+    commit, digest_field, hash_file, off_runtime, resolve_for_write, staging_files, staging_name,
+    stored_resource, Refusal, UploadBody, UploadConfig, UploadHead, Uploads, WRITE_BLOCK,
 };
 use crate::plan::{Body, ResponsePlan};
 use crate::respond::status;
@@ -262,8 +262,8 @@ pub async fn lookup(
 
 fn restore(root: &Path, id: &str, expiry: Duration) -> Option<Resumable> {
     let record = root.join(RECORD_DIR).join(id);
-    let meta = std::fs::metadata(&record).ok()?;
-    let text = std::fs::read_to_string(&record).ok()?;
+    let meta = std::fs::symlink_metadata(&record).ok()?;
+    let text = staging_files::read_text(&record).ok()?;
     let mut fields = HashMap::new();
     for line in text.lines() {
         if let Some((k, v)) = line.split_once(' ') {
@@ -292,11 +292,7 @@ fn restore(root: &Path, id: &str, expiry: Duration) -> Option<Resumable> {
         let _ = std::fs::remove_file(&record);
         return None;
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&staging)
-        .ok()?;
+    let file = staging_files::open_existing(&staging).ok()?;
     let offset = file.metadata().ok()?.len();
     if length.is_some_and(|l| offset > l) {
         return None;
@@ -520,11 +516,7 @@ async fn start(
         let records = root.join(RECORD_DIR);
         std::fs::create_dir_all(&records).map_err(|e| Refusal::io("creating", &records, &e))?;
         let staging = target.dir.join(staging_name(&id, &target.name));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&staging)
+        let file = staging_files::create_new(&staging)
             .map_err(|e| Refusal::io("creating", &staging, &e))?;
         let up = Resumable {
             record: records.join(&id),
@@ -848,8 +840,7 @@ async fn write_record(up: &Arc<Resumable>) -> Result<(), Refusal> {
     let u = Arc::clone(up);
     off_runtime(move || {
         let tmp = u.record.with_extension("new");
-        std::fs::write(&tmp, u.record_text())
-            .and_then(|()| std::fs::rename(&tmp, &u.record))
+        staging_files::replace_text(&u.record, &tmp, &u.record_text())
             .map_err(|e| Refusal::io("recording", &u.record, &e))
     })
     .await
