@@ -62,6 +62,8 @@
 //!
 //! What this crate does not do: upload (xfer pulls), or HTTP/3.
 
+#![forbid(unsafe_code)]
+
 mod plain_put;
 pub mod put_tree;
 pub mod serve;

@@ -18,6 +18,8 @@
 //!                                          whole-file hasher ◄─────┘ (reads back sealed
 //!                                                                     chunks, in order)
 //! ```
+
+#![forbid(unsafe_code)]
 pub mod adapt;
 pub mod checksum;
 pub mod digest;

@@ -12,6 +12,8 @@
 //!
 //! It is a library only for those two callers; nothing else depends on it.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::ops::Range;
 use std::path::{Component, Path};

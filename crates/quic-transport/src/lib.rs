@@ -31,6 +31,8 @@
 //! handshake when the server allows early data. What it does not do: HTTP/3, connection
 //! migration on purpose, retries (the engine retries, guided by
 //! `TransferError::is_retryable`).
+
+#![forbid(unsafe_code)]
 pub mod bbr;
 pub mod client;
 pub mod loss_bound;

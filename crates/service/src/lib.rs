@@ -29,6 +29,8 @@
 //! presented ([`Credentials`]), and the core decides who that is and what it may do
 //! ([`access`]).
 
+#![forbid(unsafe_code)]
+
 pub mod access;
 mod body;
 mod checksums;

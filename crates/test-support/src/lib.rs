@@ -12,6 +12,8 @@
 //!
 //! Test-only (`publish = false`); nothing in the product depends on it.
 
+#![forbid(unsafe_code)]
+
 pub mod data;
 pub mod fault_proxy;
 pub mod rate_relay;

@@ -19,22 +19,8 @@ pub const MAX_DECLARED_SIZE: u64 = 1 << 62;
 pub fn available_bytes(dir: &Path) -> io::Result<Option<u64>> {
     #[cfg(unix)]
     {
-        use std::os::unix::ffi::OsStrExt;
-        let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-        // SAFETY: `c_path` is a valid NUL-terminated string and `stat` points to writable
-        // memory of the right type; statvfs fills it on success.
-        let rc = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: statvfs returned 0, so it initialised `stat`.
-        let stat = unsafe { stat.assume_init() };
-        // The field types differ between platforms (u32 on some, u64 on Linux).
-        #[allow(clippy::unnecessary_cast)]
-        let (blocks, block_size) = (stat.f_bavail as u64, stat.f_frsize as u64);
-        Ok(Some(blocks.saturating_mul(block_size)))
+        let stat = rustix::fs::statvfs(dir).map_err(io::Error::from)?;
+        Ok(Some(stat.f_bavail.saturating_mul(stat.f_frsize)))
     }
     #[cfg(not(unix))]
     {
