@@ -30,6 +30,7 @@
 //! ([`access`]).
 
 pub mod access;
+pub mod admission;
 mod body;
 mod checksums;
 mod dav;

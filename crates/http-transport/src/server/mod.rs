@@ -23,7 +23,6 @@
 //! `max_concurrent_streams` and reset floods end in GOAWAY (h2's pending-reset and
 //! local-error-reset limits, set explicitly here).
 
-mod admission;
 mod body;
 mod config;
 mod early_tls;
@@ -49,10 +48,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use admission::{Admission, Admit, Ticket};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use xfer_common::DigestCache;
+use xfer_service::admission::{self, Admission, Admit, Ticket};
 use xfer_service::{ChecksumCache, Service, ServiceConfig};
 
 pub use config::{ServerConfig, DEFAULT_MAX_EARLY_DATA};
