@@ -173,6 +173,10 @@ struct Live {
     /// `Some(accepted)` once the handshake is complete (whether the server took the 0-RTT
     /// data); `None` before.
     handshake: tokio::sync::watch::Receiver<Option<bool>>,
+    /// Set when a connection opened with 0-RTT learned, before its handshake completed, that
+    /// nothing listens on the server's port (ICMP port unreachable): it was closed, and its
+    /// requests fail as refused instead of waiting out the idle timeout for a head.
+    refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Live {
@@ -488,10 +492,22 @@ impl Inner {
         // early data (0-RTT); without one, after the handshake's round trip.
         let connecting = match connecting.into_0rtt() {
             Ok((connection, accepted)) => {
+                let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let watch = (connection.clone(), Arc::clone(&refused));
                 tokio::spawn(async move {
-                    let _ = done_tx.send(Some(accepted.await));
+                    tokio::select! {
+                        accepted = accepted => {
+                            let _ = done_tx.send(Some(accepted));
+                        }
+                        // A server gone for good, reached with a ticket of its last run.
+                        _ = port_unreachable(addr) => {
+                            watch.1.store(true, std::sync::atomic::Ordering::Release);
+                            watch.0.close(ErrorCode::NoError.varint(), b"port unreachable");
+                        }
+                    }
                 });
                 return Ok(Live {
+                    refused,
                     endpoint,
                     connection,
                     buffers,
@@ -530,6 +546,7 @@ impl Inner {
             },
             ready: Instant::now(),
             handshake: done_rx,
+            refused: Arc::default(),
         })
     }
 
@@ -583,7 +600,7 @@ impl Inner {
             rt.tls = TlsStart::EarlyDataRefused;
         }
         rt.requests = 1;
-        match self
+        let result = match self
             .exchange_on(&live, req, wire.clone(), body.clone())
             .await
         {
@@ -603,6 +620,15 @@ impl Inner {
             }
             Err(Exchange::Failed(e)) => Err(e),
             Ok((head, recv)) => Ok((head, recv, rt)),
+        };
+        match result {
+            Err(_) if live.refused.load(std::sync::atomic::Ordering::Acquire) => {
+                Err(TransferError::Connect {
+                    peer: self.peer.clone(),
+                    source: refusal(live.connection.remote_address()),
+                })
+            }
+            other => other,
         }
     }
 
