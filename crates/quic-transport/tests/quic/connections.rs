@@ -90,6 +90,58 @@ async fn one_address_cannot_take_every_connection_slot() {
     });
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_closes_an_idle_connection_to_make_room() {
+    limited!(async {
+        let fx = Fixture::start_with(None, |c| {
+            c.max_connections = 2;
+        })
+        .await;
+        let ep = endpoint_on(&fx, IpAddr::from([127, 0, 0, 1]));
+        let connect = || async { ep.connect(fx.addr, "localhost").expect("connect").await };
+        let idle = [
+            connect().await.expect("first"),
+            connect().await.expect("second"),
+        ];
+        // Full, and both have just moved data (their handshakes): a newcomer is refused at
+        // first, then served once one of the two has been quiet for the eviction threshold.
+        let deadline = Instant::now() + TEST_LIMIT / 2;
+        let (newcomer, refusals) = {
+            let mut refusals = 0;
+            loop {
+                assert!(Instant::now() < deadline, "no idle connection made room");
+                match connect().await {
+                    Ok(c) => break (c, refusals),
+                    Err(quinn::ConnectionError::ConnectionClosed(c))
+                        if c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED =>
+                    {
+                        refusals += 1;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => panic!("refused otherwise: {e}"),
+                }
+            }
+        };
+        println!("idle eviction: {refusals} refusals before room was made");
+        assert!(refusals > 0, "a full server served a newcomer at once");
+        let [a, b] = &idle;
+        let why = tokio::select! {
+            why = a.closed() => why,
+            why = b.closed() => why,
+        };
+        assert!(
+            matches!(
+                &why,
+                quinn::ConnectionError::ApplicationClosed(a)
+                    if a.error_code == xfer_quic::ErrorCode::ServerBusy.varint()
+            ),
+            "the idle connection closed otherwise: {why}"
+        );
+        drop(newcomer);
+        fx.shutdown().await;
+    });
+}
+
 /// A client of one lane with a small stream window, so that most of a large body stays on
 /// the server until the client reads it.
 fn slow_reader(url: &str, ca: &Path, idle: Duration) -> QuicTransport {
