@@ -128,26 +128,36 @@ impl Servers {
     pub async fn start(cfg: ServeConfig) -> Result<Self, ServeError> {
         let mut self_signed = None;
         let mut cert_origin = None;
-        let server_tls =
-            match &cfg.tls {
-                ServerTls::Plain => None,
-                ServerTls::Files { cert, key } => Some(Arc::new(
-                    tls::server_config_with_client_ca(cert, key, &[], cfg.client_ca.as_deref())?,
-                )),
-                ServerTls::SelfSigned { dir, names } => {
-                    let (made, origin) =
-                        tls::reuse_or_generate_self_signed(names, dir, cfg.renew_self_signed)?;
-                    let config = tls::server_config_with_client_ca(
-                        &made.cert_path,
-                        &made.key_path,
-                        &[],
-                        cfg.client_ca.as_deref(),
-                    )?;
-                    self_signed = Some(made);
-                    cert_origin = Some(origin);
-                    Some(Arc::new(config))
-                }
-            };
+        // The TLS key is the secret that survives a restart: QUIC's stateless-reset key is
+        // derived from it, so clients of a restarted server learn at once that their
+        // connections are gone.
+        let mut key_file = None;
+        let server_tls = match &cfg.tls {
+            ServerTls::Plain => None,
+            ServerTls::Files { cert, key } => {
+                key_file = Some(key.clone());
+                Some(Arc::new(tls::server_config_with_client_ca(
+                    cert,
+                    key,
+                    &[],
+                    cfg.client_ca.as_deref(),
+                )?))
+            }
+            ServerTls::SelfSigned { dir, names } => {
+                let (made, origin) =
+                    tls::reuse_or_generate_self_signed(names, dir, cfg.renew_self_signed)?;
+                let config = tls::server_config_with_client_ca(
+                    &made.cert_path,
+                    &made.key_path,
+                    &[],
+                    cfg.client_ca.as_deref(),
+                )?;
+                key_file = Some(made.key_path.clone());
+                self_signed = Some(made);
+                cert_origin = Some(origin);
+                Some(Arc::new(config))
+            }
+        };
         let access = Arc::new(match &cfg.access_file {
             Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?,
             None => AccessControl::anonymous(cfg.anonymous_read),
@@ -201,6 +211,18 @@ impl Servers {
             // One memory budget and one stall timeout for every protocol.
             qc.stream = cfg.http.stream_options();
             qc.stall_timeout = cfg.http.stall_timeout;
+            // One admission policy and one drain deadline for every protocol.
+            qc.max_connections = cfg.http.max_connections;
+            qc.max_connections_per_address = cfg.http.max_connections_per_address;
+            qc.shutdown_grace = cfg.http.shutdown_grace;
+            qc.stateless_reset_key = match key_file.as_deref().map(std::fs::read) {
+                Some(Ok(key)) => Some(xfer_quic::server::reset_key_from_secret(&key)),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot read the TLS key again: QUIC clients of a restarted server wait out their idle timeout");
+                    None
+                }
+                None => None,
+            };
             qc.digest_cache = Some(http.digest_cache());
             qc.checksum_cache = Some(http.checksum_cache());
             qc.checksums_on_send = cfg.http.checksums_on_send.clone();
@@ -242,7 +264,8 @@ impl Servers {
         self.quic_addr.map(|a| format!("quic://{a}"))
     }
 
-    /// Stop accepting, let responses in flight finish (up to the HTTP server's grace period).
+    /// Stop accepting connections and requests, let responses in flight finish (up to
+    /// `http.shutdown_grace`, on every protocol), then close.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         for t in self.tasks.drain(..) {

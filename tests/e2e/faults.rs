@@ -141,3 +141,78 @@ async fn http2_tls() -> TestResult {
 async fn quic() -> TestResult {
     fault_table(Proto::Quic).await
 }
+
+/// Issue 42: `xfer serve` is killed (SIGKILL) in the middle of a QUIC download and started
+/// again a second later with the same certificate directory. Its stateless resets end the
+/// connections of the process before at the client's next packet, the lanes reconnect, and
+/// the download completes. The time it took is printed, not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quic_download_survives_a_one_second_restart() -> TestResult {
+    use std::process::Command;
+    use std::time::Instant;
+
+    use xfer::{ClientConfig, ClientTlsOptions, Download};
+
+    use crate::support::{free_port, start_server, wait_received, xfer_bin, BoxError, ChildGuard};
+
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("root");
+    let cert_dir = dir.path().join("cert");
+    std::fs::create_dir(&root)?;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let serve = || -> Result<ChildGuard, BoxError> {
+        let mut cmd = Command::new(xfer_bin());
+        cmd.arg("serve")
+            .arg(&root)
+            .args(["--self-signed", "--listen", &addr.to_string()])
+            .arg("--cert-dir")
+            .arg(&cert_dir);
+        start_server(cmd, addr)
+    };
+    let mut server = serve()?;
+    let client = ClientConfig::default().with_tls(ClientTlsOptions {
+        ca_certs: vec![cert_dir.join("cert.pem")],
+        dangerous_insecure: false,
+        client_identity: None,
+    });
+    let size = 768 * MIB;
+    let url = format!("quic://{addr}/.xfer/synthetic?size={size}&seed=42");
+    let dest = dir.path().join("big.copy");
+    let get = GetConfig {
+        chunk_size: 8 * MIB,
+        ..GetConfig::default()
+    };
+    let download = Download::new(xfer::transport_for(&url, &client)?, &url, &dest, get);
+    let progress = download.progress();
+    let running = tokio::spawn(download.run());
+    wait_received(&progress, &running, 16 * MIB, NO_HANG).await;
+    // ChildGuard's drop is SIGKILL and wait: no goodbye reaches the client.
+    drop(server);
+    let killed = Instant::now();
+    let at_kill = progress.snapshot().received;
+    // The fault under test: the server is away for a second.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server = serve()?;
+    let restarted = killed.elapsed();
+    let report = tokio::time::timeout(NO_HANG, running)
+        .await
+        .map_err(|_| "the download hung after the restart")???;
+    println!(
+        "quic restart: killed at {} MiB of {} MiB, back after {restarted:?}, done {:?} after the kill, {} retries",
+        at_kill / MIB,
+        size / MIB,
+        killed.elapsed(),
+        report.retries
+    );
+    assert_eq!(report.size, size);
+    assert!(
+        at_kill < size,
+        "the whole file had arrived before the kill: the restart tested nothing"
+    );
+    assert!(
+        report.retries > 0,
+        "no request was cut by the kill: {report:?}"
+    );
+    drop(server);
+    Ok(())
+}

@@ -6,15 +6,15 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{ClientConfig, ClientTlsOptions, Download, GetConfig, HttpVersion, TransferError};
 use xfer_test_support::fault_proxy::{Fault, FaultProxy};
 
 use crate::support::{
-    free_port, require_program, sha256_file, start_server, write_random_file, xfer_bin, BoxError,
-    ChildGuard, Fixture, Proto, TestResult, MIB,
+    free_port, require_program, sha256_file, start_server, wait_received, write_random_file,
+    xfer_bin, BoxError, ChildGuard, Fixture, Proto, TestResult, MIB,
 };
 
 fn spawn_serve(root: &Path, cert_dir: &Path, addr: SocketAddr) -> Result<ChildGuard, BoxError> {
@@ -71,15 +71,7 @@ async fn download_survives_a_server_restart() -> TestResult {
     let progress = download.progress();
     let running = tokio::spawn(download.run());
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while progress.snapshot().received < MIB {
-        assert!(Instant::now() < deadline, "the download never started");
-        assert!(
-            !running.is_finished(),
-            "the download ended before the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_received(&progress, &running, MIB, Duration::from_secs(120)).await;
     drop(server);
     let connections_before_restart = proxy.stats().connections();
     server = spawn_serve(&root, &cert_dir, addr)?;

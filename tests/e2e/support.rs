@@ -258,6 +258,25 @@ pub fn rss_bound_kib(budget_mib: u64, connections: u64) -> u64 {
     (budget_mib + PROCESS_MIB) * 1024 + PER_CONNECTION_KIB * connections
 }
 
+/// Wait until a download running as `running` has received `bytes`, failing if it ends first
+/// or has not got there within `limit`.
+pub async fn wait_received<T>(
+    progress: &xfer::Progress,
+    running: &tokio::task::JoinHandle<T>,
+    bytes: u64,
+    limit: Duration,
+) {
+    let deadline = Instant::now() + limit;
+    while progress.snapshot().received < bytes {
+        assert!(Instant::now() < deadline, "the download never started");
+        assert!(
+            !running.is_finished(),
+            "the download ended before the fault"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A loopback TCP port free at the time of asking.
 pub fn free_port() -> Result<u16, BoxError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())

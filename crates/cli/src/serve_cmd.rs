@@ -117,12 +117,17 @@ pub struct ServeArgs {
     /// UDP socket send and receive buffers for QUIC. Default 32MiB.
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
     pub udp_buffer: Option<u64>,
-    /// Most simultaneous connections.
+    /// Most simultaneous connections, per protocol (HTTP over TCP; QUIC). When full, a
+    /// connection idle for 2 s is closed to make room; otherwise newcomers are refused.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
-    /// Most simultaneous connections from one client address.
+    /// Most simultaneous connections from one client address, per protocol.
     #[arg(long, default_value_t = 128)]
     pub max_connections_per_address: usize,
+    /// On SIGTERM or SIGINT: stop taking connections and requests, let responses in flight
+    /// finish for up to this long (HTTP/1.1, HTTP/2 and QUIC alike), then close what remains.
+    #[arg(long, value_parser = duration_arg, default_value = "30s", value_name = "DURATION")]
+    pub shutdown_grace: std::time::Duration,
     /// Memory for outgoing data of the whole server, all protocols together: blocks read
     /// ahead, queued for HTTP/1.1 and HTTP/2, and unacknowledged on QUIC. A response whose
     /// next block does not fit waits for room. See docs/security.md for the process's bound.
@@ -269,6 +274,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     cfg.http.mirrors = args.mirror.clone();
     cfg.http.memory_budget = xfer::crates::common::MemoryBudget::new(args.memory_budget);
     cfg.http.stall_timeout = args.stall_timeout;
+    cfg.http.shutdown_grace = args.shutdown_grace;
     cfg.quic = !args.no_quic;
     cfg.quic_listen = args.quic_listen;
     cfg.renew_self_signed = args.new_cert;
@@ -334,7 +340,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         TcpResumeStatus::Off => {}
     }
     let signal = crate::interrupt::stop_signal().await;
-    eprintln!("{signal}: shutting down; letting transfers in flight finish");
+    eprintln!(
+        "{signal}: shutting down; refusing new connections and requests, letting responses in \
+         flight finish (up to {:?})",
+        args.shutdown_grace
+    );
     servers.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

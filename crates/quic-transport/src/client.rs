@@ -52,8 +52,9 @@ pub struct QuicClientConfig {
     /// Limit on name resolution plus handshake. Default 10 s. Allowed 1 ms to 10 min.
     pub connect_timeout: Duration,
     /// A connection with no packets for this long is dead (quinn's idle timeout; the smaller
-    /// of both ends' values applies). Keep-alives go out every third of it, so an idle but
-    /// healthy connection survives. Also bounds the wait for a response head and for each
+    /// of both ends' values applies): a server that vanished is given up within it. Keep-alives
+    /// go out every third of it, at most 1 s apart, so an idle but healthy connection survives
+    /// and a restarted server is noticed within about a second. Also bounds the wait for a response head and for each
     /// read of a body: a stream that delivers nothing for this long fails (retryable) even
     /// while its connection lives. Default 30 s. Allowed 1 s to 1 h.
     pub idle_timeout: Duration,
@@ -114,9 +115,20 @@ fn transport_config(
         config.idle_timeout,
         // Servers open no streams to clients.
         0,
-        Some(config.idle_timeout / 3),
+        Some(keep_alive(config.idle_timeout)),
         max_udp_payload,
     )
+}
+
+/// Longest pause between keep-alives. A ping after a second of silence is what finds out
+/// that a server restarted: the new process answers it with a stateless reset (its reset key
+/// is derived from a secret that survives restarts), and the connection is reopened at once
+/// instead of waiting out the idle timeout. A second of silence costs a 40-byte datagram.
+const KEEP_ALIVE_MAX: Duration = Duration::from_secs(1);
+
+/// Keep-alives every third of the idle timeout, at most [`KEEP_ALIVE_MAX`] apart.
+fn keep_alive(idle: Duration) -> Duration {
+    (idle / 3).min(KEEP_ALIVE_MAX)
 }
 
 /// A client for one `quic://` resource.
@@ -161,6 +173,10 @@ struct Live {
     /// `Some(accepted)` once the handshake is complete (whether the server took the 0-RTT
     /// data); `None` before.
     handshake: tokio::sync::watch::Receiver<Option<bool>>,
+    /// Set when a connection opened with 0-RTT learned, before its handshake completed, that
+    /// nothing listens on the server's port (ICMP port unreachable): it was closed, and its
+    /// requests fail as refused instead of waiting out the idle timeout for a head.
+    refused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Live {
@@ -476,10 +492,22 @@ impl Inner {
         // early data (0-RTT); without one, after the handshake's round trip.
         let connecting = match connecting.into_0rtt() {
             Ok((connection, accepted)) => {
+                let refused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let watch = (connection.clone(), Arc::clone(&refused));
                 tokio::spawn(async move {
-                    let _ = done_tx.send(Some(accepted.await));
+                    tokio::select! {
+                        accepted = accepted => {
+                            let _ = done_tx.send(Some(accepted));
+                        }
+                        // A server gone for good, reached with a ticket of its last run.
+                        _ = port_unreachable(addr) => {
+                            watch.1.store(true, std::sync::atomic::Ordering::Release);
+                            watch.0.close(ErrorCode::NoError.varint(), b"port unreachable");
+                        }
+                    }
                 });
                 return Ok(Live {
+                    refused,
                     endpoint,
                     connection,
                     buffers,
@@ -501,7 +529,7 @@ impl Inner {
         };
         let connection = handshake.map_err(|e| {
             // A handshake that failed for reasons other than TLS never connected.
-            match connection_error(&self.peer, e, "handshake") {
+            match connection_error(&self.peer, e, "handshake", self.config.idle_timeout) {
                 TransferError::Io { peer, source } => TransferError::Connect { peer, source },
                 other => other,
             }
@@ -518,6 +546,7 @@ impl Inner {
             },
             ready: Instant::now(),
             handshake: done_rx,
+            refused: Arc::default(),
         })
     }
 
@@ -571,7 +600,7 @@ impl Inner {
             rt.tls = TlsStart::EarlyDataRefused;
         }
         rt.requests = 1;
-        match self
+        let result = match self
             .exchange_on(&live, req, wire.clone(), body.clone())
             .await
         {
@@ -591,6 +620,15 @@ impl Inner {
             }
             Err(Exchange::Failed(e)) => Err(e),
             Ok((head, recv)) => Ok((head, recv, rt)),
+        };
+        match result {
+            Err(_) if live.refused.load(std::sync::atomic::Ordering::Acquire) => {
+                Err(TransferError::Connect {
+                    peer: self.peer.clone(),
+                    source: refusal(live.connection.remote_address()),
+                })
+            }
+            other => other,
         }
     }
 
@@ -601,10 +639,14 @@ impl Inner {
         wire: Bytes,
         body: Option<Bytes>,
     ) -> Result<(ResponseHead, RecvStream), Exchange> {
-        let (mut send, mut recv) =
-            live.connection.open_bi().await.map_err(|e| {
-                Exchange::Failed(connection_error(&self.peer, e, "opening a stream"))
-            })?;
+        let (mut send, mut recv) = live.connection.open_bi().await.map_err(|e| {
+            Exchange::Failed(connection_error(
+                &self.peer,
+                e,
+                "opening a stream",
+                self.config.idle_timeout,
+            ))
+        })?;
         let write_err = |e: quinn::WriteError| match e {
             quinn::WriteError::ZeroRttRejected => Exchange::Rejected,
             e => Exchange::Failed(TransferError::Io {
@@ -630,7 +672,7 @@ impl Inner {
             }));
         }
         let after = self.config.idle_timeout;
-        let head = tokio::time::timeout(after, read_head(&self.peer, &mut recv))
+        let head = tokio::time::timeout(after, read_head(&self.peer, &mut recv, after))
             .await
             .map_err(|_| {
                 Exchange::Failed(TransferError::Timeout {
@@ -747,10 +789,14 @@ enum HeadError {
     Failed(TransferError),
 }
 
-async fn read_head(peer: &str, recv: &mut RecvStream) -> Result<ResponseHead, HeadError> {
+async fn read_head(
+    peer: &str,
+    recv: &mut RecvStream,
+    idle: Duration,
+) -> Result<ResponseHead, HeadError> {
     let fail = |e: ReadExactError| match e {
         ReadExactError::ReadError(ReadError::ZeroRttRejected) => HeadError::Rejected,
-        e => HeadError::Failed(read_exact_error(peer, e, "response head")),
+        e => HeadError::Failed(read_exact_error(peer, e, "response head", idle)),
     };
     let mut prefix = [0u8; 2];
     recv.read_exact(&mut prefix).await.map_err(fail)?;
@@ -768,17 +814,18 @@ fn protocol(peer: &str, e: &wire::WireError) -> TransferError {
     }
 }
 
-fn read_exact_error(peer: &str, e: ReadExactError, what: &str) -> TransferError {
+fn read_exact_error(peer: &str, e: ReadExactError, what: &str, idle: Duration) -> TransferError {
     match e {
         ReadExactError::FinishedEarly(got) => TransferError::Protocol {
             peer: peer.to_string(),
             message: format!("stream ended inside the {what} after {got} bytes"),
         },
-        ReadExactError::ReadError(e) => read_error(peer, e, what),
+        ReadExactError::ReadError(e) => read_error(peer, e, what, idle),
     }
 }
 
-fn read_error(peer: &str, e: ReadError, what: &str) -> TransferError {
+/// `idle` is the connection's idle timeout, named when the connection died of it.
+fn read_error(peer: &str, e: ReadError, what: &str, idle: Duration) -> TransferError {
     match e {
         ReadError::Reset(code) => TransferError::Protocol {
             peer: peer.to_string(),
@@ -787,7 +834,7 @@ fn read_error(peer: &str, e: ReadError, what: &str) -> TransferError {
                 describe_code(code.into_inner())
             ),
         },
-        ReadError::ConnectionLost(e) => connection_error(peer, e, what),
+        ReadError::ConnectionLost(e) => connection_error(peer, e, what, idle),
         other => TransferError::Io {
             peer: peer.to_string(),
             source: other.into(),
@@ -850,8 +897,9 @@ const UNKNOWN_CA_ALERT: u64 = 48;
 const CLOSE_GRACE: Duration = Duration::from_millis(50);
 
 /// Classify a dead connection: TLS alerts (QUIC crypto errors 0x100-0x1ff) are not retried,
-/// timeouts and everything else are.
-fn connection_error(peer: &str, e: ConnectionError, during: &str) -> TransferError {
+/// timeouts and everything else are. `idle` is the client's idle timeout: quinn ends a
+/// connection that received nothing for the smaller of both ends' values, so a timeout names it.
+fn connection_error(peer: &str, e: ConnectionError, during: &str, idle: Duration) -> TransferError {
     let crypto = |code: u64| (0x100..0x200).contains(&code);
     match &e {
         // Our own verifier refused the server's certificate: rustls sends unknown_ca for an
@@ -874,8 +922,11 @@ fn connection_error(peer: &str, e: ConnectionError, during: &str) -> TransferErr
         }
         ConnectionError::TimedOut => TransferError::Timeout {
             peer: peer.to_string(),
-            what: format!("quic connection idle during {during}"),
-            after: Duration::ZERO,
+            what: format!(
+                "no packet from the server (quic idle timeout) during the {during}; \
+                 the server is gone or the path is down"
+            ),
+            after: idle,
         },
         _ => TransferError::Io {
             peer: peer.to_string(),
@@ -1068,7 +1119,7 @@ impl StreamedBody {
                 self.done = true;
                 Ok(None)
             }
-            Ok(Err(e)) => Err(read_error(&self.peer, e, &self.what)),
+            Ok(Err(e)) => Err(read_error(&self.peer, e, &self.what, self.idle)),
         }
     }
 }
@@ -1279,7 +1330,7 @@ impl QuicBody {
                 let what = format!("body (after {} of {} bytes)", self.got, self.expected);
                 // quinn's `AsyncRead` wraps its `ReadError` in the `io::Error`.
                 match e.get_ref().and_then(|i| i.downcast_ref::<ReadError>()) {
-                    Some(re) => Err(read_error(&self.peer, re.clone(), &what)),
+                    Some(re) => Err(read_error(&self.peer, re.clone(), &what, self.stall)),
                     None => Err(TransferError::Io {
                         peer: self.peer.clone(),
                         source: e,
@@ -1296,7 +1347,7 @@ impl QuicBody {
             tokio::time::timeout(self.stall, self.recv.read_exact(&mut buf))
                 .await
                 .map_err(|_| self.stalled("trailer"))?
-                .map_err(|e| read_exact_error(&self.peer, e, "trailer"))?;
+                .map_err(|e| read_exact_error(&self.peer, e, "trailer", self.stall))?;
             self.digest = Some(decode_trailer(&buf).map_err(|e| protocol(&self.peer, &e))?);
         }
         let end = tokio::time::timeout(self.stall, self.recv.read_chunk(1, true)).await;
@@ -1309,7 +1360,7 @@ impl QuicBody {
                 peer: self.peer.clone(),
                 message: "bytes after the end of the response".into(),
             }),
-            Err(e) => Err(read_error(&self.peer, e, "end of the response")),
+            Err(e) => Err(read_error(&self.peer, e, "end of the response", self.stall)),
         }
     }
 }

@@ -3,10 +3,13 @@
 //! This is a codec over the request core (`xfer_service`), like the HTTP server: it decodes
 //! `xfer/1` into a core request, encodes the plan into a [`ResponseHead`], and pumps the core's
 //! body stream with `write_chunk` (which hands the `Bytes` to quinn without a copy), ending
-//! with the binary digest trailer. What it owns: the accept loops, connection and stream
-//! limits, the request timeout, the write-stall watchdog (a stream whose client takes
-//! nothing for `stall_timeout` is reset), and stream aborts. One task per connection accepts
-//! streams; one task per stream reads the request and answers it.
+//! with the binary digest trailer. What it owns: the accept loops, stream limits, the request
+//! timeout, the write-stall watchdog (a stream whose client takes nothing for `stall_timeout`
+//! is reset), stream aborts and draining on shutdown. Which connections are served is
+//! decided by the same admission as HTTP's (`xfer_service::admission`: a total cap, a
+//! per-address cap, idle connections closed to make room); a refused handshake is answered
+//! with CONNECTION_REFUSED before any connection state exists. One task per connection
+//! accepts streams; one task per stream reads the request and answers it.
 //!
 //! LIST answers with the core's manifest of a directory, streamed to FIN.
 //!
@@ -16,17 +19,20 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use quinn::{Endpoint, RecvStream, SendStream, WriteError};
+use quinn::{Connection, Endpoint, RecvStream, SendStream, WriteError};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use xfer_common::fault::FaultInjection;
 use xfer_common::path_share::PathShare;
 use xfer_common::resource::StreamOptions;
 use xfer_common::DigestCache;
 use xfer_core::checksum::ChecksumAlgorithm;
+use xfer_service::admission::{self, Admission, Admit, Ticket};
 use xfer_service::upload::{self, UploadBody, UploadHead};
 use xfer_service::{
     AccessControl, Body, BodyEvent, ChecksumCache, ResponsePlan, Service, ServiceConfig,
@@ -46,8 +52,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a connection may stay silent before the server drops it. Clients send
 /// keep-alives, so this only reaps vanished peers.
 const SERVER_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long `serve` waits for connections to close after shutdown was asked.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long `serve` waits, once every connection is closed, for the peers to learn it.
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -61,9 +67,23 @@ pub struct QuicServerConfig {
     /// Windows, congestion control (the server is the sender of a download, so its controller
     /// is the one that matters), MTU, UDP buffers.
     pub tuning: QuicTuning,
-    /// Connections served at once; further handshakes are refused (the client sees a
-    /// retryable connect error). Default 256. Allowed 1 to 100000.
+    /// Connections served at once. When full, a connection that moved no stream data for
+    /// 2 s is closed to make room; when none is idle, further handshakes are refused (the
+    /// client sees a retryable connect error). Default 1024, as HTTP's. Allowed 1 to 100000.
     pub max_connections: usize,
+    /// Connections served at once from one client address; beyond it handshakes are refused.
+    /// Default 128, as HTTP's. Allowed 1 to 100000.
+    pub max_connections_per_address: usize,
+    /// On shutdown, how long requests in flight may take to finish before their connections
+    /// are closed. New connections and new requests are refused meanwhile. Default 30 s, as
+    /// HTTP's. Allowed up to 1 h.
+    pub shutdown_grace: Duration,
+    /// Key of the stateless resets this server sends for connections it does not know.
+    /// Derived from a secret that survives restarts ([`reset_key_from_secret`] of the TLS
+    /// key, as `xfer serve` does), a restarted server tells the clients of the one before at
+    /// once that their connections are gone, and they reconnect within about a second
+    /// instead of waiting out their idle timeout. `None`: a random key per start.
+    pub stateless_reset_key: Option<[u8; 32]>,
     /// Bidirectional streams (requests) a client may have open at once per connection.
     /// Default 64: well above the client's default of 4 and bounds per-connection memory to
     /// about 64 × (1 + read-ahead) × 256 KiB. Allowed 1 to 10000.
@@ -122,7 +142,10 @@ impl QuicServerConfig {
             listen,
             tls,
             tuning: QuicTuning::for_server(),
-            max_connections: 256,
+            max_connections: 1024,
+            max_connections_per_address: 128,
+            shutdown_grace: Duration::from_secs(30),
+            stateless_reset_key: None,
             max_streams_per_connection: 64,
             digest_cache: None,
             checksum_cache: None,
@@ -150,6 +173,20 @@ impl QuicServerConfig {
                 "max_connections",
                 self.max_connections,
                 "1 to 100000",
+            ));
+        }
+        if !(1..=100_000).contains(&self.max_connections_per_address) {
+            return Err(ConfigError::new(
+                "max_connections_per_address",
+                self.max_connections_per_address,
+                "1 to 100000",
+            ));
+        }
+        if self.shutdown_grace > Duration::from_secs(3600) {
+            return Err(ConfigError::new(
+                "shutdown_grace",
+                format!("{:?}", self.shutdown_grace),
+                "up to 1 h",
             ));
         }
         if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&self.stall_timeout) {
@@ -198,8 +235,9 @@ pub struct QuicServer {
 struct State {
     early_data: bool,
     max_connections: usize,
+    max_connections_per_address: usize,
+    shutdown_grace: Duration,
     stall_timeout: Duration,
-    active: AtomicUsize,
     service: Service,
     resume: Option<PerPeerConfig>,
 }
@@ -252,8 +290,22 @@ impl QuicServer {
         let runtime = quinn::default_runtime()
             .ok_or_else(|| bind_err(io::Error::other("no async runtime for quinn")))?;
         let (socket, offload) = wrap_for_quinn(socket, runtime.as_ref()).map_err(bind_err)?;
+        let mut endpoint_config = config.tuning.endpoint_config(largest)?;
+        if let Some(key) = config.stateless_reset_key {
+            endpoint_config.reset_key(Arc::new(ResetKey(key)));
+            // quinn answers a packet for an unknown connection only when its connection ID
+            // validates, which for its (default) hashed IDs needs the same hash key as the
+            // process that issued them.
+            let tag = hmac_sha256(&key, b"connection id hash key");
+            let mut cid_key = [0u8; 8];
+            cid_key.copy_from_slice(&tag[..8]);
+            let cid_key = u64::from_le_bytes(cid_key);
+            endpoint_config.cid_generator(move || {
+                Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+            });
+        }
         let endpoint = Endpoint::new_with_abstract_socket(
-            config.tuning.endpoint_config(largest)?,
+            endpoint_config,
             Some(server_config),
             socket,
             runtime,
@@ -268,8 +320,9 @@ impl QuicServer {
             state: Arc::new(State {
                 early_data: config.early_data,
                 max_connections: config.max_connections,
+                max_connections_per_address: config.max_connections_per_address,
+                shutdown_grace: config.shutdown_grace,
                 stall_timeout: config.stall_timeout,
-                active: AtomicUsize::new(0),
                 resume,
                 service: Service::new(ServiceConfig {
                     checksums: config.checksum_cache.unwrap_or_default(),
@@ -306,8 +359,10 @@ impl QuicServer {
         self.state.resume.as_ref().map(|r| r.cache().clone())
     }
 
-    /// Accept connections until `shutdown` completes, then close them all (code
-    /// [`ErrorCode::ServerBusy`]) and wait briefly for the peers to learn it.
+    /// Accept connections until `shutdown` completes, then drain: refuse new connections
+    /// and new requests, let requests in flight finish for up to `shutdown_grace`, close each
+    /// connection once its last request is done (code [`ErrorCode::ServerBusy`]), and close
+    /// what remains when the grace period is over.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send) {
         tokio::pin!(shutdown);
         let _saver = self
@@ -315,27 +370,73 @@ impl QuicServer {
             .resume
             .as_ref()
             .and_then(crate::resume::spawn_saver);
+        let admission = Admission::new(
+            self.state.max_connections,
+            self.state.max_connections_per_address,
+        );
+        let (drain_tx, drain) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        let mut sampler = tokio::time::interval(admission::IDLE_FOR_EVICTION / 4);
+        sampler.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut refused = 0u64;
+        let mut last_warning: Option<Instant> = None;
         loop {
-            let incoming = tokio::select! {
+            tokio::select! {
                 _ = &mut shutdown => break,
-                incoming = self.endpoint.accept() => incoming,
-            };
-            let Some(incoming) = incoming else { break };
-            let state = self.state.clone();
-            if state.active.load(Ordering::Acquire) >= state.max_connections {
-                tracing::warn!(peer = %incoming.remote_address(), "connection limit reached; refusing");
-                incoming.refuse();
-                continue;
+                incoming = self.endpoint.accept() => {
+                    let Some(incoming) = incoming else { break };
+                    let peer = incoming.remote_address();
+                    let progress = Arc::new(AtomicU64::new(0));
+                    match admission.admit(peer.ip(), Arc::clone(&progress)) {
+                        Admit::Serve(ticket) => {
+                            let slot = Slot { ticket, progress, drain: drain.clone() };
+                            connections.spawn(handle_connection(incoming, self.state.clone(), slot));
+                        }
+                        Admit::Refuse(why) => {
+                            refused += 1;
+                            // At most one warning per second: a flood must not become a log flood.
+                            if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                                tracing::warn!(%peer, max = self.state.max_connections, per_address = self.state.max_connections_per_address, refused, why, "refusing new quic connections");
+                                last_warning = Some(Instant::now());
+                            }
+                            // Before the handshake: the refusal costs one datagram and no state.
+                            incoming.refuse();
+                        }
+                    }
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                _ = sampler.tick() => admission.sample(),
             }
-            state.active.fetch_add(1, Ordering::AcqRel);
-            tokio::spawn(async move {
-                let _count = ActiveGuard(&state.active);
-                handle_connection(incoming, &state).await;
-            });
+        }
+        let _ = drain_tx.send(true);
+        let grace = self.state.shutdown_grace;
+        if !connections.is_empty() {
+            tracing::info!(
+                connections = connections.len(),
+                ?grace,
+                "quic: shutting down; refusing new connections and requests, letting requests in flight finish"
+            );
+        }
+        let drained = tokio::time::timeout(grace, async {
+            loop {
+                tokio::select! {
+                    Some(incoming) = self.endpoint.accept() => incoming.refuse(),
+                    ended = connections.join_next() => if ended.is_none() { break },
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                connections = connections.len(),
+                ?grace,
+                "quic: shutdown grace period over; closing connections with requests still in flight"
+            );
         }
         self.endpoint
             .close(ErrorCode::ServerBusy.varint(), b"server shutting down");
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.endpoint.wait_idle()).await;
+        connections.abort_all();
+        let _ = tokio::time::timeout(CLOSE_LINGER, self.endpoint.wait_idle()).await;
         if let Some(r) = &self.state.resume {
             if let Some(file) = &r.knobs().file {
                 crate::resume::save_cache(r.cache(), file);
@@ -344,15 +445,79 @@ impl QuicServer {
     }
 }
 
-struct ActiveGuard<'a>(&'a AtomicUsize);
+/// A stateless-reset key that is the same in every process started with the same secret.
+struct ResetKey([u8; 32]);
 
-impl Drop for ActiveGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+impl quinn_proto::crypto::HmacKey for ResetKey {
+    fn sign(&self, data: &[u8], signature_out: &mut [u8]) {
+        let tag = hmac_sha256(&self.0, data);
+        let n = signature_out.len().min(tag.len());
+        signature_out[..n].copy_from_slice(&tag[..n]);
+    }
+
+    fn signature_len(&self) -> usize {
+        32
+    }
+
+    fn verify(
+        &self,
+        data: &[u8],
+        signature: &[u8],
+    ) -> Result<(), quinn_proto::crypto::CryptoError> {
+        let tag = hmac_sha256(&self.0, data);
+        // Constant time: the tag is a secret until it matches.
+        let differ = tag.len() != signature.len()
+            || tag
+                .iter()
+                .zip(signature)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                != 0;
+        if differ {
+            Err(quinn_proto::crypto::CryptoError)
+        } else {
+            Ok(())
+        }
     }
 }
 
-async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
+/// HMAC-SHA-256 (RFC 2104).
+fn hmac_sha256(key: &[u8; 32], data: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut ipad = [0x36u8; 64];
+    let mut opad = [0x5cu8; 64];
+    for (i, k) in key.iter().enumerate() {
+        ipad[i] ^= k;
+        opad[i] ^= k;
+    }
+    let inner = Sha256::new()
+        .chain_update(ipad)
+        .chain_update(data)
+        .finalize();
+    Sha256::new()
+        .chain_update(opad)
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// A [`QuicServerConfig::stateless_reset_key`] derived from `secret` (the TLS private key's
+/// file, say): the same secret gives the same key after a restart, and the key reveals
+/// nothing of the secret.
+pub fn reset_key_from_secret(secret: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let label: [u8; 32] = Sha256::digest(b"xfer/1 quic stateless reset key").into();
+    hmac_sha256(&label, secret)
+}
+
+/// What a connection holds from the server: its admission slot, the count of stream frames
+/// it moved (the admission's measure of idleness), and the shutdown signal.
+struct Slot {
+    ticket: Ticket,
+    progress: Arc<AtomicU64>,
+    drain: watch::Receiver<bool>,
+}
+
+async fn handle_connection(incoming: quinn::Incoming, state: Arc<State>, slot: Slot) {
     let peer = incoming.remote_address();
     // Counted while it is open and acknowledged: concurrent connections from one client split
     // a jump.
@@ -411,33 +576,78 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
         })
         .and_then(|chain| chain.first().map(|c| Arc::new(c.as_ref().to_vec())));
     tracing::debug!(%peer, client_certificate = client_certificate.is_some(), "quic connection accepted");
+    serve_streams(&connection, &state, peer, client_certificate, done, slot).await;
+    let s = connection.stats();
+    // What a slow download's sender did: datagram size reached, losses, and how many
+    // datagrams each send call carried (above 1 only with GSO). quinn counts received
+    // datagrams per packet, not per system call: no GRO figure here.
+    tracing::debug!(
+        %peer,
+        reason = ?connection.close_reason(),
+        mtu = s.path.current_mtu,
+        black_holes = s.path.black_holes_detected,
+        sent_packets = s.path.sent_packets,
+        lost_packets = s.path.lost_packets,
+        congestion_events = s.path.congestion_events,
+        datagrams_per_send = s.udp_tx.datagrams as f64 / s.udp_tx.ios.max(1) as f64,
+        "quic connection ended"
+    );
+}
+
+/// Accept and answer `connection`'s requests until it ends. It is closed by the server when
+/// the admission asks its slot back while no request runs (it was idle and the server is
+/// full), or on shutdown once its requests in flight are done; requests that arrive after
+/// either are reset with [`ErrorCode::ServerBusy`].
+async fn serve_streams(
+    connection: &Connection,
+    state: &Arc<State>,
+    peer: SocketAddr,
+    client_certificate: Option<Arc<Vec<u8>>>,
+    done: watch::Receiver<Option<bool>>,
+    slot: Slot,
+) {
+    let Slot {
+        ticket,
+        progress,
+        mut drain,
+    } = slot;
+    let mut streams = JoinSet::new();
+    let mut closing: Option<&'static [u8]> = None;
+    let mut sampler = tokio::time::interval(admission::IDLE_FOR_EVICTION / 4);
+    sampler.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        match connection.accept_bi().await {
-            Ok((send, recv)) => {
-                let state = state.clone();
-                let cert = client_certificate.clone();
-                let done = done.clone();
-                tokio::spawn(
-                    async move { handle_stream(send, recv, &state, peer, cert, done).await },
-                );
+        if let (Some(reason), true) = (closing, streams.is_empty()) {
+            connection.close(ErrorCode::ServerBusy.varint(), reason);
+            return;
+        }
+        tokio::select! {
+            accepted = connection.accept_bi() => match accepted {
+                Ok((mut send, mut recv)) if closing.is_some() => {
+                    abort_stream(&mut send, &mut recv, ErrorCode::ServerBusy, peer);
+                }
+                Ok((send, recv)) => {
+                    let state = state.clone();
+                    let cert = client_certificate.clone();
+                    let done = done.clone();
+                    streams.spawn(async move { handle_stream(send, recv, &state, peer, cert, done).await });
+                }
+                Err(e) => {
+                    tracing::debug!(%peer, reason = %e, "quic connection closed");
+                    return;
+                }
+            },
+            Some(_) = streams.join_next(), if !streams.is_empty() => {}
+            _ = drain.wait_for(|d| *d), if closing.is_none() => {
+                closing = Some(b"server shutting down");
             }
-            Err(e) => {
+            _ = ticket.evict.cancelled(), if closing.is_none() => {
+                tracing::debug!(%peer, "closing an idle quic connection to make room");
+                closing = Some(b"idle connection closed to make room");
+            }
+            _ = sampler.tick() => {
+                // Stream frames, not packets: keep-alives do not make a connection busy.
                 let s = connection.stats();
-                // What a slow download's sender did: datagram size reached, losses, and how
-                // many datagrams each send call carried (above 1 only with GSO). quinn counts
-                // received datagrams per packet, not per system call: no GRO figure here.
-                tracing::debug!(
-                    %peer,
-                    reason = %e,
-                    mtu = s.path.current_mtu,
-                    black_holes = s.path.black_holes_detected,
-                    sent_packets = s.path.sent_packets,
-                    lost_packets = s.path.lost_packets,
-                    congestion_events = s.path.congestion_events,
-                    datagrams_per_send = s.udp_tx.datagrams as f64 / s.udp_tx.ios.max(1) as f64,
-                    "quic connection ended"
-                );
-                return;
+                progress.store(s.frame_tx.stream + s.frame_rx.stream, Ordering::Relaxed);
             }
         }
     }
@@ -744,6 +954,9 @@ async fn respond(
         Body::Empty | Body::Message(_) => {}
     }
     let _ = send.finish();
+    // The request counts as in flight until the client has every byte: a connection closed
+    // on shutdown once its requests are done must not discard a tail still unacknowledged.
+    let _ = tokio::time::timeout(stall, send.stopped()).await;
     Ok(())
 }
 

@@ -163,6 +163,9 @@ macro_rules! limited {
     };
 }
 
+#[path = "quic/connections.rs"]
+mod connections;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranged_fetch_of_a_file_is_byte_identical() {
     limited!(async {

@@ -32,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod admission;
 mod body;
 mod checksums;
 mod dav;

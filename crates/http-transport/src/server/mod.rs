@@ -22,12 +22,12 @@
 //!
 //! Hostile peers: paths are resolved by [`xfer_common::paths`] (no traversal, no symlinks
 //! out); request heads are capped (64 KiB, 100 fields) and must arrive within
-//! `header_read_timeout`; silent connections close after `idle_timeout`; connections beyond
-//! `max_connections` are closed at accept; HTTP/2 streams are capped by
+//! `header_read_timeout`; silent connections close after `idle_timeout`; which connections are
+//! served is decided by the admission shared with QUIC (`xfer_service::admission`: total and
+//! per-address caps, idle connections closed to make room, 503 for the rest); HTTP/2 streams are capped by
 //! `max_concurrent_streams` and reset floods end in GOAWAY (h2's pending-reset and
 //! local-error-reset limits, set explicitly here).
 
-mod admission;
 mod body;
 mod config;
 mod early_tls;
@@ -53,10 +53,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use admission::{Admission, Admit, Ticket};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use xfer_common::DigestCache;
+use xfer_service::admission::{self, Admission, Admit, Ticket};
 use xfer_service::{ChecksumCache, Service, ServiceConfig};
 
 pub use config::{ServerConfig, DEFAULT_MAX_EARLY_DATA};

@@ -1,12 +1,14 @@
-//! Who gets a connection slot.
+//! Who gets a connection slot, for every server codec (HTTP over TCP and `xfer/1` over QUIC
+//! share one policy and the same `--max-connections` flags; each server keeps its own slots).
 //!
 //! Slots are limited in all (`max_connections`) and per client address
 //! (`max_connections_per_address`), so one host cannot take them all. When the server is
 //! full, a connection that has moved no bytes for [`IDLE_FOR_EVICTION`] (a keep-alive
 //! connection between requests, or one that never sent a request) is asked to close so the
-//! newcomer can be served; only when every slot is busy is the newcomer refused, and then with
-//! an answer (503 and `Retry-After`) rather than a silent close. Refused connections have
-//! their own small pool; beyond it they are closed at accept.
+//! newcomer can be served; only when every slot is busy is the newcomer refused. How a
+//! refusal is told is the codec's: HTTP answers 503 with `Retry-After` from a small pool of
+//! [`REFUSAL_SLOTS`] (beyond it, closed at accept); QUIC refuses the handshake before it
+//! holds any connection state.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -17,12 +19,13 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// A connection that moved no bytes for this long may be closed to make room.
-pub(crate) const IDLE_FOR_EVICTION: Duration = Duration::from_secs(2);
+pub const IDLE_FOR_EVICTION: Duration = Duration::from_secs(2);
 /// Connections kept open at once only to be told 503.
-pub(crate) const REFUSAL_SLOTS: usize = 64;
+pub const REFUSAL_SLOTS: usize = 64;
 
 /// What happens to a new connection.
-pub(crate) enum Admit {
+#[derive(Debug)]
+pub enum Admit {
     /// Serve it; the ticket frees the slot when dropped.
     Serve(Ticket),
     /// Answer 503 and close; `why` for the log.
@@ -48,14 +51,15 @@ struct State {
 
 /// The server's slots.
 #[derive(Debug)]
-pub(crate) struct Admission {
+pub struct Admission {
     max_total: usize,
     max_per_address: usize,
     state: Mutex<State>,
 }
 
 /// A held slot.
-pub(crate) struct Ticket {
+#[derive(Debug)]
+pub struct Ticket {
     admission: Arc<Admission>,
     id: u64,
     /// Cancelled when the server wants this idle connection closed.
@@ -77,7 +81,9 @@ impl Drop for Ticket {
 }
 
 impl Admission {
-    pub(crate) fn new(max_total: usize, max_per_address: usize) -> Arc<Self> {
+    /// At most `max_total` connections, `max_per_address` of them from one address (both at
+    /// least 1).
+    pub fn new(max_total: usize, max_per_address: usize) -> Arc<Self> {
         Arc::new(Self {
             max_total: max_total.max(1),
             max_per_address: max_per_address.max(1),
@@ -90,7 +96,7 @@ impl Admission {
     }
 
     /// Decide for a connection from `addr` whose bytes are counted in `progress`.
-    pub(crate) fn admit(self: &Arc<Self>, addr: IpAddr, progress: Arc<AtomicU64>) -> Admit {
+    pub fn admit(self: &Arc<Self>, addr: IpAddr, progress: Arc<AtomicU64>) -> Admit {
         let now = Instant::now();
         let mut s = self.lock();
         if s.per_address.get(&addr).copied().unwrap_or(0) >= self.max_per_address {
@@ -145,7 +151,7 @@ impl Admission {
 
     /// Note which connections moved bytes: an idle one is one whose count stood still since
     /// an earlier look. Called periodically so idleness is known when the server fills up.
-    pub(crate) fn sample(&self) {
+    pub fn sample(&self) {
         let now = Instant::now();
         let mut s = self.lock();
         for c in s.conns.values_mut() {
