@@ -79,6 +79,7 @@ fn get_code(g: &GetError) -> u8 {
         | GetError::Unverified { .. } => VERIFY,
         GetError::DestinationExists { .. }
         | GetError::DestinationNotAFile { .. }
+        | GetError::StagingLink { .. }
         | GetError::Journal(_)
         | GetError::Io { .. }
         | GetError::ImplausibleSize { .. }
