@@ -1,4 +1,6 @@
-//! The resume journal: `<dest>.xfer-journal`, beside the destination.
+//! The resume journal: `<dest>.xfer-journal`, beside the destination, or where
+//! [`crate::get::Download::with_staging`] puts it (a tree's staging directory). Opened without
+//! following a link ([`crate::nofollow`]).
 //!
 //! A text file, so a person can read it: a magic line, one JSON line naming the remote (URL,
 //! size, validators) and the chunk size, then one line per verified chunk:

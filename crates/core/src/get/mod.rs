@@ -6,7 +6,9 @@
 //!    while the other lanes connect.
 //! 2. Resume from `<dest>.xfer-journal` when it matches the remote (URL, size, validators);
 //!    otherwise start over with a fresh `<dest>.part` (`prepare`), and a fresh journal unless
-//!    the file is one chunk (fetched whole or again, so there is nothing to resume).
+//!    the file is one chunk (fetched whole or again, so there is nothing to resume). Those
+//!    two names are [`Staging::beside`] the destination unless [`Download::with_staging`]
+//!    puts them elsewhere (a tree's staging directory); neither is opened through a link.
 //! 3. The driver owns the scheduler. Lanes fetch the assignments it hands them, hash each
 //!    chunk as bytes arrive and send batches to the writer thread; the driver checks digests,
 //!    retries, duplicates at the tail, and hears of every failure as an event. The whole-file
