@@ -48,6 +48,9 @@ mod faults;
 #[path = "e2e/tree.rs"]
 mod tree;
 
+#[path = "e2e/staging.rs"]
+mod staging;
+
 #[path = "e2e/access.rs"]
 mod access;
 

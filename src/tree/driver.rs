@@ -17,12 +17,14 @@ use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
 use xfer_core::kept::Budget;
 use xfer_core::lane_sampler::{Counters, LaneSampler};
+use xfer_core::nofollow;
 use xfer_core::progress::Report;
 use xfer_core::transport::{RemoteInfo, Transport};
 use xfer_core::Sha256Digest;
 
 use super::lane_map::LaneMap;
 use super::lister::{self, url_of, ListError, ListingFormat};
+use super::staging::{self, STAGING_DIR};
 use super::{
     file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter, TreeConfig,
     TreeError, TreeJournal, TreeProgress, TreeReport,
@@ -86,6 +88,43 @@ struct Driver {
     /// Memory for whole-file hashes, shared by the files in flight (`get.hash_memory` for
     /// them all, not for each).
     hash_budget: Budget,
+    /// Every path listed so far, by [`Listed::key`]: a name listed twice is one entry when
+    /// the two agree and refused when they differ, never two downloads into one file.
+    listed: HashMap<[u8; 16], Listed>,
+}
+
+/// What the listing said of a path, reduced to a fingerprint (16 bytes a path, whatever
+/// the length of its name, for trees of millions of files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listed {
+    Directory,
+    File([u8; 16]),
+}
+
+impl Listed {
+    fn of(e: &ListingEntry) -> Self {
+        if e.is_dir() {
+            return Self::Directory;
+        }
+        let described = format!(
+            "{:?}|{:?}|{:?}|{:?}",
+            e.size,
+            e.modified,
+            e.etag,
+            e.sha256.map(|d| d.to_hex())
+        );
+        Self::File(truncated(Sha256Digest::of(described.as_bytes())))
+    }
+
+    fn key(path: &RelPath) -> [u8; 16] {
+        truncated(Sha256Digest::of(path.as_str().as_bytes()))
+    }
+}
+
+fn truncated(d: Sha256Digest) -> [u8; 16] {
+    let mut out = [0; 16];
+    out.copy_from_slice(&d.0[..16]);
+    out
 }
 
 pub(super) async fn run(
@@ -125,6 +164,7 @@ pub(super) async fn run(
         budget: setup_lanes,
         sampler: None,
         started,
+        listed: HashMap::new(),
     };
     let (mut listing_open, mut lister_done) = (true, false);
     tokio::pin!(shutdown);
@@ -165,6 +205,9 @@ pub(super) async fn run(
     d.s.progress.update(|c| c.listing_done = true);
     if !d.interrupted {
         d.set_dir_times();
+        if d.report.failed.is_empty() {
+            d.remove_staging_leftovers();
+        }
     }
     let r = &mut d.report;
     r.protocol = d.s.transport.protocol();
@@ -187,6 +230,26 @@ impl Driver {
         let path = e.path.as_str().to_string();
         if self.s.filter.excluded(&path) || (!e.is_dir() && !self.s.filter.keeps_file(&path)) {
             return;
+        }
+        if staging::is_reserved(&e.path) {
+            let error = format!(
+                "{STAGING_DIR} is where xfer stages a tree's files; a listed name there is refused (--exclude '{STAGING_DIR}' skips it)"
+            );
+            self.fail(path, FailureKind::Local, error, !e.is_dir());
+            return;
+        }
+        let listed = Listed::of(&e);
+        match self.listed.insert(Listed::key(&e.path), listed) {
+            None => {}
+            Some(before) if before == listed => {
+                tracing::debug!(file = %path, "listed twice alike: one entry");
+                return;
+            }
+            Some(_) => {
+                let error = "listed twice, and the two entries differ (kind, size, time, ETag or digest): which one is meant is unknown".to_string();
+                self.fail(path, FailureKind::Remote, error, !e.is_dir());
+                return;
+            }
         }
         if self.s.case_insensitive {
             if let Err(other) = self.fold.insert(&e.path) {
@@ -241,22 +304,23 @@ impl Driver {
     /// fetched file the listed mtime), or when the listing has no mtime the size and ETag
     /// recorded when it was fetched. With `--checksum` and a digest in the listing, a file of
     /// the right size is hashed and compared instead (in the file's task, off this one).
+    /// The local file is looked at from the destination's root without following a link
+    /// (`DestRoot::stat_file`): a link in the way is fetched, and refused then.
     fn local_state(&self, e: &ListingEntry) -> LocalState {
-        let local = e.path.under(self.s.root.path());
-        let Ok(meta) = std::fs::symlink_metadata(&local) else {
+        let Ok(Some(local)) = self.s.root.stat_file(&e.path) else {
             return LocalState::Missing;
         };
-        if !meta.is_file() || e.size.is_some_and(|s| s != meta.len()) {
+        if e.size.is_some_and(|s| s != local.len) {
             return LocalState::Missing;
         }
         if self.s.config.checksum && e.sha256.is_some() {
             return LocalState::HashToCompare;
         }
-        let local_mtime = meta.modified().ok().and_then(nanos);
+        let local_mtime = local.mtime_ns;
         let complete = match e.modified {
             Some(t) => local_mtime.is_some() && local_mtime == nanos(t),
             None => self.s.journal.record(e.path.as_str()).is_some_and(|r| {
-                r.size == meta.len()
+                r.size == local.len
                     && r.mtime_ns == local_mtime
                     && r.etag.is_some()
                     && r.etag == e.etag
@@ -403,6 +467,7 @@ impl Driver {
             mapped,
             &url,
             &local,
+            self.s.root.staging().for_file(&job.path),
             self.s.config.get.clone(),
             lanes.len(),
             job.sha256,
@@ -422,7 +487,7 @@ impl Driver {
                 Some(want) => {
                     let at = local.clone();
                     let have = tokio::task::spawn_blocking(move || {
-                        Sha256Digest::of_reader(std::fs::File::open(&at)?)
+                        Sha256Digest::of_reader(nofollow::open_read(&at)?)
                     })
                     .await;
                     matches!(have, Ok(Ok(d)) if d == want)
@@ -582,6 +647,21 @@ impl Driver {
         }
     }
 
+    /// Once every listed file is complete, part files and journals still staged belong to
+    /// files the listing no longer names.
+    fn remove_staging_leftovers(&self) {
+        let staging = self.s.root.staging();
+        match staging.remove_leftovers() {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(files = n, dir = %staging.path().display(), "removed staged files of files no longer listed")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, dir = %staging.path().display(), "cannot clear the staging directory")
+            }
+        }
+    }
+
     fn fail(&mut self, path: String, kind: FailureKind, error: String, is_file: bool) {
         tracing::warn!(file = %path, %error, "failed");
         if is_file {
@@ -617,11 +697,10 @@ fn nanos(t: SystemTime) -> Option<u64> {
         .and_then(|d| u64::try_from(d.as_nanos()).ok())
 }
 
+/// Not through a link: the name was just renamed into place, and only another local process
+/// could have put one there since.
 fn set_mtime(path: &Path, t: SystemTime) -> std::io::Result<()> {
-    std::fs::File::options()
-        .write(true)
-        .open(path)?
-        .set_modified(t)
+    nofollow::open_write(path)?.set_modified(t)
 }
 
 /// Resolves when the lane controller wants its next sample; never without one.

@@ -1,5 +1,6 @@
-//! The tree journal, `<dest>.xfer-tree-journal`: one line per file fetched and verified, so a
-//! re-run knows which files are complete without fetching or hashing them again.
+//! The tree journal, `<dest>/.xfer-staging/tree-journal` (`staging`): one line per file
+//! fetched and verified, so a re-run knows which files are complete without fetching or
+//! hashing them again. It is opened without following a link.
 //!
 //! ```text
 //! xfer-tree-journal 1
@@ -7,15 +8,16 @@
 //! ```
 //!
 //! Lines are appended with one `write(2)` each; a torn or unreadable line is ignored (that file
-//! is checked against the listing again). Files cut short keep their own `.xfer-journal`, which
-//! resumes their chunks.
+//! is checked against the listing again). Files cut short keep their own journal in the staging
+//! directory, which resumes their chunks.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use xfer_core::nofollow;
 use xfer_core::Sha256Digest;
 
 const MAGIC: &str = "xfer-tree-journal 1";
@@ -49,6 +51,8 @@ pub struct TreeJournal {
 pub enum TreeJournalError {
     #[error("{path} is not an xfer tree journal; move it away or pass another destination")]
     Foreign { path: PathBuf },
+    #[error("{path} is a symbolic link; xfer never reads or writes its tree journal through a link: remove it and run again")]
+    Symlink { path: PathBuf },
     #[error("{what} {path}")]
     Io {
         what: &'static str,
@@ -63,10 +67,16 @@ impl TreeJournal {
     pub fn open(path: &Path) -> Result<Self, TreeJournalError> {
         let io = |what: &'static str| {
             let path = path.to_path_buf();
-            move |source| TreeJournalError::Io { what, path, source }
+            move |source: io::Error| {
+                if nofollow::is_link(&source) {
+                    TreeJournalError::Symlink { path }
+                } else {
+                    TreeJournalError::Io { what, path, source }
+                }
+            }
         };
         let mut records = HashMap::new();
-        match File::open(path) {
+        match nofollow::open_read(path) {
             Ok(f) => {
                 let mut lines = BufReader::new(f).lines();
                 match lines.next() {
@@ -95,11 +105,7 @@ impl TreeJournal {
             Err(e) => return Err(io("opening")(e)),
         }
         let fresh = records.is_empty();
-        let mut out = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io("opening"))?;
+        let mut out = nofollow::open_append(path).map_err(io("opening"))?;
         if fresh && out.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
             out.write_all(format!("{MAGIC}\n").as_bytes())
                 .map_err(io("writing"))?;
@@ -168,7 +174,7 @@ mod tests {
             assert!(j.is_empty());
             j.append(rec.clone())?;
         }
-        OpenOptions::new()
+        std::fs::OpenOptions::new()
             .append(true)
             .open(&path)?
             .write_all(b"{\"path\":\"torn")?;
@@ -180,6 +186,15 @@ mod tests {
             TreeJournal::open(&path),
             Err(TreeJournalError::Foreign { .. })
         ));
+        let target = tmp.path().join("target");
+        std::fs::write(&target, b"precious")?;
+        std::fs::remove_file(&path)?;
+        std::os::unix::fs::symlink(&target, &path)?;
+        assert!(matches!(
+            TreeJournal::open(&path),
+            Err(TreeJournalError::Symlink { .. })
+        ));
+        assert_eq!(std::fs::read(&target)?, b"precious");
         Ok(())
     }
 }

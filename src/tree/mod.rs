@@ -2,9 +2,11 @@
 //!
 //! The tree is listed as it is fetched (`lister`); every name is checked ([`RelPath`]) and
 //! reached in the destination without following links (`dest`); `filter` applies
-//! `--include`/`--exclude`; files already complete locally are skipped (`journal`); the rest
-//! run as single-file [`Download`]s, several at once, over one transport whose connections
-//! they all share (`driver`).
+//! `--include`/`--exclude`; a name listed twice is one entry, or refused when the two
+//! differ; files already complete locally are skipped (`journal`); the rest run as
+//! single-file [`Download`]s, several at once, over one transport whose connections they all
+//! share (`driver`), with their part files and journals in a staging directory no listed
+//! name can reach (`staging`).
 //!
 //! ```text
 //!  list_tree ─ entries ─► driver: filter, case check, up to date? ─► queue
@@ -31,6 +33,7 @@ mod filter;
 mod journal;
 mod lane_map;
 mod lister;
+mod staging;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -38,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use xfer_common::listing::RelPath;
 use xfer_core::adapt::{AdaptConfig, AdaptReport};
-use xfer_core::get::{Download, GetConfig};
+use xfer_core::get::{Download, GetConfig, Staging};
 use xfer_core::progress::Progress;
 use xfer_core::transport::Transport;
 
@@ -46,6 +49,7 @@ pub use dest::{DestError, DestRoot};
 pub use filter::{GlobError, PathFilter};
 pub use journal::{FileRecord, TreeJournal, TreeJournalError};
 pub use lister::{url_of, ListError, ListingFormat};
+pub use staging::{staged_name, StagingDir, STAGING_DIR};
 
 /// How a tree transfer runs. Per-file behaviour (chunk size, verification, retries per
 /// chunk) is [`TreeConfig::get`].
@@ -313,7 +317,9 @@ impl TreeDownload {
             Some(v) => v,
             None => root.is_case_insensitive()?,
         };
-        let journal = TreeJournal::open(&journal_path(&self.dest)?)?;
+        root.staging()
+            .adopt_legacy_journal(&legacy_journal_path(&self.dest)?)?;
+        let journal = TreeJournal::open(&root.staging().tree_journal())?;
         driver::run(
             driver::Setup {
                 transport: self.transport,
@@ -331,9 +337,9 @@ impl TreeDownload {
     }
 }
 
-/// `<dest>.xfer-tree-journal`, beside the destination directory: inside it, a listed file of
-/// the same name could overwrite it.
-pub fn journal_path(dest: &Path) -> Result<PathBuf, TreeError> {
+/// `<dest>.xfer-tree-journal`, beside the destination directory, where the tree journal was
+/// kept before the staging directory; a journal found there is moved in.
+pub fn legacy_journal_path(dest: &Path) -> Result<PathBuf, TreeError> {
     let abs = std::path::absolute(dest)
         .map_err(|e| TreeError::Config(format!("{}: {e}", dest.display())))?;
     let mut name = abs
@@ -372,6 +378,7 @@ fn file_download(
     transport: Arc<dyn Transport>,
     url: &str,
     path: &Path,
+    staging: Staging,
     mut get: GetConfig,
     lanes: usize,
     sha256: Option<xfer_core::Sha256Digest>,
@@ -380,5 +387,5 @@ fn file_download(
     get.overwrite = true;
     // The listing's digest, when it has one, checks the file as `--expect-sha256` would.
     get.expect_sha256 = sha256;
-    Download::new(transport, url, path, get)
+    Download::new(transport, url, path, get).with_staging(staging)
 }

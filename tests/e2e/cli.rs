@@ -124,3 +124,32 @@ async fn a_declared_digest_other_than_the_expected_one_exits_4_before_writing() 
     fx.shutdown().await;
     Ok(())
 }
+
+/// A link planted at `<dest>.part` or `<dest>.xfer-journal`: exit 5 naming it, the link's
+/// target unchanged, no destination, and the link still a link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_at_a_staging_name_exits_5_untouched() -> TestResult {
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    write_random_file(&fx.root().join("a.bin"), 3 << 20, 4)?;
+    let target = fx.out().join("precious");
+    for suffix in [".part", ".xfer-journal"] {
+        std::fs::write(&target, b"precious local data")?;
+        let dest = fx.out().join("a.bin");
+        let link = fx.out().join(format!("a.bin{suffix}"));
+        std::os::unix::fs::symlink(&target, &link)?;
+        let out = run_xfer(args(&fx, "/a.bin", &dest, &["--chunk-size", "1MiB"])).await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{suffix}: {stderr}");
+        assert!(stderr.contains("symbolic link"), "{suffix}: {stderr}");
+        assert!(
+            stderr.contains(&format!("a.bin{suffix}")),
+            "{suffix}: {stderr}"
+        );
+        assert_eq!(std::fs::read(&target)?, b"precious local data", "{suffix}");
+        assert!(std::fs::symlink_metadata(&link)?.file_type().is_symlink());
+        assert!(std::fs::symlink_metadata(&dest).is_err(), "{suffix}");
+        std::fs::remove_file(&link)?;
+    }
+    fx.shutdown().await;
+    Ok(())
+}

@@ -7,7 +7,7 @@
 //! | 2 | bad command line or configuration (clap uses 2 as well) |
 //! | 3 | the remote failed: network, TLS, HTTP status, protocol (retries exhausted or permanent) |
 //! | 4 | verification failed: the whole-file SHA-256 differs from what was expected |
-//! | 5 | local file problem: destination exists, disk full, unreadable journal |
+//! | 5 | local file problem: destination exists, disk full, unreadable journal, a link at a part file or journal |
 //! | 6 | `xfer doctor`: something on this host limits the path (see its findings) |
 //! | 130 | interrupted (Ctrl-C); run the same command again to resume |
 
@@ -79,6 +79,7 @@ fn get_code(g: &GetError) -> u8 {
         | GetError::Unverified { .. } => VERIFY,
         GetError::DestinationExists { .. }
         | GetError::DestinationNotAFile { .. }
+        | GetError::StagingLink { .. }
         | GetError::Journal(_)
         | GetError::Io { .. }
         | GetError::ImplausibleSize { .. }

@@ -1,4 +1,6 @@
-//! The resume journal: `<dest>.xfer-journal`, beside the destination.
+//! The resume journal: `<dest>.xfer-journal`, beside the destination, or where
+//! [`crate::get::Download::with_staging`] puts it (a tree's staging directory). Opened without
+//! following a link ([`crate::nofollow`]).
 //!
 //! A text file, so a person can read it: a magic line, one JSON line naming the remote (URL,
 //! size, validators) and the chunk size, then one line per verified chunk:
@@ -16,7 +18,7 @@
 //! whole-file hash on resume and fetches again any whose bytes no longer match, so a record
 //! that reached the disk before its data (a power loss) costs a re-fetch, never a wrong file.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
@@ -160,6 +162,23 @@ pub enum JournalError {
     },
     #[error("{path} is not an xfer journal ({reason}); remove it or choose another destination")]
     Foreign { path: PathBuf, reason: String },
+    #[error("{path} is a symbolic link; xfer never reads or writes a journal through a link (its target is left alone): remove it and run again")]
+    Symlink { path: PathBuf },
+}
+
+impl JournalError {
+    fn io(path: &Path, source: io::Error) -> Self {
+        if crate::nofollow::is_link(&source) {
+            Self::Symlink {
+                path: path.to_path_buf(),
+            }
+        } else {
+            Self::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    }
 }
 
 /// What an existing journal held.
@@ -190,11 +209,8 @@ pub(crate) fn with_suffix(dest: &Path, suffix: &str) -> PathBuf {
 
 /// Read the journal at `path`, if there is one.
 pub fn load(path: &Path) -> Result<Option<LoadedJournal>, JournalError> {
-    let io_err = |source| JournalError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = match File::open(path) {
+    let io_err = |source| JournalError::io(path, source);
+    let file = match crate::nofollow::open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(e)),
@@ -260,18 +276,10 @@ pub struct JournalWriter {
 }
 
 impl JournalWriter {
-    /// Start a new journal at `path` (replacing any), durably.
+    /// Start a new journal at `path` (replacing a file there, refusing a link), durably.
     pub fn create(path: &Path, header: &JournalHeader) -> Result<Self, JournalError> {
-        let io_err = |source| JournalError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(io_err)?;
+        let io_err = |source| JournalError::io(path, source);
+        let mut file = crate::nofollow::create_fresh(path).map_err(io_err)?;
         let json = serde_json::to_string(header).map_err(|e| io_err(io::Error::other(e)))?;
         file.write_all(format!("{MAGIC}\n{json}\n").as_bytes())
             .map_err(io_err)?;
@@ -392,7 +400,7 @@ mod tests {
         w.record(&rec(2)).unwrap();
         drop(w);
         // A crash mid-append leaves half a line.
-        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(&rec(3).line().as_bytes()[..20]).unwrap();
         let j = load(&p).unwrap().unwrap();
         assert_eq!(j.header, header());

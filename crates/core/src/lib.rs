@@ -32,6 +32,7 @@ pub mod lane_sampler;
 pub mod layout;
 pub mod mem_transport;
 pub mod multi;
+pub mod nofollow;
 pub mod path_resume;
 pub mod plan;
 pub mod progress;

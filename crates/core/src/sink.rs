@@ -31,11 +31,22 @@ use crate::kept::{Budget, Kept, Sealed};
 use crate::plan::ChunkIndex;
 use crate::schedule::AttemptId;
 
-/// How often written data and journal records are flushed to stable storage (and chunks
-/// without a digest of their own journalled). A crash of the process loses nothing the
-/// writer has written (the page cache keeps it) but those records; this bounds what a power
-/// loss can take, and on resume every journalled chunk with a digest is re-checked anyway.
+/// How often written data and journal records are flushed to stable storage when nothing
+/// waits for it. A crash of the process loses nothing the writer has written (the page cache
+/// keeps it); this bounds what a power loss can take, and on resume every journalled chunk
+/// with a digest is re-checked anyway.
 pub const SYNC_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long a sealed chunk without a digest of its own (the default when the server sends the
+/// whole file's `Repr-Digest`) may wait for the sync that lets it be journalled. Such a chunk
+/// is lost to a `kill -9` until then: with the two-second [`SYNC_INTERVAL`] a 512 MiB file
+/// killed half-way fetched 97 % again. A sync costs what writing the bytes back costs anyway,
+/// only sooner (docs/design.md, "Journal cadence", has the measurement).
+pub const JOURNAL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Bytes written since the last sync after which a sealed chunk without a digest is journalled
+/// at once, whatever [`JOURNAL_INTERVAL`] says: on a fast link 250 ms is a lot of bytes.
+pub const JOURNAL_BYTES: u64 = 32 << 20;
 
 /// A message to the writer thread.
 #[derive(Debug)]
@@ -54,7 +65,7 @@ pub enum WriteOp {
         losers: Vec<AttemptId>,
         buffered: Option<Vec<Bytes>>,
     },
-    /// Sync if chunks wait for it to be journalled and the last sync is [`SYNC_INTERVAL`]
+    /// Sync if chunks wait for it to be journalled and the last sync is [`JOURNAL_INTERVAL`]
     /// old: sent on a timer, so that a transfer that stalls still journals what it has.
     Tick,
     /// Flush everything to stable storage, report, and stop.
@@ -123,6 +134,7 @@ impl Writer {
                     sealed,
                     kept: Kept::new(keep),
                     dirty: false,
+                    dirty_bytes: 0,
                     last_sync: Instant::now(),
                     unsynced: Vec::new(),
                 };
@@ -180,6 +192,8 @@ struct WriterThread {
     sealed: std_mpsc::Sender<Sealed>,
     kept: Kept,
     dirty: bool,
+    /// Bytes written since the last sync.
+    dirty_bytes: u64,
     last_sync: Instant,
     /// Records without a digest, of sealed chunks whose bytes are not yet synced.
     unsynced: Vec<ChunkRecord>,
@@ -221,12 +235,12 @@ impl WriterThread {
                         chunk: record.chunk,
                         bytes,
                     });
-                    if self.last_sync.elapsed() >= SYNC_INTERVAL {
+                    if self.sync_due() {
                         self.sync()?;
                     }
                 }
                 WriteOp::Tick => {
-                    if !self.unsynced.is_empty() && self.last_sync.elapsed() >= SYNC_INTERVAL {
+                    if !self.unsynced.is_empty() && self.last_sync.elapsed() >= JOURNAL_INTERVAL {
                         self.sync()?;
                     }
                 }
@@ -240,6 +254,17 @@ impl WriterThread {
         Ok(())
     }
 
+    /// After a seal: chunks waiting to be journalled go soon, by time or by bytes; data of
+    /// chunks already journalled every [`SYNC_INTERVAL`].
+    fn sync_due(&self) -> bool {
+        let since = self.last_sync.elapsed();
+        if self.unsynced.is_empty() {
+            since >= SYNC_INTERVAL
+        } else {
+            since >= JOURNAL_INTERVAL || self.dirty_bytes >= JOURNAL_BYTES
+        }
+    }
+
     fn write(&mut self, mut offset: u64, data: &[Bytes]) -> Result<(), SinkError> {
         for b in data {
             self.part.write_all_at(b, offset).map_err(|e| SinkError {
@@ -249,6 +274,7 @@ impl WriterThread {
             })?;
             self.kept.wrote(offset, b);
             offset += b.len() as u64;
+            self.dirty_bytes += b.len() as u64;
         }
         self.dirty = true;
         Ok(())
@@ -262,6 +288,7 @@ impl WriterThread {
                 message: e.to_string(),
             })?;
             self.dirty = false;
+            self.dirty_bytes = 0;
         }
         if let Some(j) = self.journal.as_mut() {
             for record in self.unsynced.drain(..) {

@@ -936,3 +936,107 @@ async fn adaptive_bounds_that_admit_no_count_are_refused() {
     let e = get(&t, &dir.path().join("x"), cfg).await.unwrap_err();
     assert!(e.to_string().contains("exceed"), "{e}");
 }
+
+/// A link planted at `<dest>.part` or `<dest>.xfer-journal`, fresh or on a resume, is refused
+/// by name: the link's target keeps its bytes, the destination is not created, and no link
+/// becomes the final name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_at_a_staging_name_is_never_written_through() {
+    let d = data(6 * CHUNK as usize + 5, 11);
+    let t = Arc::new(MemTransport::new(d.clone(), 2));
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious");
+    let planted = |link: &Path| {
+        std::fs::write(&target, b"precious bytes").unwrap();
+        std::os::unix::fs::symlink(&target, link).unwrap();
+    };
+    let untouched = |link: &Path, dest: &Path| {
+        assert_eq!(std::fs::read(&target).unwrap(), b"precious bytes");
+        assert!(std::fs::symlink_metadata(link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(std::fs::symlink_metadata(dest).is_err(), "{dest:?} created");
+    };
+
+    // Fresh downloads: the part file, then the journal.
+    let dest = dir.path().join("a.bin");
+    let part = journal::part_path(&dest);
+    planted(&part);
+    let err = get(&t, &dest, config()).await.unwrap_err();
+    assert!(
+        matches!(&err, GetError::StagingLink { path } if *path == part),
+        "{err}"
+    );
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    untouched(&part, &dest);
+
+    let dest = dir.path().join("b.bin");
+    let jpath = journal::journal_path(&dest);
+    planted(&jpath);
+    let err = get(&t, &dest, config()).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            GetError::Journal(journal::JournalError::Symlink { .. })
+        ),
+        "{err}"
+    );
+    untouched(&jpath, &dest);
+
+    // A resume: a real journal, and a link where its part file was.
+    let dest = dir.path().join("c.bin");
+    t.inject(3 * CHUNK, MemFault::Fail { retryable: false }, 1);
+    let one_at_a_time = GetConfig {
+        request_ahead: Some(false),
+        lanes: Some(1),
+        ..config()
+    };
+    get(&t, &dest, one_at_a_time).await.unwrap_err();
+    assert!(journal::journal_path(&dest).exists());
+    let part = journal::part_path(&dest);
+    std::fs::remove_file(&part).unwrap();
+    planted(&part);
+    let err = get(&t, &dest, config()).await.unwrap_err();
+    assert!(matches!(&err, GetError::StagingLink { .. }), "{err}");
+    untouched(&part, &dest);
+
+    // Once the link is gone the same command completes.
+    std::fs::remove_file(&part).unwrap();
+    get(&t, &dest, config()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+}
+
+/// `with_staging` keeps the part file and journal where it says, and nothing beside the
+/// destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staging_elsewhere_leaves_nothing_beside_the_destination() {
+    let d = data(5 * CHUNK as usize + 3, 12);
+    let t = Arc::new(MemTransport::new(d.clone(), 1));
+    t.inject(2 * CHUNK, MemFault::Fail { retryable: false }, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let stage = dir.path().join("stage");
+    std::fs::create_dir(&stage).unwrap();
+    let dest = dir.path().join("f");
+    let staging = xfer_core::get::Staging {
+        part: stage.join("s.part"),
+        journal: stage.join("s.xfer-journal"),
+    };
+    let one_at_a_time = GetConfig {
+        request_ahead: Some(false),
+        ..config()
+    };
+    let run =
+        |cfg| Download::new(t.clone(), "mem://resource", &dest, cfg).with_staging(staging.clone());
+    run(one_at_a_time).run().await.unwrap_err();
+    assert!(staging.part.exists() && staging.journal.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only stage/"
+    );
+    let r = run(config()).run().await.unwrap();
+    assert_eq!(r.resumed_bytes, 2 * CHUNK);
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(std::fs::read_dir(&stage).unwrap().count(), 0);
+}

@@ -284,7 +284,7 @@ impl Driver {
         tokio::pin!(shutdown);
         let verify_whole = inputs.hashes.is_some();
         let mut whole_digest = None;
-        let mut journal_tick = tokio::time::interval(crate::sink::SYNC_INTERVAL / 2);
+        let mut journal_tick = tokio::time::interval(crate::sink::JOURNAL_INTERVAL / 2);
         journal_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             self.adapt_lanes(Instant::now());

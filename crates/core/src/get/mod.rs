@@ -6,7 +6,9 @@
 //!    while the other lanes connect.
 //! 2. Resume from `<dest>.xfer-journal` when it matches the remote (URL, size, validators);
 //!    otherwise start over with a fresh `<dest>.part` (`prepare`), and a fresh journal unless
-//!    the file is one chunk (fetched whole or again, so there is nothing to resume).
+//!    the file is one chunk (fetched whole or again, so there is nothing to resume). Those
+//!    two names are [`Staging::beside`] the destination unless [`Download::with_staging`]
+//!    puts them elsewhere (a tree's staging directory); neither is opened through a link.
 //! 3. The driver owns the scheduler. Lanes fetch the assignments it hands them, hash each
 //!    chunk as bytes arrive and send batches to the writer thread; the driver checks digests,
 //!    retries, duplicates at the tail, and hears of every failure as an event. The whole-file
@@ -178,6 +180,8 @@ pub enum GetError {
     DestinationExists { path: PathBuf },
     #[error("{path} exists and is not a regular file; xfer only writes regular files")]
     DestinationNotAFile { path: PathBuf },
+    #[error("{path} is a symbolic link; xfer never writes a part file or journal through a link (its target is left alone): remove it and run again")]
+    StagingLink { path: PathBuf },
     #[error("fetching {url}, chunk {chunk} (bytes {start}-{end})")]
     Chunk {
         url: String,
@@ -280,11 +284,30 @@ pub struct Download {
     config: GetConfig,
     progress: Progress,
     part_file: Option<PartFileWrapper>,
+    staging: Staging,
     known: Option<RemoteInfo>,
     hash_budget: Option<Budget>,
     /// Whether the last attempt left its chunks to the whole-file hash alone; its mismatch
     /// then sends the download round once more with every chunk checked.
     chunks_unchecked: bool,
+}
+
+/// Where a download keeps its part file and journal until it is complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staging {
+    pub part: PathBuf,
+    pub journal: PathBuf,
+}
+
+impl Staging {
+    /// `<dest>.part` and `<dest>.xfer-journal`, beside the destination: for a single file,
+    /// whose neighbours no remote listing names.
+    pub fn beside(dest: &std::path::Path) -> Self {
+        Self {
+            part: journal::part_path(dest),
+            journal: journal::journal_path(dest),
+        }
+    }
 }
 
 /// Turns the opened part file into what the writer writes through.
@@ -299,10 +322,12 @@ impl Download {
         dest: impl Into<PathBuf>,
         config: GetConfig,
     ) -> Self {
+        let dest = dest.into();
         Self {
             transport,
             source: source.into(),
-            dest: dest.into(),
+            staging: Staging::beside(&dest),
+            dest,
             config,
             progress: Progress::new(),
             part_file: None,
@@ -310,6 +335,14 @@ impl Download {
             hash_budget: None,
             chunks_unchecked: false,
         }
+    }
+
+    /// Keep the part file and journal at `staging` instead of beside the destination: a tree
+    /// keeps them where no listed name can land. Both must be on the destination's filesystem
+    /// (the part file is renamed into place).
+    pub fn with_staging(mut self, staging: Staging) -> Self {
+        self.staging = staging;
+        self
     }
 
     /// Keep bytes for the whole-file hash against `budget`, shared with other downloads (a
@@ -387,7 +420,8 @@ impl Download {
             Some(info) => (info, Vec::new()),
             None => {
                 // A journal means a resume, whose chunks left to fetch are not the first ones.
-                let speculate = cfg.speculate && !journal::journal_path(&self.dest).exists();
+                let speculate =
+                    cfg.speculate && std::fs::symlink_metadata(&self.staging.journal).is_err();
                 open_first(Arc::clone(&self.transport), &self.source, cfg, speculate).await?
             }
         };
@@ -429,17 +463,13 @@ impl Download {
                     // hashed on its own: start over with every chunk checked against the
                     // server's digest of it, which finds and fetches again the damaged ones.
                     tracing::warn!(url = %info.url, %actual, "whole file does not match the server's Repr-Digest; fetching it again with every chunk checked");
-                    let journal_path = journal::journal_path(&self.dest);
-                    match std::fs::remove_file(&journal_path) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(source) => {
-                            return Err(GetError::Io {
-                                what: "removing the journal of a mismatched file",
-                                path: journal_path,
-                                source,
-                            })
-                        }
+                    let journal_path = &self.staging.journal;
+                    if let Err(source) = crate::nofollow::remove_if_present(journal_path) {
+                        return Err(GetError::Io {
+                            what: "removing the journal of a mismatched file",
+                            path: journal_path.clone(),
+                            source,
+                        });
                     }
                     check_every_chunk = true;
                 }
@@ -460,8 +490,8 @@ impl Download {
         shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Report, GetError> {
         let cfg = &self.config;
-        let part_path = journal::part_path(&self.dest);
-        let journal_path = journal::journal_path(&self.dest);
+        let part_path = self.staging.part.clone();
+        let journal_path = self.staging.journal.clone();
         let header = JournalHeader {
             url: self.source.clone(),
             size: info.size,
@@ -520,10 +550,8 @@ impl Download {
             && prepared.claimed.is_empty();
         let (hasher, hashes) = if verify_whole && !whole_from_chunk {
             let (hash_tx, hash_rx) = mpsc::unbounded_channel();
-            let read = std::fs::File::open(&part_path).map_err(|source| GetError::Io {
-                what: "opening for hashing",
-                path: part_path.clone(),
-                source,
+            let read = crate::nofollow::open_read(&part_path).map_err(|source| {
+                prepare::staging_error("opening for hashing", part_path.clone(), source)
             })?;
             let claimed = prepared
                 .claimed

@@ -1,13 +1,15 @@
 //! Preparing the destination: resume from a matching journal or start over; and, at the end,
 //! putting the verified file in place.
 
-use std::fs::{File, OpenOptions};
-use std::path::Path;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use super::disk_space::{available_bytes, MAX_DECLARED_SIZE};
 use super::{GetConfig, GetError};
 use crate::digest::Sha256Digest;
 use crate::journal::{self, JournalHeader, JournalWriter};
+use crate::nofollow;
 use crate::plan::ChunkPlan;
 use crate::schedule::ScheduleConfig;
 use crate::transport::{FirstRequest, Opened, RemoteInfo, Transport};
@@ -67,7 +69,7 @@ pub(super) fn prepare(
 ) -> Result<Prepared, GetError> {
     let io = |what: &'static str, path: &Path| {
         let path = path.to_path_buf();
-        move |source| GetError::Io { what, path, source }
+        move |source| staging_error(what, path, source)
     };
     if info.size > MAX_DECLARED_SIZE {
         return Err(GetError::ImplausibleSize {
@@ -77,7 +79,12 @@ pub(super) fn prepare(
     }
     if info.accepts_ranges {
         if let Some(loaded) = journal::load(journal_path)? {
-            let part_len = std::fs::metadata(part_path).map(|m| m.len()).ok();
+            // Not through a link: the part file is opened without following one below, and
+            // a link here is refused there.
+            let part_len = std::fs::symlink_metadata(part_path)
+                .ok()
+                .filter(|m| m.file_type().is_file())
+                .map(|m| m.len());
             let reason = loaded.header.mismatch(header).or_else(|| match part_len {
                 Some(len) if len == info.size => None,
                 Some(len) => Some(format!(
@@ -121,10 +128,7 @@ pub(super) fn prepare(
                         ..loaded
                     };
                     let journal = JournalWriter::append_to(journal_path, &kept)?;
-                    let part = OpenOptions::new()
-                        .write(true)
-                        .open(part_path)
-                        .map_err(io("opening", part_path))?;
+                    let part = nofollow::open_write(part_path).map_err(io("opening", part_path))?;
                     tracing::info!(chunks = claimed.len(), bytes = resumed_bytes, "resuming");
                     return Ok(Prepared {
                         plan,
@@ -146,12 +150,7 @@ pub(super) fn prepare(
     } else {
         ChunkPlan::whole(info.size)
     };
-    let part = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(part_path)
-        .map_err(io("creating", part_path))?;
+    let part = nofollow::create_fresh(part_path).map_err(io("creating", part_path))?;
     part.set_len(info.size).map_err(io("sizing", part_path))?;
     let header = JournalHeader {
         chunk_size: plan.chunk_size(),
@@ -164,7 +163,8 @@ pub(super) fn prepare(
     let journal = if plan.chunk_count() > 1 {
         Some(JournalWriter::create(journal_path, &header)?)
     } else {
-        remove_if_present(journal_path).map_err(io("removing the stale journal", journal_path))?;
+        nofollow::remove_if_present(journal_path)
+            .map_err(io("removing the stale journal", journal_path))?;
         None
     };
     Ok(Prepared {
@@ -204,6 +204,23 @@ pub(super) fn finalize(
     dest: &Path,
     journal_path: Option<&Path>,
 ) -> Result<(), GetError> {
+    // rename(2) moves a link as it is: the name written must still be the regular file
+    // written through it, not one planted since.
+    match std::fs::symlink_metadata(part) {
+        Ok(m) if m.file_type().is_file() => {}
+        Ok(_) => {
+            return Err(GetError::StagingLink {
+                path: part.to_path_buf(),
+            })
+        }
+        Err(source) => {
+            return Err(GetError::Io {
+                what: "checking before renaming",
+                path: part.to_path_buf(),
+                source,
+            })
+        }
+    }
     std::fs::rename(part, dest).map_err(|source| GetError::Io {
         what: "renaming to its final name",
         path: part.to_path_buf(),
@@ -225,10 +242,12 @@ pub(super) fn finalize(
     Ok(())
 }
 
-fn remove_if_present(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+/// An I/O error on a staging file; a link found at its name says so.
+pub(super) fn staging_error(what: &'static str, path: PathBuf, source: std::io::Error) -> GetError {
+    if nofollow::is_link(&source) {
+        GetError::StagingLink { path }
+    } else {
+        GetError::Io { what, path, source }
     }
 }
 
@@ -239,9 +258,8 @@ pub(super) fn write_sha256_file(dest: &Path, digest: Sha256Digest) -> Result<(),
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    std::fs::write(&path, format!("{}  {name}\n", digest.to_hex())).map_err(|source| GetError::Io {
-        what: "writing",
-        path,
-        source,
-    })
+    let line = format!("{}  {name}\n", digest.to_hex());
+    nofollow::create_fresh(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|source| staging_error("writing", path, source))
 }

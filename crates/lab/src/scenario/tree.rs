@@ -186,12 +186,9 @@ impl TreeContext {
             .map_err(|source| ScenarioError::io("writing", &self.aria2c_input, source))
     }
 
-    /// Removes the destination and what xfer keeps beside it.
+    /// Removes the destination, and with it the tree journal xfer keeps inside it.
     pub fn clear_dest(&self) {
         let _ = std::fs::remove_dir_all(&self.dest);
-        let mut journal = self.dest.clone().into_os_string();
-        journal.push(".xfer-tree-journal");
-        let _ = std::fs::remove_file(PathBuf::from(journal));
     }
 }
 
