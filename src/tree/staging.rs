@@ -37,8 +37,9 @@ use xfer_core::Sha256Digest;
 
 use super::dest::{io_err, open_or_create, DestError};
 
-/// The staging directory's name at the top of the destination; listed names there are refused.
-pub const STAGING_DIR: &str = ".xfer-staging";
+/// The staging directory's name at the top of the destination; listed names there are refused
+/// (and xfer's server neither lists nor serves it).
+pub const STAGING_DIR: &str = xfer_common::paths::TREE_STAGING_DIR;
 
 const TREE_JOURNAL: &str = "tree-journal";
 

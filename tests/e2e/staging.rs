@@ -60,6 +60,27 @@ async fn names_like_staging_files_come_out_identical() -> TestResult {
     Ok(())
 }
 
+/// A former destination served in its turn: xfer's server neither lists nor serves the staging
+/// directory in it, so the next client fetches the files and nothing half-done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_destination_hides_its_staging() -> TestResult {
+    let fx = Fixture::start(Proto::Http1Tls).await?;
+    write_random_file(&fx.root().join("a"), MIB + 7, 60)?;
+    std::fs::create_dir_all(fx.root().join(STAGING_DIR))?;
+    write_random_file(&fx.root().join(STAGING_DIR).join("0123.part"), 1000, 61)?;
+    let dest = fx.out().join("again");
+    let report = fetch(&fx, &dest, config()).await?;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.fetched, 1, "{report:?}");
+    assert_eq!(
+        std::fs::read(dest.join("a"))?,
+        std::fs::read(fx.root().join("a"))?
+    );
+    assert!(!dest.join(STAGING_DIR).join("0123.part").exists());
+    fx.shutdown().await;
+    Ok(())
+}
+
 /// A listing that names the same file twice alike fetches it once; twice with different
 /// sizes is refused by name, and the run fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

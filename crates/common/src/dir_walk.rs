@@ -117,8 +117,8 @@ fn describe(
     let Some(name) = os_name.to_str() else {
         return skip("name is not UTF-8");
     };
-    if name.starts_with(crate::paths::STAGING_PREFIX) {
-        // An upload in progress: not a file yet.
+    if name.starts_with(crate::paths::STAGING_PREFIX) || name == crate::paths::TREE_STAGING_DIR {
+        // An upload in progress, or a tree download's staging: not files yet.
         return Ok(None);
     }
     let segment = match RelPath::parse_segment(name) {

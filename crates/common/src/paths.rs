@@ -168,11 +168,17 @@ pub fn sanitize(request_path: &str) -> Result<PathBuf, PathError> {
     Ok(out)
 }
 
-/// [`sanitize`], but the root itself (`/`) is allowed and comes back empty.
 /// Names starting with this are uploads in progress (`xfer_service::upload`): never served,
 /// listed or written to by a request.
 pub const STAGING_PREFIX: &str = ".xfer-upload.";
 
+/// A tree download's private staging directory (part files and journals of `xfer get` of a
+/// tree, at the top of its destination). Never served or listed either, so that a former
+/// destination served in its turn does not offer half-fetched files (which the client would
+/// refuse as a reserved name).
+pub const TREE_STAGING_DIR: &str = ".xfer-staging";
+
+/// [`sanitize`], but the root itself (`/`) is allowed and comes back empty.
 pub fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
     let malformed = |reason| PathError::Malformed {
         path: request_path.to_string(),
@@ -201,8 +207,8 @@ pub fn sanitize_relative(request_path: &str) -> Result<PathBuf, PathError> {
         match segment {
             "" | "." => continue,
             ".." => return Err(traversal("'..' segment")),
-            // An upload in progress does not exist for requests.
-            s if s.starts_with(STAGING_PREFIX) => {
+            // An upload in progress, or a tree download's staging, does not exist for requests.
+            s if s.starts_with(STAGING_PREFIX) || s == TREE_STAGING_DIR => {
                 return Err(PathError::NotFound {
                     path: request_path.to_string(),
                 })
