@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use xfer_common::listing::RelPath;
 
-use super::staging::StagingDir;
+use super::staging::{StagingDir, STAGING_DIR};
 
 /// Why a path in the destination cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +50,14 @@ pub struct LocalFile {
     pub len: u64,
     /// Modification time, nanoseconds since the epoch (`None` before 1970).
     pub mtime_ns: Option<u64>,
+}
+
+impl Drop for DestRoot {
+    /// A run that staged nothing (a refused listing, an empty tree) leaves no staging directory
+    /// behind; one holding a journal or a part file stays for the next run.
+    fn drop(&mut self) {
+        let _ = rfs::unlinkat(self.fd.as_fd(), STAGING_DIR, AtFlags::REMOVEDIR);
+    }
 }
 
 impl DestRoot {

@@ -43,7 +43,8 @@ pub struct FileRecord {
 pub struct TreeJournal {
     path: PathBuf,
     records: HashMap<String, FileRecord>,
-    out: File,
+    /// Opened at the first record: a run that completes no file writes no journal.
+    out: Option<File>,
 }
 
 /// The journal cannot be read or written.
@@ -63,7 +64,7 @@ pub enum TreeJournalError {
 }
 
 impl TreeJournal {
-    /// Load `path` if it exists, else create it.
+    /// Load `path` if it exists; it is created at the first record.
     pub fn open(path: &Path) -> Result<Self, TreeJournalError> {
         let io = |what: &'static str| {
             let path = path.to_path_buf();
@@ -104,16 +105,10 @@ impl TreeJournal {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io("opening")(e)),
         }
-        let fresh = records.is_empty();
-        let mut out = nofollow::open_append(path).map_err(io("opening"))?;
-        if fresh && out.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
-            out.write_all(format!("{MAGIC}\n").as_bytes())
-                .map_err(io("writing"))?;
-        }
         Ok(Self {
             path: path.to_path_buf(),
             records,
-            out,
+            out: None,
         })
     }
 
@@ -133,6 +128,32 @@ impl TreeJournal {
         self.records.is_empty()
     }
 
+    /// The journal opened for appending, never through a link, with its first line written
+    /// when it is new.
+    fn open_for_append(&self) -> Result<File, TreeJournalError> {
+        let path = &self.path;
+        let mut out = nofollow::open_append(path).map_err(|source| {
+            if nofollow::is_link(&source) {
+                TreeJournalError::Symlink { path: path.clone() }
+            } else {
+                TreeJournalError::Io {
+                    what: "opening",
+                    path: path.clone(),
+                    source,
+                }
+            }
+        })?;
+        if out.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
+            out.write_all(format!("{MAGIC}\n").as_bytes())
+                .map_err(|source| TreeJournalError::Io {
+                    what: "writing",
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        Ok(out)
+    }
+
     /// Append `record` (one write, so a crash leaves whole lines or a torn last one).
     pub fn append(&mut self, record: FileRecord) -> Result<(), TreeJournalError> {
         let mut line = serde_json::to_vec(&record).map_err(|e| TreeJournalError::Io {
@@ -141,8 +162,11 @@ impl TreeJournal {
             source: e.into(),
         })?;
         line.push(b'\n');
-        self.out
-            .write_all(&line)
+        let out = match &mut self.out {
+            Some(out) => out,
+            None => self.out.insert(self.open_for_append()?),
+        };
+        out.write_all(&line)
             .map_err(|source| TreeJournalError::Io {
                 what: "appending to",
                 path: self.path.clone(),

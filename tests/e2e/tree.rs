@@ -610,7 +610,8 @@ async fn hostile_listings_are_refused() -> TestResult {
         let inside: Vec<_> = std::fs::read_dir(&dest)?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<Result<_, _>>()?;
-        assert_eq!(inside, [STAGING_DIR], "{body:?} wrote in dest");
+        // Not even the staging directory: a run that staged nothing leaves none.
+        assert!(inside.is_empty(), "{body:?} wrote {inside:?} in dest");
     }
     Ok(())
 }
