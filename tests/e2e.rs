@@ -75,6 +75,8 @@ mod tpc;
 #[path = "e2e/tpc_push.rs"]
 mod tpc_push;
 
+#[path = "e2e/dav_ops.rs"]
+mod dav_ops;
 #[path = "e2e/tpc_policy.rs"]
 mod tpc_policy;
 #[path = "e2e/wlcg.rs"]

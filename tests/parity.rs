@@ -245,6 +245,19 @@ fn table() -> Vec<Case> {
             status: Some(405),
             ..case("other method", "/f.bin")
         },
+        // The tree changes are WebDAV's, HTTP-only, and refused alike while uploads are off.
+        Case {
+            method: "MKCOL",
+            quic: QuicForm::None,
+            status: Some(405),
+            ..case("mkcol with uploads off", "/new/")
+        },
+        Case {
+            method: "MOVE",
+            quic: QuicForm::None,
+            status: Some(405),
+            ..case("move with uploads off", "/f.bin")
+        },
         Case {
             want_digest: true,
             te_trailers: true,

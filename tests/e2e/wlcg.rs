@@ -22,7 +22,7 @@ use crate::support::{
     write_random_file, BoxError, ChildGuard, Fixture, Proto, TestResult, MIB,
 };
 
-const UPLOAD_TOKEN: &str = "wlcg-upload-token";
+pub(crate) const UPLOAD_TOKEN: &str = "wlcg-upload-token";
 
 /// FTS hands gfal2 a token for the destination; xfer's access file grants it writes under
 /// `/in`, anonymous reads stay on.
@@ -39,14 +39,18 @@ fn configure(cfg: &mut ServeConfig, dir: &Path) {
 /// An xfer server over https (HTTP/1.1 and HTTP/2 by ALPN) that takes uploads under `/in`,
 /// `data.bin` of `size` bytes in its root (with its SHA-256), and its certificate in a hashed
 /// CA directory.
-struct Endpoint {
-    fx: Fixture,
-    data: PathBuf,
-    data_sha256: String,
-    capath: String,
+pub(crate) struct Endpoint {
+    pub(crate) fx: Fixture,
+    pub(crate) data: PathBuf,
+    pub(crate) data_sha256: String,
+    pub(crate) capath: String,
 }
 
-async fn endpoint_with_data(openssl: &Path, size: u64, seed: u64) -> Result<Endpoint, BoxError> {
+pub(crate) async fn endpoint_with_data(
+    openssl: &Path,
+    size: u64,
+    seed: u64,
+) -> Result<Endpoint, BoxError> {
     let fx = xfer_endpoint().await?;
     let data = fx.root().join("data.bin");
     let data_sha256 = write_random_file(&data, size, seed)?;
@@ -86,7 +90,11 @@ fn hashed_ca_dir(openssl: &Path, cert: &Path, dir: &Path) -> Result<PathBuf, Box
 }
 
 /// Run `program args` to completion off the runtime, with `env` set.
-async fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Output, BoxError> {
+pub(crate) async fn run(
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<Output, BoxError> {
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null());
     for (k, v) in env {
@@ -101,7 +109,7 @@ async fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Outp
 }
 
 /// `program`'s version line(s), printed into the test output.
-async fn record_version(program: &Path, args: &[&str]) -> Result<(), BoxError> {
+pub(crate) async fn record_version(program: &Path, args: &[&str]) -> Result<(), BoxError> {
     let out = run(program, args, &[]).await?;
     let text = format!(
         "{}{}",
@@ -117,7 +125,7 @@ async fn record_version(program: &Path, args: &[&str]) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn checked(out: &Output, what: &str) -> Result<String, BoxError> {
+pub(crate) fn checked(out: &Output, what: &str) -> Result<String, BoxError> {
     if !out.status.success() {
         return Err(format!(
             "{what} failed ({:?}):\nstdout: {}\nstderr: {}",
@@ -137,12 +145,12 @@ fn checksum_of(algorithm: ChecksumAlgorithm, path: &Path) -> Result<Checksum, Bo
     Ok(c.finish())
 }
 
-fn tool(name: &str, package: &str) -> Option<PathBuf> {
+pub(crate) fn tool(name: &str, package: &str) -> Option<PathBuf> {
     require_program(name, &[&format!("/usr/bin/{name}")], package)
 }
 
 /// gfal2's options for these tests: no attempt to fetch a macaroon from the endpoint first.
-const GFAL_NO_TOKEN_RETRIEVAL: &str = "HTTP PLUGIN:RETRIEVE_BEARER_TOKEN=false";
+pub(crate) const GFAL_NO_TOKEN_RETRIEVAL: &str = "HTTP PLUGIN:RETRIEVE_BEARER_TOKEN=false";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gfal_sum_and_gfal_ls_against_xfer() -> TestResult {

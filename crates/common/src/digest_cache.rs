@@ -249,6 +249,23 @@ impl DigestCache {
         self.shared.ranges.insert(resource, range, digest);
     }
 
+    /// Drop every digest of the file at `canonical` (whole-file and ranges), once the name no
+    /// longer holds that content (a deletion, a rename away). The keys carry the inode and
+    /// the times, so nothing stale could be served; this frees the entries and keeps a reused
+    /// inode number from ever meeting an old digest. A computation still running keeps its
+    /// `Pending` entry and discards its result when it finds the file gone.
+    pub fn forget_path(&self, canonical: &std::path::Path) {
+        let of_path =
+            |k: &ContentKey| matches!(k, ContentKey::File { path, .. } if path == canonical);
+        {
+            let mut st = self.shared.lock();
+            st.entries
+                .retain(|k, e| !(of_path(k) && matches!(e, Entry::Done(_))));
+            st.done_order.retain(|k| !of_path(k));
+        }
+        self.shared.ranges.forget(of_path);
+    }
+
     /// Whether nothing is running or queued (for tests and orderly shutdown).
     pub fn is_idle(&self) -> bool {
         let st = self.shared.lock();

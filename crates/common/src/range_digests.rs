@@ -96,6 +96,13 @@ impl RangeDigests {
         }
     }
 
+    /// Drop the digests of every content `gone` says no longer exists.
+    pub(crate) fn forget(&self, gone: impl Fn(&ContentKey) -> bool) {
+        let mut st = self.lock();
+        st.digests.retain(|k, _| !gone(&k.content));
+        st.order.retain(|k| !gone(&k.content));
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.lock().digests.len()

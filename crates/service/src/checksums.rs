@@ -54,6 +54,13 @@ impl ChecksumCache {
         self.get(&(resource.content_key(), algorithm))
     }
 
+    /// Drop the checksums of the file at `canonical`, once its name no longer holds that
+    /// content (a deletion, a rename away).
+    pub(crate) fn forget_path(&self, canonical: &std::path::Path) {
+        let mut m = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|(k, _), _| !matches!(k, ContentKey::File { path, .. } if path == canonical));
+    }
+
     /// Remember a checksum of the resource, computed elsewhere (e.g. while sending it whole).
     pub(crate) fn record(&self, resource: &Resource, checksum: Checksum) {
         self.put((resource.content_key(), checksum.algorithm), checksum);

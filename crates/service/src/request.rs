@@ -29,8 +29,13 @@ pub enum Method {
     Post,
     /// HTTP `PATCH`: an append to a resumable upload.
     Patch,
-    /// HTTP `DELETE`: the cancellation of a resumable upload.
+    /// HTTP `DELETE`: the cancellation of a resumable upload, or the removal of a file or an
+    /// empty directory (uploads on).
     Delete,
+    /// WebDAV `MKCOL` (RFC 4918 §9.3): one new directory (uploads on).
+    Mkcol,
+    /// WebDAV `MOVE` (RFC 4918 §9.9): a rename within the served root (uploads on).
+    Move,
     /// WebDAV `COPY` as HTTP third-party copy uses it (`Source` or `Destination`).
     Copy,
     Other(String),
@@ -50,6 +55,8 @@ impl Method {
             "PATCH" => Self::Patch,
             "DELETE" => Self::Delete,
             "COPY" => Self::Copy,
+            "MKCOL" => Self::Mkcol,
+            "MOVE" => Self::Move,
             other => Self::Other(other.to_string()),
         }
     }
@@ -77,6 +84,8 @@ impl Method {
             Self::Patch => "PATCH",
             Self::Delete => "DELETE",
             Self::Copy => "COPY",
+            Self::Mkcol => "MKCOL",
+            Self::Move => "MOVE",
             Self::Other(m) => m,
         }
     }
@@ -118,8 +127,12 @@ pub struct Request {
     pub upload: UploadHead,
     /// RFC 3230 `Want-Digest` field values (`adler32`, `md5`, `sha-256` with q-values).
     pub want_digest: Vec<String>,
-    /// What a `COPY` (third-party copy) said about the remote.
+    /// What a `COPY` (third-party copy) said about the remote; a `MOVE`'s `Destination` and
+    /// `Overwrite` too.
     pub copy: CopyHead,
+    /// The authority the request was sent to (HTTP `Host` or `:authority`), to tell a `MOVE`
+    /// to this server from one to another.
+    pub authority: Option<String>,
 }
 
 impl Request {
@@ -149,6 +162,7 @@ impl Request {
             upload: UploadHead::default(),
             want_digest: Vec::new(),
             copy: CopyHead::default(),
+            authority: None,
         }
     }
 
@@ -195,7 +209,9 @@ mod tests {
             assert!(Method::from_name(name).replay_safe(), "{name}");
         }
         assert!(Method::List.replay_safe());
-        for name in ["PUT", "POST", "PATCH", "DELETE", "COPY", "MOVE", "get"] {
+        for name in [
+            "PUT", "POST", "PATCH", "DELETE", "COPY", "MOVE", "MKCOL", "get",
+        ] {
             assert!(!Method::from_name(name).replay_safe(), "{name}");
         }
     }

@@ -13,11 +13,12 @@ use xfer_core::error::ConfigError;
 use crate::access::{AccessControl, Denied, Identity, Operation};
 use crate::body::{BodyStream, ChecksumsOnSend, StreamPlan};
 use crate::checksums::{self, ChecksumCache};
+use crate::dav_write::{self, Change};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
 use crate::tpc::{self, Tpc};
 use crate::upload::{self, resumable, NoBody, UploadBody, UploadConfig, Uploads};
-use crate::{dav, directory};
+use crate::{dav, directory, macaroon};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
 /// numbers, so `xfer_core::error::is_transient_status` classifies both).
@@ -67,6 +68,8 @@ pub mod status {
     pub const INTERNAL_ERROR: u16 = 500;
     /// A third-party copy to a URL scheme the server cannot reach.
     pub const NOT_IMPLEMENTED: u16 = 501;
+    /// A `MOVE` to another server (RFC 4918 §9.9.4).
+    pub const BAD_GATEWAY: u16 = 502;
     /// The server is shutting down or over a limit; retry later.
     pub const SERVICE_UNAVAILABLE: u16 = 503;
     /// The server's disk is full (or a quota reached); nothing was stored under the final
@@ -74,14 +77,14 @@ pub mod status {
     pub const INSUFFICIENT_STORAGE: u16 = 507;
 }
 
-/// Methods the core serves, for `Allow`: `PUT` and `POST` (resumable uploads) when uploads are on, `COPY` when
-/// third-party copy is.
+/// Methods the core serves, for `Allow`: `PUT`, `POST` (resumable uploads) and the tree
+/// changes `DELETE`, `MKCOL`, `MOVE` when uploads are on, `COPY` when third-party copy is.
 pub(crate) fn allowed(uploads: bool, tpc: bool) -> &'static str {
     match (uploads, tpc) {
         (false, false) => "GET, HEAD, OPTIONS, PROPFIND",
-        (true, false) => "GET, HEAD, OPTIONS, PROPFIND, PUT, POST",
+        (true, false) => "GET, HEAD, OPTIONS, PROPFIND, PUT, POST, DELETE, MKCOL, MOVE",
         (false, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND",
-        (true, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND, PUT, POST",
+        (true, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND, PUT, POST, DELETE, MKCOL, MOVE",
     }
 }
 
@@ -184,13 +187,34 @@ impl Service {
         req: &Request,
         body: &mut dyn UploadBody,
     ) -> ResponsePlan {
+        if macaroon::is_request(req) {
+            // Answered before anything else, whoever asks; the identity is for the log only.
+            let plan =
+                macaroon::refusal(allowed(self.cfg.uploads.is_some(), self.cfg.tpc.is_some()));
+            let who = self
+                .cfg
+                .access
+                .policy()
+                .check(&req.credentials, Operation::Read, &req.path)
+                .unwrap_or(Identity::Anonymous);
+            log(req, &plan, &who);
+            return plan;
+        }
         if let (Some(up), Some(id)) = (&self.cfg.uploads, resumable::resource_id(&req.path)) {
             return self.upload_resource(req, up, id, body).await;
         }
         // With uploads off a PUT is answered 405 whoever asks, rather than asking for
         // credentials that could not help.
         let op = match (&req.method, &self.cfg.uploads) {
-            (Method::Put | Method::Post | Method::Patch | Method::Delete, None) => Operation::Read,
+            (
+                Method::Put
+                | Method::Post
+                | Method::Patch
+                | Method::Delete
+                | Method::Mkcol
+                | Method::Move,
+                None,
+            ) => Operation::Read,
             _ => operation(req),
         };
         let (plan, who) = match self
@@ -279,6 +303,29 @@ impl Service {
         tpc::copy(tpc, &cfg.root, &cfg.digests, req).await
     }
 
+    /// `DELETE`, `MKCOL`, `MOVE` ([`dav_write`]); the caller may change the request path.
+    async fn change_tree(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
+        let cfg = &self.cfg;
+        match req.method {
+            Method::Mkcol => {
+                dav_write::mkcol(cfg, req, body, allowed(true, cfg.tpc.is_some())).await
+            }
+            Method::Move => {
+                // A rename removes the source's name and may replace the destination: the
+                // caller must be allowed to modify both.
+                let may_modify = |dest: &str| {
+                    cfg.access
+                        .policy()
+                        .check(&req.credentials, dav_write::operation(Change::Modify), dest)
+                        .map(|_| ())
+                        .map_err(|denied| denial(denied).0)
+                };
+                dav_write::mv(cfg, req, may_modify).await
+            }
+            _ => dav_write::delete(cfg, req).await,
+        }
+    }
+
     async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
         let cfg = &self.cfg;
         if let (Method::Put | Method::Post, Some(up), Some(_)) =
@@ -324,10 +371,18 @@ impl Service {
                 }
             },
             Method::Copy => return self.copy(req).await,
+            Method::Delete | Method::Mkcol | Method::Move if cfg.uploads.is_some() => {
+                return self.change_tree(req, body).await
+            }
             Method::Options => return dav::options(cfg.uploads.as_ref(), cfg.tpc.is_some()),
             Method::Propfind => return dav::propfind(&self.cfg, req).await,
             Method::List => return directory::manifest(&self.cfg, req, false).await,
-            Method::Post | Method::Patch | Method::Delete | Method::Other(_) => {
+            Method::Post
+            | Method::Patch
+            | Method::Delete
+            | Method::Mkcol
+            | Method::Move
+            | Method::Other(_) => {
                 let mut plan = ResponsePlan::refusal(
                     status::METHOD_NOT_ALLOWED,
                     "method not allowed here (see Allow)\n",
@@ -491,7 +546,11 @@ fn log(req: &Request, plan: &ResponsePlan, who: &Identity) {
         Some(ContentRange::Unsatisfied { size }) => format!("*/{size}"),
         None => "-".to_string(),
     };
-    if plan.status < 400 {
+    if plan.status < 400 && matches!(req.method, Method::Delete | Method::Mkcol | Method::Move) {
+        // Changes to the tree are few and matter afterwards: always on record.
+        let to = req.copy.destination.as_deref().unwrap_or("-");
+        tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, destination = to, status = plan.status, "tree changed");
+    } else if plan.status < 400 {
         tracing::debug!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, "request");
     } else {
         tracing::info!(peer = %req.peer, proto = req.protocol, %who, method = req.method.as_str(), path = %req.path, %range, status = plan.status, detail = plan.detail.as_deref().unwrap_or(""), "request refused");
@@ -528,7 +587,13 @@ fn checksums_on_send(
 /// What a request does, for access control.
 fn operation(req: &Request) -> Operation {
     match &req.method {
-        Method::Put | Method::Post | Method::Patch | Method::Delete => Operation::Write,
+        Method::Put | Method::Post | Method::Patch => Operation::Write,
+        // Removes a name (or cancels an upload).
+        Method::Delete => dav_write::operation(Change::Modify),
+        // Makes a new directory, replacing nothing.
+        Method::Mkcol => dav_write::operation(Change::Create),
+        // Removes the source's name; the destination is checked in `change_tree`.
+        Method::Move => dav_write::operation(Change::Modify),
         // A pull writes the path; a push reads it (and needs a known caller, checked later).
         Method::Copy if tpc::is_pull(req) => Operation::Write,
         Method::Copy => Operation::Read,

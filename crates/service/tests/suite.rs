@@ -3,6 +3,8 @@
 
 #[path = "access.rs"]
 mod access;
+#[path = "dav_write.rs"]
+mod dav_write;
 #[path = "decisions.rs"]
 mod decisions;
 #[path = "listing.rs"]

@@ -254,7 +254,12 @@ fn decode<B>(req: &Request<B>, ctx: &ConnCtx) -> xfer_service::Request {
     r.want_digest = values(headers, HeaderName::from_static("want-digest"))
         .map(str::to_string)
         .collect();
-    if r.method == Method::Copy {
+    r.authority = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| text("host"));
+    if matches!(r.method, Method::Copy | Method::Move) {
         r.copy = CopyHead::from_fields(
             headers
                 .iter()
