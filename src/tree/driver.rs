@@ -22,7 +22,7 @@ use xfer_core::transport::{RemoteInfo, Transport};
 use xfer_core::Sha256Digest;
 
 use super::lane_map::LaneMap;
-use super::lister::{self, url_of, ListError, ListingFormat};
+use super::lister::{self, url_of, ListError, Listed, ListingFormat};
 use super::{
     file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter, TreeConfig,
     TreeError, TreeJournal, TreeProgress, TreeReport,
@@ -99,6 +99,7 @@ pub(super) async fn run(
     let mut lister = tokio::spawn(lister::list_tree(
         Arc::clone(&setup.transport),
         setup.root_url.clone(),
+        setup.config.listing.clone(),
         Arc::clone(&format),
         tx,
     ));
@@ -185,7 +186,9 @@ pub(super) async fn run(
 impl Driver {
     fn handle_entry(&mut self, e: ListingEntry) {
         let path = e.path.as_str().to_string();
-        if self.s.filter.excluded(&path) || (!e.is_dir() && !self.s.filter.keeps_file(&path)) {
+        if self.s.filter.excluded(&path, e.is_dir())
+            || (!e.is_dir() && !self.s.filter.keeps_file(&path))
+        {
             return;
         }
         if self.s.case_insensitive {
@@ -547,10 +550,21 @@ impl Driver {
 
     fn handle_listing_end(
         &mut self,
-        listed: Result<Result<ListingFormat, ListError>, tokio::task::JoinError>,
+        listed: Result<Result<Listed, ListError>, tokio::task::JoinError>,
     ) {
         match listed {
-            Ok(Ok(format)) => self.report.listing = Some(format),
+            Ok(Ok(listed)) => {
+                self.report.listing = Some(listed.format);
+                // Named by the directory, as a file would be: what is below it was not listed.
+                for (dir, e) in listed.failed_dirs {
+                    self.fail(
+                        dir.as_str().to_string(),
+                        FailureKind::Remote,
+                        error_chain(&e),
+                        false,
+                    );
+                }
+            }
             Ok(Err(_)) if self.interrupted => {}
             Ok(Err(e)) => {
                 tracing::error!(error = %error_chain(&e), "listing failed");
