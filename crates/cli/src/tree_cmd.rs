@@ -80,11 +80,21 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         exclude: args.exclude.clone(),
         listing: xfer::tree::ListingLimits {
             max_entries: args
+                .listing
                 .max_listing_entries
                 .unwrap_or(defaults.listing.max_entries),
-            max_dirs: args.max_listing_dirs.unwrap_or(defaults.listing.max_dirs),
-            max_depth: args.max_listing_depth.unwrap_or(defaults.listing.max_depth),
-            max_time: args.listing_timeout.unwrap_or(defaults.listing.max_time),
+            max_dirs: args
+                .listing
+                .max_listing_dirs
+                .unwrap_or(defaults.listing.max_dirs),
+            max_depth: args
+                .listing
+                .max_listing_depth
+                .unwrap_or(defaults.listing.max_depth),
+            max_time: args
+                .listing
+                .listing_timeout
+                .unwrap_or(defaults.listing.max_time),
         },
         ..TreeConfig::default()
     };
