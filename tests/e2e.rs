@@ -48,6 +48,8 @@ mod faults;
 #[path = "e2e/tree.rs"]
 mod tree;
 
+#[path = "e2e/listing_limits.rs"]
+mod listing_limits;
 #[path = "e2e/staging.rs"]
 mod staging;
 

@@ -23,7 +23,7 @@ use xfer_core::transport::{RemoteInfo, Transport};
 use xfer_core::Sha256Digest;
 
 use super::lane_map::LaneMap;
-use super::lister::{self, url_of, ListError, ListingFormat};
+use super::lister::{self, url_of, ListError, Listed, ListingFormat};
 use super::staging::{self, STAGING_DIR};
 use super::{
     file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter, TreeConfig,
@@ -88,20 +88,20 @@ struct Driver {
     /// Memory for whole-file hashes, shared by the files in flight (`get.hash_memory` for
     /// them all, not for each).
     hash_budget: Budget,
-    /// Every path listed so far, by [`Listed::key`]: a name listed twice is one entry when
+    /// Every path listed so far, by [`Seen::key`]: a name listed twice is one entry when
     /// the two agree and refused when they differ, never two downloads into one file.
-    listed: HashMap<[u8; 16], Listed>,
+    listed: HashMap<[u8; 16], Seen>,
 }
 
 /// What the listing said of a path, reduced to a fingerprint (16 bytes a path, whatever
 /// the length of its name, for trees of millions of files).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Listed {
+enum Seen {
     Directory,
     File([u8; 16]),
 }
 
-impl Listed {
+impl Seen {
     fn of(e: &ListingEntry) -> Self {
         if e.is_dir() {
             return Self::Directory;
@@ -138,6 +138,7 @@ pub(super) async fn run(
     let mut lister = tokio::spawn(lister::list_tree(
         Arc::clone(&setup.transport),
         setup.root_url.clone(),
+        setup.config.listing.clone(),
         Arc::clone(&format),
         tx,
     ));
@@ -228,7 +229,9 @@ pub(super) async fn run(
 impl Driver {
     fn handle_entry(&mut self, e: ListingEntry) {
         let path = e.path.as_str().to_string();
-        if self.s.filter.excluded(&path) || (!e.is_dir() && !self.s.filter.keeps_file(&path)) {
+        if self.s.filter.excluded(&path, e.is_dir())
+            || (!e.is_dir() && !self.s.filter.keeps_file(&path))
+        {
             return;
         }
         if staging::is_reserved(&e.path) {
@@ -238,8 +241,8 @@ impl Driver {
             self.fail(path, FailureKind::Local, error, !e.is_dir());
             return;
         }
-        let listed = Listed::of(&e);
-        match self.listed.insert(Listed::key(&e.path), listed) {
+        let listed = Seen::of(&e);
+        match self.listed.insert(Seen::key(&e.path), listed) {
             None => {}
             Some(before) if before == listed => {
                 tracing::debug!(file = %path, "listed twice alike: one entry");
@@ -612,10 +615,21 @@ impl Driver {
 
     fn handle_listing_end(
         &mut self,
-        listed: Result<Result<ListingFormat, ListError>, tokio::task::JoinError>,
+        listed: Result<Result<Listed, ListError>, tokio::task::JoinError>,
     ) {
         match listed {
-            Ok(Ok(format)) => self.report.listing = Some(format),
+            Ok(Ok(listed)) => {
+                self.report.listing = Some(listed.format);
+                // Named by the directory, as a file would be: what is below it was not listed.
+                for (dir, e) in listed.failed_dirs {
+                    self.fail(
+                        dir.as_str().to_string(),
+                        FailureKind::Remote,
+                        error_chain(&e),
+                        false,
+                    );
+                }
+            }
             Ok(Err(_)) if self.interrupted => {}
             Ok(Err(e)) => {
                 tracing::error!(error = %error_chain(&e), "listing failed");

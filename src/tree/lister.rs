@@ -11,16 +11,24 @@
 //! Format: xfer's manifest first (one request for the whole tree). A server that answers it
 //! with nginx's JSON index is listed that way, one directory per request; otherwise
 //! `PROPFIND Depth: 1`, one directory per request; then `GET <dir>/` as JSON.
+//!
+//! Bounds ([`ListingLimits`]): entries, directories and depth are counted as entries pass to
+//! the driver, the time spent waiting for the server as each answer and each piece of a body
+//! arrives; the first bound reached ends the listing with [`ListError::Cap`]. A subdirectory
+//! whose listing fails is reported ([`Listed::failed_dirs`]) and the rest of the tree goes on.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io::{self, BufReader, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::mpsc;
 use xfer_common::listing::manifest::{read_manifest, MANIFEST_MEDIA_TYPE};
+use xfer_common::listing::name::MAX_DEPTH;
 use xfer_common::listing::{autoindex, propfind, ListingEntry, ListingError, RelPath};
 use xfer_core::transport::{ListRequest, ListResponse, RangeBody, Transport};
 use xfer_core::TransferError;
@@ -37,6 +45,96 @@ const BODY_PIECES: usize = 4;
 
 /// Attempts per listing request on transient errors (reset, 5xx).
 const LIST_ATTEMPTS: u32 = 4;
+
+/// Bounds on what one tree listing may cost. A hostile or broken server decides how many
+/// entries and directories it lists and how fast it sends them; each of these caps ends the
+/// listing with an error that names it ([`ListError::Cap`]) rather than letting it grow
+/// without end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListingLimits {
+    /// Entries (files and directories) over the whole tree. Default 10,000,000: far above the
+    /// datasets xfer is sized for (thousands to a million files), low enough that the
+    /// per-entry state a run keeps (queued files, directory times, case-folded names) stays
+    /// within a few GB.
+    pub max_entries: u64,
+    /// Directories over the whole tree: each is a local directory and, in the one-level
+    /// formats, a request. Default 100,000 (the 50-wide listing of issue 42 reaches it in
+    /// three levels).
+    pub max_dirs: u64,
+    /// Levels below the listed directory, 1 to 64. Default 64, the most a name may have
+    /// ([`MAX_DEPTH`]).
+    pub max_depth: usize,
+    /// Time spent waiting for the server's listing answers: request heads and body pieces,
+    /// not the time the listing is paused because files wait for lanes. Default 1 h. Each
+    /// single read is also bounded by the transport's idle timeout; this bounds a listing that
+    /// drips an entry just often enough to pass that.
+    pub max_time: Duration,
+}
+
+impl Default for ListingLimits {
+    fn default() -> Self {
+        Self {
+            max_entries: 10_000_000,
+            max_dirs: 100_000,
+            max_depth: MAX_DEPTH,
+            max_time: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl ListingLimits {
+    /// Refuse bounds that would stop every listing or that names could never reach.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_entries == 0 || self.max_dirs == 0 || self.max_time.is_zero() {
+            return Err("listing limits (entries, directories, time) must be above 0".into());
+        }
+        if !(1..=MAX_DEPTH).contains(&self.max_depth) {
+            return Err(format!(
+                "listing depth {} is outside 1-{MAX_DEPTH}",
+                self.max_depth
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which bound of [`ListingLimits`] a listing reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListingCap {
+    Entries,
+    Directories,
+    Depth,
+    Time,
+}
+
+impl ListingCap {
+    /// The `xfer get` flag that raises it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Entries => "--max-listing-entries",
+            Self::Directories => "--max-listing-dirs",
+            Self::Depth => "--max-listing-depth",
+            Self::Time => "--listing-timeout",
+        }
+    }
+
+    fn describe(self, limits: &ListingLimits) -> String {
+        match self {
+            Self::Entries => format!("{} entries", limits.max_entries),
+            Self::Directories => format!("{} directories", limits.max_dirs),
+            Self::Depth => format!("{} levels deep", limits.max_depth),
+            Self::Time => format!("{:?} waiting for the server", limits.max_time),
+        }
+    }
+}
+
+/// How a listing ended well: its format, and the subdirectories whose listing failed (each
+/// with the error), which the rest of the tree went on without.
+#[derive(Debug)]
+pub struct Listed {
+    pub format: ListingFormat,
+    pub failed_dirs: Vec<(RelPath, ListError)>,
+}
 
 /// Which format the tree was listed in, for reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -64,12 +162,105 @@ pub enum ListError {
     },
     #[error("{url} offers no listing xfer reads (xfer manifest, WebDAV PROPFIND, nginx autoindex JSON); the last answer was {last}")]
     NoFormat { url: String, last: String },
+    #[error("listing {url} stopped at {limit}; raise {flag} to list more", flag = cap.flag())]
+    Cap {
+        url: String,
+        cap: ListingCap,
+        limit: String,
+    },
 }
 
 impl ListError {
     /// Whether the error comes from the network or server rather than from the listing's text.
     pub fn is_remote(&self) -> bool {
         matches!(self, Self::Request { .. } | Self::NoFormat { .. })
+    }
+
+    /// Whether the whole listing must stop, not only the directory it came from: a cap, or
+    /// the driver gone.
+    fn ends_listing(&self) -> bool {
+        matches!(
+            self,
+            Self::Cap { .. }
+                | Self::Read {
+                    source: ListingError::Stopped(_),
+                    ..
+                }
+        )
+    }
+}
+
+/// What the listing has cost so far, shared by the lister and the parsers it runs.
+struct Tally {
+    limits: ListingLimits,
+    entries: AtomicU64,
+    dirs: AtomicU64,
+    /// The cap an entry ran into, set before the parser is told to stop.
+    reached: OnceLock<ListingCap>,
+}
+
+impl Tally {
+    fn new(limits: ListingLimits) -> Self {
+        Self {
+            limits,
+            entries: AtomicU64::new(0),
+            dirs: AtomicU64::new(0),
+            reached: OnceLock::new(),
+        }
+    }
+
+    /// Count `entry` (its full path); an error once it exceeds a cap.
+    fn count(&self, entry: &ListingEntry) -> Result<(), ListingError> {
+        let l = &self.limits;
+        let cap = if entry.path.segments().count() > l.max_depth {
+            Some(ListingCap::Depth)
+        } else if self.entries.fetch_add(1, Ordering::Relaxed) >= l.max_entries {
+            Some(ListingCap::Entries)
+        } else if entry.is_dir() && self.dirs.fetch_add(1, Ordering::Relaxed) >= l.max_dirs {
+            Some(ListingCap::Directories)
+        } else {
+            None
+        };
+        match cap {
+            None => Ok(()),
+            Some(cap) => {
+                let _ = self.reached.set(cap);
+                Err(ListingError::Stopped(cap.describe(l)))
+            }
+        }
+    }
+
+    fn cap_error(&self, cap: ListingCap, url: &str) -> ListError {
+        ListError::Cap {
+            url: url.to_string(),
+            cap,
+            limit: cap.describe(&self.limits),
+        }
+    }
+
+    /// A parser's error, or the cap that made it stop.
+    fn explain(&self, e: ListError, url: &str) -> ListError {
+        match self.reached.get() {
+            Some(cap) if !matches!(e, ListError::Cap { .. }) => self.cap_error(*cap, url),
+            _ => e,
+        }
+    }
+}
+
+/// Time spent waiting for the server, against [`ListingLimits::max_time`].
+struct Clock {
+    limit: Duration,
+    spent: Duration,
+}
+
+impl Clock {
+    /// `fut`'s output, or `None` once the listing's time is used up.
+    async fn wait<T>(&mut self, fut: impl Future<Output = T>) -> Option<T> {
+        let left = self.limit.saturating_sub(self.spent);
+        let start = Instant::now();
+        let out = tokio::time::timeout(left, fut).await.ok();
+        self.spent += start.elapsed();
+        out
     }
 }
 
@@ -86,16 +277,24 @@ pub fn url_of(root: &str, rel: &RelPath) -> String {
 }
 
 /// List the tree under `root` (a URL ending in `/`), sending every entry, its path relative to
-/// `root`, to `out`, after recording the format in `chosen`. Ends when the listing is complete
-/// or `out` is closed.
+/// `root`, to `out`, after recording the format in `chosen`. Ends when the listing is complete,
+/// a cap of `limits` is reached, or `out` is closed.
 pub async fn list_tree(
     transport: Arc<dyn Transport>,
     root: String,
+    limits: ListingLimits,
     chosen: Arc<OnceLock<ListingFormat>>,
     out: mpsc::Sender<ListingEntry>,
-) -> Result<ListingFormat, ListError> {
-    let first = list_once(transport.as_ref(), &root, ListRequest::Manifest).await;
+) -> Result<Listed, ListError> {
+    let tally = Arc::new(Tally::new(limits));
+    let mut clock = Clock {
+        limit: tally.limits.max_time,
+        spent: Duration::ZERO,
+    };
+    let t = transport.as_ref();
+    let first = list_once(t, &root, ListRequest::Manifest, &tally, &mut clock).await;
     let (format, response) = match first {
+        Err(e @ ListError::Cap { .. }) => return Err(e),
         Ok(r) if r.media_type.as_deref() == Some(MANIFEST_MEDIA_TYPE) => {
             (ListingFormat::XferManifest, r)
         }
@@ -105,10 +304,14 @@ pub async fn list_tree(
         other => {
             let last = describe(&other);
             drop(other);
-            match list_once(transport.as_ref(), &root, ListRequest::Propfind).await {
+            match list_once(t, &root, ListRequest::Propfind, &tally, &mut clock).await {
                 Ok(r) => (ListingFormat::Propfind, r),
-                Err(ListError::Request { source, .. }) if !source.is_retryable() => {
-                    match list_once(transport.as_ref(), &root, ListRequest::Index).await {
+                // 405 and 501 say "no such method here": the next format, at once.
+                Err(ListError::Request { source, .. })
+                    if !source.is_retryable() || is_unsupported(&source) =>
+                {
+                    match list_once(t, &root, ListRequest::Index, &tally, &mut clock).await {
+                        Err(e @ ListError::Cap { .. }) => return Err(e),
                         Ok(r) if r.media_type.as_deref() == Some("application/json") => {
                             (ListingFormat::NginxJson, r)
                         }
@@ -129,42 +332,53 @@ pub async fn list_tree(
     tracing::info!(url = %root, ?format, "listing");
     let _ = chosen.set(format);
     if format == ListingFormat::XferManifest {
-        let tx = out.clone();
-        parse(response, &root, move |input| {
-            read_manifest(BufReader::new(input), |e| forward(&tx, e, None))
+        let (tx, counted) = (out.clone(), Arc::clone(&tally));
+        parse(response, &root, &mut clock, move |input| {
+            read_manifest(BufReader::new(input), |e| forward(&tx, e, None, &counted))
         })
-        .await?;
-        return Ok(format);
+        .await
+        .map_err(|e| tally.explain(e, &root))?;
+        return Ok(Listed {
+            format,
+            failed_dirs: Vec::new(),
+        });
     }
-    // One directory per request, breadth first.
-    let mut pending: VecDeque<(Option<RelPath>, ListResponse)> = VecDeque::from([(None, response)]);
+    // One directory per request, breadth first. The root's failure ends the listing; a
+    // subdirectory's is recorded and the others go on.
+    let mut failed_dirs = Vec::new();
+    let mut pending: Option<(Option<RelPath>, ListResponse)> = Some((None, response));
     let mut dirs: VecDeque<RelPath> = VecDeque::new();
     loop {
-        let Some((prefix, response)) = pending.pop_front() else {
+        let Some((prefix, response)) = pending.take() else {
             let Some(dir) = dirs.pop_front() else {
-                return Ok(format);
+                return Ok(Listed {
+                    format,
+                    failed_dirs,
+                });
             };
             let url = format!("{}/", url_of(&root, &dir));
             let request = match format {
                 ListingFormat::Propfind => ListRequest::Propfind,
                 _ => ListRequest::Index,
             };
-            pending.push_back((
-                Some(dir),
-                list_once(transport.as_ref(), &url, request).await?,
-            ));
+            match list_once(t, &url, request, &tally, &mut clock).await {
+                Ok(r) => pending = Some((Some(dir), r)),
+                Err(e) if e.ends_listing() => return Err(e),
+                Err(e) => subdir_failed(&mut failed_dirs, dir, e),
+            }
             continue;
         };
-        let tx = out.clone();
+        let (tx, counted) = (out.clone(), Arc::clone(&tally));
         let base = url_path(&response.url).to_string();
         let listed = response.url.clone();
-        let found = parse(response, &listed, move |input| {
+        let dir = prefix.clone();
+        let found = parse(response, &listed, &mut clock, move |input| {
             let mut subdirs = Vec::new();
             let mut on_entry = |e: ListingEntry| {
                 if e.is_dir() {
                     subdirs.push(e.path.clone());
                 }
-                forward(&tx, e, prefix.as_ref())
+                forward(&tx, e, prefix.as_ref(), &counted)
             };
             match format {
                 ListingFormat::Propfind => {
@@ -181,9 +395,32 @@ pub async fn list_tree(
                 })
                 .collect::<Result<Vec<_>, _>>()
         })
-        .await?;
-        dirs.extend(found);
+        .await
+        .map_err(|e| tally.explain(e, &listed));
+        match (found, dir) {
+            (Ok(found), _) => dirs.extend(found),
+            (Err(e), None) => return Err(e),
+            (Err(e), Some(_)) if e.ends_listing() => return Err(e),
+            (Err(e), Some(dir)) => subdir_failed(&mut failed_dirs, dir, e),
+        }
     }
+}
+
+fn subdir_failed(failed: &mut Vec<(RelPath, ListError)>, dir: RelPath, e: ListError) {
+    tracing::warn!(dir = %dir, error = %xfer_core::error::error_chain(&e), "listing a subdirectory failed; going on with the rest");
+    failed.push((dir, e));
+}
+
+/// A status that says the server does not do this request at all (RFC 9110 §15.5.6, §15.6.2),
+/// which no retry changes.
+fn is_unsupported(e: &TransferError) -> bool {
+    matches!(
+        e,
+        TransferError::Status {
+            status: 405 | 501,
+            ..
+        }
+    )
 }
 
 /// Send `entry` (below `prefix`) to the driver; a closed channel stops the reader.
@@ -191,10 +428,12 @@ fn forward(
     tx: &mpsc::Sender<ListingEntry>,
     mut entry: ListingEntry,
     prefix: Option<&RelPath>,
+    tally: &Tally,
 ) -> Result<(), ListingError> {
     if let Some(p) = prefix {
         entry.path = p.join(&entry.path)?;
     }
+    tally.count(&entry)?;
     tx.blocking_send(entry)
         .map_err(|_| ListingError::Stopped("the transfer ended".into()))
 }
@@ -221,12 +460,17 @@ async fn list_once(
     transport: &dyn Transport,
     url: &str,
     request: ListRequest,
+    tally: &Tally,
+    clock: &mut Clock,
 ) -> Result<ListResponse, ListError> {
     let mut attempt = 0;
     loop {
-        match transport.list(url, request).await {
+        let Some(answer) = clock.wait(transport.list(url, request)).await else {
+            return Err(tally.cap_error(ListingCap::Time, url));
+        };
+        match answer {
             Ok(r) => return Ok(r),
-            Err(e) if e.is_retryable() && attempt + 1 < LIST_ATTEMPTS => {
+            Err(e) if e.is_retryable() && !is_unsupported(&e) && attempt + 1 < LIST_ATTEMPTS => {
                 attempt += 1;
                 let wait = Duration::from_millis(250 << attempt);
                 tracing::warn!(%url, error = %e, ?wait, "listing failed; retrying");
@@ -246,6 +490,7 @@ async fn list_once(
 async fn parse<T: Send + 'static>(
     response: ListResponse,
     url: &str,
+    clock: &mut Clock,
     parser: impl FnOnce(ChannelReader) -> Result<T, ListingError> + Send + 'static,
 ) -> Result<T, ListError> {
     let (tx, rx) = mpsc::channel(BODY_PIECES);
@@ -254,14 +499,19 @@ async fn parse<T: Send + 'static>(
         current: Bytes::new(),
     };
     let parsing = tokio::task::spawn_blocking(move || parser(reader));
-    let pumped = pump(response.body, tx).await;
+    let pumped = pump(response.body, tx, clock).await;
     let parsed = parsing.await.map_err(|e| ListError::Read {
         url: url.to_string(),
         source: ListingError::Stopped(format!("the listing parser panicked: {e}")),
     })?;
     match (pumped, parsed) {
+        (Err(Pumped::OutOfTime), _) => Err(ListError::Cap {
+            url: url.to_string(),
+            cap: ListingCap::Time,
+            limit: format!("{:?} waiting for the server", clock.limit),
+        }),
         // The transport's error says more than the parser's echo of it.
-        (Err(source), _) => Err(ListError::Request {
+        (Err(Pumped::Failed(source)), _) => Err(ListError::Request {
             url: url.to_string(),
             source,
         }),
@@ -273,13 +523,25 @@ async fn parse<T: Send + 'static>(
     }
 }
 
-/// Move the body into the parser's channel; stop early when the parser is gone.
+/// Why the body stopped before its end.
+enum Pumped {
+    Failed(TransferError),
+    OutOfTime,
+}
+
+/// Move the body into the parser's channel; stop early when the parser is gone. Only the
+/// waits for the server count against the listing's time, not those for the parser.
 async fn pump(
     mut body: Box<dyn RangeBody>,
     tx: mpsc::Sender<io::Result<Bytes>>,
-) -> Result<(), TransferError> {
+    clock: &mut Clock,
+) -> Result<(), Pumped> {
     loop {
-        match body.next_data().await {
+        let Some(next) = clock.wait(body.next_data()).await else {
+            // Dropping the sender ends the parser's input; this error is the one reported.
+            return Err(Pumped::OutOfTime);
+        };
+        match next {
             Ok(Some(bytes)) => {
                 if tx.send(Ok(bytes)).await.is_err() {
                     return Ok(());
@@ -288,7 +550,7 @@ async fn pump(
             Ok(None) => return Ok(()),
             Err(e) => {
                 let _ = tx.send(Err(io::Error::other(e.to_string()))).await;
-                return Err(e);
+                return Err(Pumped::Failed(e));
             }
         }
     }

@@ -48,7 +48,7 @@ use xfer_core::transport::Transport;
 pub use dest::{DestError, DestRoot};
 pub use filter::{GlobError, PathFilter};
 pub use journal::{FileRecord, TreeJournal, TreeJournalError};
-pub use lister::{url_of, ListError, ListingFormat};
+pub use lister::{url_of, ListError, ListingCap, ListingFormat, ListingLimits};
 pub use staging::{staged_name, StagingDir, STAGING_DIR};
 
 /// How a tree transfer runs. Per-file behaviour (chunk size, verification, retries per
@@ -86,6 +86,8 @@ pub struct TreeConfig {
     /// `http1_lanes`) brought within the bounds ([`xfer_core::adapt`], the controller a
     /// single download uses). Default `None`: the budget stays fixed.
     pub adapt: Option<AdaptConfig>,
+    /// Caps on the listing: entries, directories, depth and time waiting for the server.
+    pub listing: ListingLimits,
 }
 
 impl Default for TreeConfig {
@@ -101,6 +103,7 @@ impl Default for TreeConfig {
             exclude: Vec::new(),
             case_insensitive: None,
             adapt: None,
+            listing: ListingLimits::default(),
         }
     }
 }
@@ -164,7 +167,8 @@ pub struct TreeReport {
     pub seconds: f64,
     /// Bits per second of the files fetched in this run.
     pub goodput_bps: f64,
-    /// Every file that failed, with its reason; a listing failure is named `""`.
+    /// Every file that failed, with its reason; a failure of the whole listing is named `""`,
+    /// a subdirectory whose listing failed by its path.
     pub failed: Vec<FailedFile>,
     /// The lane budget the controller chose and why, when it adapted.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -305,6 +309,7 @@ impl TreeDownload {
         if let Some(a) = &cfg.adapt {
             a.validate().map_err(|e| TreeError::Config(e.to_string()))?;
         }
+        cfg.listing.validate().map_err(TreeError::Config)?;
         if !self.root_url.ends_with('/') {
             return Err(TreeError::Config(format!(
                 "a tree URL ends in `/`: {}",

@@ -547,6 +547,24 @@ async fn hostile_listings_are_refused() -> TestResult {
         (manifest_type, "200 OK", manifest("a\\..\\escape"), "escape"),
         (manifest_type, "200 OK", manifest("nul\u{0}name"), "nul"),
         (
+            manifest_type,
+            "200 OK",
+            manifest("evil\u{202e}txt.exe"),
+            "evil\\u{202e}txt.exe\" from the listing: bidirectional",
+        ),
+        (
+            manifest_type,
+            "200 OK",
+            manifest("c1\u{85}name"),
+            "c1\\u{85}name",
+        ),
+        (
+            "application/json",
+            "200 OK",
+            autoindex("isolate\u{2066}x"),
+            "isolate\\u{2066}x",
+        ),
+        (
             "application/json",
             "200 OK",
             autoindex("../escape"),
@@ -565,6 +583,12 @@ async fn hostile_listings_are_refused() -> TestResult {
             "207 Multi-Status",
             propfind("/elsewhere/escape"),
             "escape",
+        ),
+        (
+            "application/xml",
+            "207 Multi-Status",
+            propfind("/run/mark%E2%80%8Fname"),
+            "mark\\u{200f}name",
         ),
     ];
     for (content_type, status, body, needle) in cases {
@@ -773,7 +797,8 @@ async fn checksum_finds_a_local_copy_damaged_in_place() -> TestResult {
 }
 
 /// `--include` keeps matching files at any depth, `--exclude` prunes a directory and what is
-/// below it; directories not excluded are created even when no file in them is kept.
+/// below it (`dir/` too, as in `.gitignore`); directories not excluded are created even when
+/// no file in them is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn include_and_exclude_select_files() -> TestResult {
     let fx = Fixture::start(Proto::H2c).await?;
@@ -784,6 +809,24 @@ async fn include_and_exclude_select_files() -> TestResult {
         exclude: vec!["a/b c".into()],
         ..config()
     };
+    let slash = fetch(
+        &fx,
+        &fx.out().join("slash"),
+        TreeConfig {
+            exclude: vec!["b c/".into(), "empty/".into()],
+            ..config()
+        },
+    )
+    .await?;
+    assert!(slash.failed.is_empty(), "{:?}", slash.failed);
+    let kept = snapshot(&fx.out().join("slash"))?;
+    assert!(
+        kept.keys()
+            .all(|k| !k.starts_with("a/b c") && !k.starts_with("empty")),
+        "`dir/` excludes the directory and what is below it: {:?}",
+        kept.keys()
+    );
+    assert!(kept.contains_key("a/big.bin") && kept.contains_key("top.bin"));
     let report = fetch(&fx, &dest, cfg).await?;
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     let got: Vec<String> = snapshot(&dest)?

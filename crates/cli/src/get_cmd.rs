@@ -14,6 +14,25 @@ use crate::exit::UsageError;
 use crate::lanes_arg::{lanes_arg, LanesArg};
 use crate::progress_bar::Display;
 
+/// `xfer get` of a tree: the caps on its listing.
+#[derive(Debug, Args)]
+pub struct ListingArgs {
+    /// Tree: stop the listing (exit 3, files already listed still fetched) once it names more
+    /// than N entries. Default 10000000.
+    #[arg(long, value_name = "N")]
+    pub max_listing_entries: Option<u64>,
+    /// Tree: stop the listing once it names more than N directories. Default 100000.
+    #[arg(long, value_name = "N")]
+    pub max_listing_dirs: Option<u64>,
+    /// Tree: stop the listing at a name more than N levels below the URL (1-64). Default 64.
+    #[arg(long, value_name = "N")]
+    pub max_listing_depth: Option<usize>,
+    /// Tree: stop the listing once this much time went to waiting for the server's listing
+    /// answers (time paused while files wait for lanes does not count). Default 1h.
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION")]
+    pub listing_timeout: Option<std::time::Duration>,
+}
+
 #[derive(Debug, Args)]
 pub struct GetArgs {
     /// What to fetch: http://, https:// or quic:// URL. A URL ending in `/` is a directory:
@@ -70,6 +89,9 @@ pub struct GetArgs {
     /// from that default.
     #[arg(long, value_parser = lanes_arg, value_name = "N|auto|auto:MIN-MAX")]
     pub tree_lanes: Option<LanesArg>,
+    /// Tree: caps on the listing. Boxed: `Command::Get` stays near the other commands' size.
+    #[command(flatten)]
+    pub listing: Box<ListingArgs>,
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,

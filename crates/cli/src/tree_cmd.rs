@@ -78,6 +78,24 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         checksum,
         include: args.include.clone(),
         exclude: args.exclude.clone(),
+        listing: xfer::tree::ListingLimits {
+            max_entries: args
+                .listing
+                .max_listing_entries
+                .unwrap_or(defaults.listing.max_entries),
+            max_dirs: args
+                .listing
+                .max_listing_dirs
+                .unwrap_or(defaults.listing.max_dirs),
+            max_depth: args
+                .listing
+                .max_listing_depth
+                .unwrap_or(defaults.listing.max_depth),
+            max_time: args
+                .listing
+                .listing_timeout
+                .unwrap_or(defaults.listing.max_time),
+        },
         ..TreeConfig::default()
     };
     let transport = xfer::transport_for(&root_url, &client).map_err(xfer::Error::from)?;

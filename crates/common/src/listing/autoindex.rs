@@ -1,15 +1,18 @@
 //! nginx's `autoindex_format json`: one JSON array per directory of
 //! `{"name", "type": "file"|"directory"|"other", "mtime": HTTP-date, "size"}` objects.
 //!
-//! Read element by element (a `SeqAccess` visitor), so a huge directory is never held whole.
+//! Read element by element (a `SeqAccess` visitor), so a huge directory is never held whole,
+//! and each element is a record of at most [`super::MAX_RECORD_BYTES`], refused while it
+//! arrives ([`RecordLimit`]): serde_json would otherwise gather a whole string first.
 //! `other` entries (sockets, dangling links) are skipped; names must be single segments.
 
 use std::fmt;
-use std::io::Read;
+use std::io::{BufReader, Read};
 
 use serde::de::{self, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::limit::{RecordLimit, RecordMark};
 use super::{EntryKind, ListingEntry, ListingError, RelPath};
 
 const FORMAT: &str = "nginx autoindex";
@@ -28,26 +31,37 @@ pub fn read_autoindex<R: Read>(
     input: R,
     mut on_entry: impl FnMut(ListingEntry) -> Result<(), ListingError>,
 ) -> Result<u64, ListingError> {
+    // serde_json takes its input a byte at a time: the buffer saves a call per byte.
+    let (input, mark) = RecordLimit::new(BufReader::new(input));
     let mut de = serde_json::Deserializer::from_reader(input);
     let mut failure = None;
     let visitor = EntryVisitor {
         on_entry: &mut on_entry,
         failure: &mut failure,
+        mark: mark.clone(),
         count: 0,
     };
     let result = de::Deserializer::deserialize_seq(&mut de, visitor);
     if let Some(e) = failure {
         return Err(e);
     }
-    let count = result.map_err(|e| ListingError::malformed(FORMAT, e.to_string()))?;
-    de.end()
-        .map_err(|e| ListingError::malformed(FORMAT, e.to_string()))?;
+    let parse_error = |e: serde_json::Error| {
+        if mark.exceeded() {
+            ListingError::RecordTooLong { format: FORMAT }
+        } else {
+            ListingError::malformed(FORMAT, e.to_string())
+        }
+    };
+    let count = result.map_err(parse_error)?;
+    mark.start_record();
+    de.end().map_err(parse_error)?;
     Ok(count)
 }
 
 struct EntryVisitor<'a, F> {
     on_entry: &'a mut F,
     failure: &'a mut Option<ListingError>,
+    mark: RecordMark,
     count: u64,
 }
 
@@ -62,7 +76,11 @@ where
     }
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<u64, A::Error> {
-        while let Some(raw) = seq.next_element::<RawEntry>()? {
+        loop {
+            self.mark.start_record();
+            let Some(raw) = seq.next_element::<RawEntry>()? else {
+                break;
+            };
             let kind = match raw.kind.as_str() {
                 "file" => EntryKind::File,
                 "directory" => EntryKind::Directory,
@@ -141,6 +159,34 @@ mod tests {
         assert!(read("[").is_err());
         assert!(read(r#"[{"name":"a","type":"file","size":-1}]"#).is_err());
         assert!(read("[] trailing").is_err());
+    }
+
+    #[test]
+    fn an_endless_name_or_object_is_refused_while_it_streams() {
+        for prefix in [
+            &br#"[{"name":""#[..],
+            &br#"[{"name":"a","type":"file","x":["#[..],
+            &br#"[{"name":"a","type":"file"},          "#[..],
+        ] {
+            let mut endless = crate::listing::limit::Endless {
+                prefix: prefix.to_vec(),
+                fill: if prefix.ends_with(b"[") { b'1' } else { b' ' },
+                served: 0,
+            };
+            if prefix.ends_with(b"\"") {
+                endless.fill = b'x';
+            }
+            let r = read_autoindex(&mut endless, |_| Ok(()));
+            assert!(
+                matches!(r, Err(ListingError::RecordTooLong { .. })),
+                "{r:?}"
+            );
+            assert!(
+                endless.served < 2 * crate::listing::MAX_RECORD_BYTES as u64 + 16 * 1024,
+                "{} bytes read",
+                endless.served
+            );
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 pub mod autoindex;
 pub mod html;
+pub mod limit;
 pub mod manifest;
 pub mod name;
 pub mod propfind;
@@ -28,12 +29,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use xfer_core::digest::Sha256Digest;
 
-pub use name::{CaseFold, NameError, RelPath};
+pub use name::{excerpt, CaseFold, NameError, RelPath};
 
 /// Largest single record (one XML event, one JSON line or object) a reader accepts. Real
 /// entries are well under 1 KiB; the cap keeps a hostile listing from growing one buffer
-/// without bound.
+/// without bound. Enforced while the record arrives ([`limit::RecordLimit`]), not after.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+
+/// Longest reason a [`ListingError::Malformed`] carries, in characters.
+const MAX_REASON_CHARS: usize = 200;
 
 /// A file or a directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -87,10 +91,26 @@ pub enum ListingError {
 }
 
 impl ListingError {
+    /// A parser's reason may quote what it read (serde_json names an unexpected string,
+    /// quick-xml a mismatched tag): only the first [`MAX_REASON_CHARS`] characters are kept,
+    /// control and bidirectional characters escaped.
     fn malformed(format: &'static str, reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        let mut kept = String::with_capacity(reason.len().min(MAX_REASON_CHARS + 8));
+        for (i, c) in reason.chars().enumerate() {
+            if i == MAX_REASON_CHARS {
+                kept.push('…');
+                break;
+            }
+            if c.is_control() || name::is_bidi_control(c) {
+                kept.extend(c.escape_unicode());
+            } else {
+                kept.push(c);
+            }
+        }
         Self::Malformed {
             format,
-            reason: reason.into(),
+            reason: kept,
         }
     }
 }

@@ -20,17 +20,40 @@ pub const MAX_SEGMENT_BYTES: usize = 255;
 /// listing cannot make the client recurse without end.
 pub const MAX_DEPTH: usize = 64;
 
+/// Characters of a quoted name shown in a message: enough to recognise an entry, short enough
+/// that a 400 MB name costs a line of output, not 400 MB.
+pub const EXCERPT_CHARS: usize = 64;
+
 /// Why a name from a listing was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("refused name {name:?} from the listing: {reason}")]
+#[error("refused name {name} from the listing: {reason}")]
 pub struct NameError {
-    /// The name as received (lossy for display; it may hold control characters).
+    /// The name as received, quoted and escaped by [`excerpt`]: at most [`EXCERPT_CHARS`]
+    /// characters of it, so that neither a huge name nor a control character reaches a log.
     pub name: String,
     pub reason: &'static str,
 }
 
+/// `name` quoted for a message: its first [`EXCERPT_CHARS`] characters with control, format
+/// and bidirectional characters escaped (`\u{202e}`), and the total length when cut.
+pub fn excerpt(name: &str) -> String {
+    let mut chars = name.char_indices();
+    let cut = chars.nth(EXCERPT_CHARS).map(|(i, _)| i);
+    match cut {
+        None => format!("{name:?}"),
+        Some(at) => format!("{:?}… ({} bytes)", &name[..at], name.len()),
+    }
+}
+
+/// Bidirectional formatting characters (Unicode's `Bidi_Control`): they reorder how the rest
+/// of a line is shown, so `evil\u{202e}txt.exe` reads as `evilexe.txt` in a terminal or a
+/// file manager. C0 and C1 controls are refused separately, by `char::is_control`.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+}
+
 /// A relative path of one or more plain segments, separated by `/`: no `.`, `..`, empty
-/// segment, leading `/`, `\`, NUL or control character, each segment at most
+/// segment, leading `/`, `\`, NUL, control or bidirectional formatting character, each segment at most
 /// [`MAX_SEGMENT_BYTES`], the whole at most [`MAX_PATH_BYTES`] and [`MAX_DEPTH`] deep.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RelPath(String);
@@ -39,7 +62,7 @@ impl RelPath {
     /// Check `name` (already percent-decoded) and keep it.
     pub fn parse(name: &str) -> Result<Self, NameError> {
         let err = |reason| NameError {
-            name: name.to_string(),
+            name: excerpt(name),
             reason,
         };
         if name.is_empty() {
@@ -51,13 +74,18 @@ impl RelPath {
         if name.starts_with('/') {
             return Err(err("absolute path"));
         }
-        if let Some(c) = name.chars().find(|c| *c == '\\' || c.is_control()) {
+        if let Some(c) = name
+            .chars()
+            .find(|c| *c == '\\' || c.is_control() || is_bidi_control(*c))
+        {
             return Err(err(if c == '\\' {
                 "backslash in a name"
             } else if c == '\0' {
                 "NUL in a name"
-            } else {
+            } else if c.is_control() {
                 "control character in a name"
+            } else {
+                "bidirectional formatting character in a name"
             }));
         }
         let mut depth = 0;
@@ -82,7 +110,7 @@ impl RelPath {
     pub fn parse_segment(name: &str) -> Result<Self, NameError> {
         if name.contains('/') {
             return Err(NameError {
-                name: name.to_string(),
+                name: excerpt(name),
                 reason: "`/` inside a single name",
             });
         }
@@ -200,12 +228,34 @@ mod tests {
             "a\0b",
             "a\nb",
             "a\x1b[31m",
+            "a\u{85}b",
+            "evil\u{202e}txt.exe",
+            "a\u{202a}b",
+            "a\u{2066}b",
+            "a\u{2069}b",
+            "a\u{200e}b",
+            "a\u{200f}b",
+            "a\u{061c}b",
             long_segment.as_str(),
             deep.as_str(),
             long_path.as_str(),
         ] {
             assert!(RelPath::parse(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn refusals_quote_a_short_escaped_excerpt() {
+        let huge = format!("\u{202e}{}", "n".repeat(1_000_000));
+        let e = RelPath::parse(&huge).expect_err("too long and bidi");
+        let shown = e.to_string();
+        assert!(shown.len() < 200, "{} bytes shown", shown.len());
+        assert!(shown.contains("\\u{202e}nnn"), "{shown}");
+        assert!(shown.contains("1000003 bytes"), "{shown}");
+        assert!(!shown.contains('\u{202e}'));
+        let e = RelPath::parse("a\u{2067}b").expect_err("bidi");
+        assert!(e.to_string().contains("bidirectional"), "{e}");
+        assert_eq!(excerpt("short"), "\"short\"");
     }
 
     #[test]

@@ -15,6 +15,8 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTRO
 use quick_xml::events::Event;
 use quick_xml::Reader;
 
+use super::limit::RecordLimit;
+use super::name::excerpt;
 use super::{EntryKind, ListingEntry, ListingError, RelPath, MAX_RECORD_BYTES};
 
 const FORMAT: &str = "PROPFIND";
@@ -52,6 +54,9 @@ pub fn read_multistatus<R: BufRead>(
 ) -> Result<u64, ListingError> {
     let base = decode_path(base_path)?;
     let base = base.trim_end_matches('/');
+    // quick-xml gathers a whole text node before returning it: the limit stops a huge one
+    // while it arrives.
+    let (input, mark) = RecordLimit::new(input);
     let mut reader = Reader::from_reader(input);
     reader.config_mut().trim_text(true);
     let mut buf = Vec::new();
@@ -65,9 +70,14 @@ pub fn read_multistatus<R: BufRead>(
             return Err(ListingError::RecordTooLong { format: FORMAT });
         }
         buf.clear();
-        let event = reader
-            .read_event_into(&mut buf)
-            .map_err(|e| ListingError::malformed(FORMAT, e.to_string()))?;
+        mark.start_record();
+        let event = reader.read_event_into(&mut buf).map_err(|e| {
+            if mark.exceeded() {
+                ListingError::RecordTooLong { format: FORMAT }
+            } else {
+                ListingError::malformed(FORMAT, e.to_string())
+            }
+        })?;
         match event {
             Event::Start(e) => {
                 let name = e.local_name().as_ref().to_vec();
@@ -150,7 +160,10 @@ fn on_text(
         }
         b"getcontentlength" => {
             let size = text.trim().parse::<u64>().map_err(|_| {
-                ListingError::malformed(FORMAT, format!("getcontentlength {text:?} is not a size"))
+                ListingError::malformed(
+                    FORMAT,
+                    format!("getcontentlength {} is not a size", excerpt(text)),
+                )
             })?;
             p.ps_size = Some(size);
         }
@@ -228,7 +241,7 @@ fn member_path(href: &str, base: &str) -> Result<Option<RelPath>, ListingError> 
         .ok_or_else(|| {
             ListingError::malformed(
                 FORMAT,
-                format!("href {href:?} is outside the listed collection"),
+                format!("href {} is outside the listed collection", excerpt(href)),
             )
         })?;
     Ok(Some(RelPath::parse(rest)?))
@@ -248,9 +261,9 @@ fn strip_origin(href: &str) -> &str {
 }
 
 fn decode_path(path: &str) -> Result<Cow<'_, str>, ListingError> {
-    percent_decode_str(path)
-        .decode_utf8()
-        .map_err(|_| ListingError::malformed(FORMAT, format!("href {path:?} is not UTF-8")))
+    percent_decode_str(path).decode_utf8().map_err(|_| {
+        ListingError::malformed(FORMAT, format!("href {} is not UTF-8", excerpt(path)))
+    })
 }
 
 /// Characters percent-encoded in an `href` path: everything but unreserved characters and `/`.
@@ -444,6 +457,23 @@ mod tests {
             read(&huge, "/"),
             Err(ListingError::RecordTooLong { .. })
         ));
+    }
+
+    #[test]
+    fn an_endless_href_is_refused_while_it_streams() {
+        let endless = crate::listing::limit::Endless {
+            prefix: br#"<D:multistatus xmlns:D="DAV:"><D:response><D:href>/"#.to_vec(),
+            fill: b'x',
+            served: 0,
+        };
+        let mut input = std::io::BufReader::new(endless);
+        let r = read_multistatus(&mut input, "/", |_| Ok(()));
+        assert!(
+            matches!(r, Err(ListingError::RecordTooLong { .. })),
+            "{r:?}"
+        );
+        let served = input.into_inner().served;
+        assert!(served < 2 * MAX_RECORD_BYTES as u64, "{served} bytes read");
     }
 
     #[test]
