@@ -44,10 +44,24 @@ const RELOAD_CHECK: Duration = Duration::from_secs(2);
 /// What a request does to the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
-    /// GET, HEAD, listings.
+    /// GET, HEAD, PROPFIND, listings, checksums.
     Read,
-    /// Uploads and anything else that changes the tree.
+    /// Adds a file or directory that does not exist yet; never replaces, truncates or
+    /// removes anything.
+    Create,
+    /// Creates, overwrites, deletes or renames.
+    Modify,
+    /// The write of the access file's `write` level: the same as [`Operation::Modify`].
     Write,
+}
+
+impl Operation {
+    fn normalised(self) -> Self {
+        match self {
+            Self::Write => Self::Modify,
+            op => op,
+        }
+    }
 }
 
 /// What the caller presented, as the codec received it.
@@ -92,12 +106,27 @@ pub enum Denied {
     OutOfScope { identity: Identity, reason: String },
 }
 
-/// Access level of a scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// Access level of a scope: each includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     Read,
-    Write,
+    Create,
+    /// `write` in access files written before `create` existed.
+    #[serde(alias = "write")]
+    Modify,
+}
+
+impl Level {
+    /// Whether a scope of this level covers `op`.
+    pub fn allows(self, op: Operation) -> bool {
+        let needed = match op.normalised() {
+            Operation::Read => Self::Read,
+            Operation::Create => Self::Create,
+            Operation::Modify | Operation::Write => Self::Modify,
+        };
+        self >= needed
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -234,9 +263,10 @@ impl Policy {
         Self::parse(&text, path, anonymous_read)
     }
 
-    /// Whether anyone can ever write (a token or certificate with write access exists).
+    /// Whether anyone can ever write (a token or certificate with create or modify access
+    /// exists).
     pub fn allows_writes(&self) -> bool {
-        let write = |s: &Scope| s.level == Level::Write;
+        let write = |s: &Scope| s.level >= Level::Create;
         self.tokens.iter().any(|t| write(&t.scope))
             || self.certificates.iter().any(|c| write(&c.scope))
     }
@@ -265,10 +295,13 @@ impl Policy {
             },
             (None, None) => return self.anonymous_check(op),
         };
-        if op == Operation::Write && scope.level == Level::Read {
+        if !scope.level.allows(op) {
             return Err(Denied::OutOfScope {
                 identity: scope.identity.clone(),
-                reason: "read-only scope".into(),
+                reason: match scope.level {
+                    Level::Read => "read-only scope".into(),
+                    _ => "create-only scope: the target exists".into(),
+                },
             });
         }
         // A path that does not decode is refused later with 400, whoever asks.
@@ -381,6 +414,17 @@ impl AccessControl {
             .read()
             .map(|p| Arc::clone(&p))
             .unwrap_or_else(|p| Arc::clone(&p.into_inner()))
+    }
+
+    /// Decide whether the caller may do `op` on `request_path` (still percent-encoded): the
+    /// one entry point for every request, whatever the caller presented.
+    pub async fn authorize(
+        &self,
+        creds: &Credentials,
+        op: Operation,
+        request_path: &str,
+    ) -> Result<Identity, Denied> {
+        self.policy().check(creds, op, request_path)
     }
 
     /// Read the access file again. A file that no longer parses leaves the rules in force
@@ -497,6 +541,25 @@ prefix = "/"
                 invalid_token: true
             })
         );
+    }
+
+    #[test]
+    fn levels_include_the_ones_before_them() {
+        use Operation::*;
+        for (level, read, create, modify) in [
+            (Level::Read, true, false, false),
+            (Level::Create, true, true, false),
+            (Level::Modify, true, true, true),
+        ] {
+            assert_eq!(level.allows(Read), read, "{level:?}");
+            assert_eq!(level.allows(Create), create, "{level:?}");
+            assert_eq!(level.allows(Modify), modify, "{level:?}");
+            assert_eq!(level.allows(Write), modify, "{level:?}");
+        }
+        let old: Level = toml::from_str::<toml::Value>("l = 'write'")
+            .and_then(|v| v["l"].clone().try_into())
+            .expect("write parses");
+        assert_eq!(old, Level::Modify);
     }
 
     #[test]
