@@ -574,6 +574,15 @@ fn denial(denied: Denied) -> (ResponsePlan, Identity) {
             });
             (plan, Identity::Anonymous)
         }
+        Denied::BadToken(why) => {
+            let mut plan = ResponsePlan::refusal(
+                status::UNAUTHORIZED,
+                "authentication required: the token was refused\n",
+                Some(why.to_string()),
+            );
+            plan.www_authenticate = Some(why.challenge());
+            (plan, Identity::Anonymous)
+        }
         Denied::OutOfScope { identity, reason } => {
             let plan = ResponsePlan::refusal(
                 status::FORBIDDEN,
