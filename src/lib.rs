@@ -62,6 +62,7 @@
 //!
 //! What this crate does not do: upload (xfer pulls), or HTTP/3.
 
+pub mod issuer_keys;
 mod plain_put;
 pub mod put_tree;
 pub mod serve;

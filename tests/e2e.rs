@@ -51,6 +51,9 @@ mod tree;
 #[path = "e2e/access.rs"]
 mod access;
 
+#[path = "e2e/tokens.rs"]
+mod tokens;
+
 #[path = "e2e/upload.rs"]
 mod upload;
 
