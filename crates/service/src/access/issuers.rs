@@ -231,3 +231,50 @@ fn printable(s: &str) -> String {
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issuer(restricted: &[&str]) -> Issuer {
+        let text = format!(
+            "url = 'https://i.test'\nbase_path = '/atlas'\naudiences = ['h']\nrestricted_paths = {restricted:?}\n"
+        );
+        toml::from_str::<IssuerEntry>(&text)
+            .expect("entry parses")
+            .check()
+            .expect("entry is valid")
+    }
+
+    fn prefixes(issuer: &Issuer, scope: &str) -> Vec<(Level, PathBuf)> {
+        let claims = serde_json::json!({"iss": "https://i.test", "sub": "s", "aud": "h",
+            "exp": i64::MAX / 2, "wlcg.ver": "1.0", "scope": scope});
+        let (_, grants) = issuer
+            .grants(claims.as_object().expect("object"), SystemTime::now())
+            .expect("valid claims");
+        grants.into_iter().map(|g| (g.level, g.prefix)).collect()
+    }
+
+    #[test]
+    fn restricted_paths_narrow_grants_and_drop_the_rest() {
+        let i = issuer(&["/data", "/mc/2024"]);
+        assert_eq!(
+            prefixes(
+                &i,
+                "storage.read:/ storage.modify:/data/run1 storage.create:/other"
+            ),
+            vec![
+                (Level::Read, PathBuf::from("atlas/data")),
+                (Level::Read, PathBuf::from("atlas/mc/2024")),
+                (Level::Modify, PathBuf::from("atlas/data/run1")),
+            ]
+        );
+        assert_eq!(
+            prefixes(&issuer(&[]), "storage.read:/ storage.create:/x"),
+            vec![
+                (Level::Read, PathBuf::from("atlas")),
+                (Level::Create, PathBuf::from("atlas/x"))
+            ]
+        );
+    }
+}
