@@ -45,8 +45,11 @@ pub struct KeyTimes {
 }
 
 impl Default for KeyTimes {
-    /// Refresh every 10 minutes and keep keys a day through an outage, as scitokens-cpp
-    /// does by default; one unknown-`kid` fetch a minute; 5 s per request to an issuer.
+    /// Refresh every 10 minutes (scitokens-cpp's update interval too); keep keys a day
+    /// through an outage (scitokens-cpp keeps them 4 days; a day is long enough to ride
+    /// out an issuer's bad night and short enough that a key withdrawn while the issuer
+    /// was unreachable stops working soon); one unknown-`kid` fetch a minute; 5 s per
+    /// request to an issuer.
     fn default() -> Self {
         Self {
             refresh: Duration::from_secs(600),
