@@ -21,7 +21,8 @@ use xfer::crates::service::KeyTimes;
 
 use crate::access::get_args;
 use crate::support::{
-    run_xfer, sha256_file, write_random_file, xfer_bin, BoxError, Fixture, Proto, TestResult,
+    require_program, run_xfer, sha256_file, write_random_file, xfer_bin, BoxError, Fixture, Proto,
+    TestResult,
 };
 
 fn b64(bytes: &[u8]) -> String {
@@ -294,6 +295,136 @@ ca_file = "{}"
     );
     waiting.kill()?;
     waiting.wait()?;
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// Mints tokens with the `scitokens` Python package (the reference implementation's
+/// library) for the issuer URL in argv[1]: prints the issuer's JWKS and the tokens, as JSON.
+const MINT: &str = r#"
+import base64, json, sys
+import scitokens
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+iss = sys.argv[1]
+def b64(n, length):
+    return base64.urlsafe_b64encode(n.to_bytes(length, "big")).rstrip(b"=").decode()
+eck = ec.generate_private_key(ec.SECP256R1())
+rk = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+en, rn = eck.public_key().public_numbers(), rk.public_key().public_numbers()
+jwks = {"keys": [
+    {"kty": "EC", "crv": "P-256", "kid": "py-ec", "x": b64(en.x, 32), "y": b64(en.y, 32)},
+    {"kty": "RSA", "kid": "py-rsa", "n": b64(rn.n, 256), "e": b64(rn.e, 3)},
+]}
+def mint(claims, key=eck, kid="py-ec", alg="ES256", lifetime=600):
+    t = scitokens.SciToken(key=key, key_id=kid, algorithm=alg)
+    t.update_claims(dict({"sub": "py-robot", "aud": "127.0.0.1"}, **claims))
+    return t.serialize(issuer=iss, lifetime=lifetime).decode()
+sci = {"ver": "scitoken:2.0"}
+wlcg = {"wlcg.ver": "1.0"}
+print(json.dumps({"jwks": jwks, "tokens": {
+    "sci_read": mint(dict(sci, scope="read:/data")),
+    "sci_write": mint(dict(sci, scope="write:/data")),
+    "wlcg_create": mint(dict(wlcg, scope="storage.create:/data")),
+    "wlcg_read_rsa": mint(dict(wlcg, scope="storage.read:/"), key=rk, kid="py-rsa", alg="RS256"),
+    "wlcg_wrong_aud": mint(dict(wlcg, scope="storage.read:/", aud="other.example.org")),
+    "wlcg_expired": mint(dict(wlcg, scope="storage.read:/"), lifetime=-600),
+    "wlcg_v2": mint({"wlcg.ver": "2.0", "scope": "storage.read:/"}),
+}}))
+"#;
+
+/// Whether `python` can import the `scitokens` package; under `CI=true` it must.
+fn scitokens_importable(python: &Path) -> bool {
+    let ok = Command::new(python)
+        .args(["-c", "import scitokens"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(
+            !ci,
+            "the scitokens Python package is required under CI=true (pip install scitokens)"
+        );
+        eprintln!("skipping: the scitokens Python package is missing (pip install scitokens)");
+    }
+    ok
+}
+
+/// Tokens minted by the `scitokens` library, sent by curl: the verdicts this server gives
+/// the reference implementation's tokens, SciTokens and WLCG, ES256 and RS256.
+#[tokio::test]
+async fn tokens_minted_by_the_scitokens_library() -> TestResult {
+    let Some(python) = require_program("python3", &[], "python3") else {
+        return Ok(());
+    };
+    let Some(curl) = require_program("curl", &[], "curl") else {
+        return Ok(());
+    };
+    if !scitokens_importable(&python) {
+        return Ok(());
+    }
+    let issuer_dir = tempfile::tempdir()?;
+    let (issuer, issuer_ca, state) = start_issuer(issuer_dir.path()).await?;
+    let minted = Command::new(&python).args(["-c", MINT, &issuer]).output()?;
+    assert!(
+        minted.status.success(),
+        "minting: {}",
+        String::from_utf8_lossy(&minted.stderr)
+    );
+    let minted: Value = serde_json::from_slice(&minted.stdout)?;
+    *state.jwks.lock().expect("jwks lock") = minted["jwks"].to_string().into_bytes();
+    let access = format!(
+        "[[issuer]]\nurl = \"{issuer}\"\nbase_path = \"/\"\naudiences = [\"127.0.0.1\"]\nca_file = \"{}\"\n",
+        issuer_ca.display()
+    );
+    let fx = Fixture::start_with(Proto::Http1Tls, |cfg, dir| {
+        let file = dir.join("access.toml");
+        std::fs::write(&file, &access).expect("writing the access file");
+        cfg.access_file = Some(file);
+        cfg.uploads = Some(Default::default());
+    })
+    .await?;
+    std::fs::create_dir_all(fx.root().join("data"))?;
+    write_random_file(&fx.root().join("data/a.bin"), 10_000, 8)?;
+    let body = fx.dir.path().join("body.bin");
+    std::fs::write(&body, b"uploaded")?;
+    let ca = fx.ca_cert().ok_or("the fixture has no CA")?;
+    for (name, put, path, want) in [
+        ("sci_read", false, "/data/a.bin", 200),
+        ("sci_read", true, "/data/py-new", 403),
+        ("sci_write", true, "/data/py-new", 201),
+        ("sci_write", true, "/data/py-new", 204),
+        ("wlcg_create", true, "/data/py-new", 403),
+        ("wlcg_create", true, "/data/py-other", 201),
+        ("wlcg_create", false, "/data/a.bin", 200),
+        ("wlcg_read_rsa", false, "/data/a.bin", 200),
+        ("wlcg_wrong_aud", false, "/data/a.bin", 401),
+        ("wlcg_expired", false, "/data/a.bin", 401),
+        ("wlcg_v2", false, "/data/a.bin", 401),
+    ] {
+        let token = minted["tokens"][name].as_str().ok_or("a minted token")?;
+        let mut cmd = Command::new(&curl);
+        cmd.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(&ca)
+            .arg("-H")
+            .arg(format!("Authorization: Bearer {token}"));
+        if put {
+            cmd.arg("-T").arg(&body);
+        }
+        cmd.arg(fx.url(path));
+        // Off the runtime: the server under test runs on it.
+        let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+        let code = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(
+            code,
+            want.to_string(),
+            "{name} {} {path}",
+            if put { "PUT" } else { "GET" }
+        );
+    }
+    assert_eq!(std::fs::read(fx.root().join("data/py-new"))?, b"uploaded");
     fx.shutdown().await;
     Ok(())
 }
