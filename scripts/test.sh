@@ -26,6 +26,15 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# Tokens minted by the reference implementation's library (tests/e2e/tokens.rs, docs/tokens.md).
+if ! python3 -c "import scitokens" >/dev/null 2>&1; then
+  echo "installing: scitokens (pip)"
+  # A Debian python refuses --user installs unless told the system packages are not at risk.
+  python3 -m pip install --quiet --user scitokens 2>/dev/null \
+    || python3 -m pip install --quiet scitokens 2>/dev/null \
+    || python3 -m pip install --quiet --user --break-system-packages scitokens
+fi
+
 # The versions the interop tests ran against, for the record.
 for tool in "gfal-sum --version" "davix-get --version" "xrootd -v"; do
   GFAL_PYTHONBIN=/usr/bin/python3 $tool 2>&1 | head -1 | sed "s|^|interop: ${tool%% *}: |" || true

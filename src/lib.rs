@@ -60,10 +60,12 @@
 //! WebDAV `PROPFIND` or nginx's JSON index) and fetches every file with the same checks, over
 //! one transport's connections.
 //!
-//! What this crate does not do: upload (xfer pulls), or HTTP/3.
+//! What this crate does not do: HTTP/3. Uploads ([`upload`], `put_tree`) and third-party
+//! copies are here as well as downloads.
 
 #![forbid(unsafe_code)]
 
+pub mod issuer_keys;
 mod plain_put;
 pub mod put_tree;
 pub mod serve;

@@ -13,7 +13,7 @@ use xfer_common::FaultInjection;
 use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{CarefulResume, QuicServer, QuicServerConfig, QuicTuning};
-use xfer_service::{AccessControl, AccessFileError, TpcConfig, UploadConfig, Uploads};
+use xfer_service::{AccessControl, AccessFileError, KeyTimes, TpcConfig, UploadConfig, Uploads};
 
 use crate::ClientConfig;
 
@@ -57,6 +57,8 @@ pub struct ServeConfig {
     pub access_file: Option<PathBuf>,
     /// Serve reads without credentials. Default on.
     pub anonymous_read: bool,
+    /// How long the keys of the access file's JWT issuers are cached (docs/tokens.md).
+    pub issuer_keys: KeyTimes,
     /// Ask clients for a certificate signed by a CA in this PEM file; its subjectAltName
     /// names map to scopes in the access file. Needs TLS.
     pub client_ca: Option<PathBuf>,
@@ -84,6 +86,7 @@ impl ServeConfig {
             dangerous_fault: None,
             access_file: None,
             anonymous_read: true,
+            issuer_keys: KeyTimes::default(),
             client_ca: None,
             uploads: None,
             tpc: Some(TpcConfig::default()),
@@ -159,7 +162,10 @@ impl Servers {
             }
         };
         let access = Arc::new(match &cfg.access_file {
-            Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?,
+            Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?.with_key_source(
+                Arc::new(crate::issuer_keys::IssuerKeyFetcher),
+                cfg.issuer_keys,
+            ),
             None => AccessControl::anonymous(cfg.anonymous_read),
         });
         access.spawn_reloader();

@@ -56,6 +56,9 @@ mod staging;
 #[path = "e2e/access.rs"]
 mod access;
 
+#[path = "e2e/tokens.rs"]
+mod tokens;
+
 #[path = "e2e/upload.rs"]
 mod upload;
 

@@ -29,7 +29,7 @@ async fn fixture(proto: Proto) -> Result<Fixture, crate::support::BoxError> {
     Ok(fx)
 }
 
-fn get_args(fx: &Fixture, path: &str, dest: &Path, token: Option<&Path>) -> Vec<String> {
+pub(crate) fn get_args(fx: &Fixture, path: &str, dest: &Path, token: Option<&Path>) -> Vec<String> {
     let mut a = vec![
         "get".to_string(),
         fx.url(path),

@@ -29,6 +29,7 @@ use xfer_core::checksum::{
 };
 use xfer_core::digest::{wants_sha256, Sha256Digest};
 use xfer_quic::wire::{decode_trailer, Request, ResponseHead};
+use xfer_service::access::jwt::{self, Alg, PublicKey, MAX_JWT_LEN};
 
 /// A named fuzz target.
 pub type Target = (&'static str, fn(&[u8]));
@@ -43,6 +44,7 @@ pub const TARGETS: &[Target] = &[
     ("listing_autoindex", listing_autoindex),
     ("listing_manifest", listing_manifest),
     ("listing_name", listing_name),
+    ("jwt", jwt),
 ];
 
 /// `Range` against a size (first 8 bytes, little-endian), and `Content-Range` round trips.
@@ -236,4 +238,50 @@ fn split_u64(data: &[u8]) -> (u64, &[u8]) {
     let mut b = [0u8; 8];
     b.copy_from_slice(head);
     (u64::from_le_bytes(b), rest)
+}
+
+/// A bearer token as the server receives it: the input as token text, and the input split at
+/// its first two `0x01` bytes into header, claims and signature, each base64url-encoded, so
+/// that mutations reach the JSON and the algorithm checks too. What parses has an accepted
+/// algorithm, a `kid` and a length within the cap, and never verifies against a key that did
+/// not sign it. The input as a JWKS: every key it yields is usable.
+pub fn jwt(data: &[u8]) {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    if let Ok(text) = std::str::from_utf8(data) {
+        check_jwt(text);
+    }
+    let mut parts = data.splitn(3, |b| *b == 1);
+    let (h, p, s) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let token = [h, p, s].map(|part| URL_SAFE_NO_PAD.encode(part)).join(".");
+    check_jwt(&token);
+    if let Ok(keys) = jwt::parse_jwks(data) {
+        for (kid, key) in keys {
+            assert!(!kid.is_empty());
+            if let PublicKey::P256(point) = key {
+                assert!(point.len() == 65 && point[0] == 4, "{point:?}");
+            }
+        }
+    }
+}
+
+fn check_jwt(token: &str) {
+    let Ok(jws) = jwt::parse(token) else {
+        return;
+    };
+    assert!(token.len() <= MAX_JWT_LEN);
+    assert!(matches!(jws.alg, Alg::Rs256 | Alg::Es256));
+    assert!(!jws.kid.is_empty());
+    let mut point = vec![4u8];
+    point.extend_from_slice(&[7u8; 64]);
+    assert!(jws.verify(&PublicKey::P256(point)).is_err());
+    let rsa = PublicKey::Rsa {
+        n: vec![0xc5; 256],
+        e: vec![1, 0, 1],
+    };
+    assert!(jws.verify(&rsa).is_err());
 }

@@ -24,6 +24,13 @@
 //! quick setups. Presented tokens are hashed and compared with every entry in constant time.
 //! Anonymous callers may read when `anonymous_read` is on (the default) and never write.
 
+mod issuers;
+pub mod jwt;
+mod keys;
+
+pub use issuers::{LEEWAY_SECS, WLCG_ANY_AUDIENCE};
+pub use keys::{HttpsGet, KeyTimes, MAX_KEY_DOCUMENT};
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -35,8 +42,9 @@ use subtle::ConstantTimeEq;
 use xfer_common::paths::sanitize_relative;
 pub use xfer_common::secret::Secret;
 
-/// Longest bearer token accepted, in bytes; codecs refuse longer ones before hashing.
-pub const MAX_TOKEN_LEN: usize = 4096;
+/// Longest bearer token accepted, in bytes (a JWT's limit); codecs refuse longer ones
+/// before hashing.
+pub const MAX_TOKEN_LEN: usize = jwt::MAX_JWT_LEN;
 
 /// How often the access file's modification time is checked for a reload.
 const RELOAD_CHECK: Duration = Duration::from_secs(2);
@@ -44,10 +52,24 @@ const RELOAD_CHECK: Duration = Duration::from_secs(2);
 /// What a request does to the tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
-    /// GET, HEAD, listings.
+    /// GET, HEAD, PROPFIND, listings, checksums.
     Read,
-    /// Uploads and anything else that changes the tree.
+    /// Adds a file or directory that does not exist yet; never replaces, truncates or
+    /// removes anything.
+    Create,
+    /// Creates, overwrites, deletes or renames.
+    Modify,
+    /// The write of the access file's `write` level: the same as [`Operation::Modify`].
     Write,
+}
+
+impl Operation {
+    fn normalised(self) -> Self {
+        match self {
+            Self::Write => Self::Modify,
+            op => op,
+        }
+    }
 }
 
 /// What the caller presented, as the codec received it.
@@ -71,6 +93,12 @@ pub enum Identity {
     Certificate {
         name: String,
     },
+    /// A JWT whose signature, issuer, times and audience verified.
+    Jwt {
+        issuer: String,
+        subject: String,
+        jti: Option<String>,
+    },
 }
 
 impl fmt::Display for Identity {
@@ -79,6 +107,17 @@ impl fmt::Display for Identity {
             Self::Anonymous => f.write_str("anonymous"),
             Self::Token { name } => write!(f, "token {name}"),
             Self::Certificate { name } => write!(f, "certificate {name}"),
+            Self::Jwt {
+                issuer,
+                subject,
+                jti,
+            } => {
+                write!(f, "jwt {issuer} sub={subject}")?;
+                match jti {
+                    Some(jti) => write!(f, " jti={jti}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -88,16 +127,108 @@ impl fmt::Display for Identity {
 pub enum Denied {
     /// 401: credentials are needed and none were given, or what was given matches nothing.
     Unauthenticated { invalid_token: bool },
+    /// 401: a bearer token that looks like a JWT and does not verify.
+    BadToken(TokenError),
     /// 403: the caller is known, the request is outside its scope.
     OutOfScope { identity: Identity, reason: String },
 }
 
-/// Access level of a scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// Why a JWT is refused; each has its own short, fixed `WWW-Authenticate` challenge
+/// (RFC 6750 §3), which never quotes the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("token is not a well-formed JWT")]
+    Malformed,
+    #[error("token too large")]
+    TooLarge,
+    #[error("token signature algorithm not accepted (RS256 and ES256 are)")]
+    Algorithm,
+    #[error("token header has no kid")]
+    NoKeyId,
+    #[error("token issuer not accepted here")]
+    UnknownIssuer,
+    #[error("token issuer keys unavailable")]
+    KeysUnavailable,
+    #[error("token signing key unknown to the issuer")]
+    UnknownKey,
+    #[error("token signature does not verify")]
+    Signature,
+    #[error("token expired")]
+    Expired,
+    #[error("token not yet valid")]
+    NotYetValid,
+    #[error("token audience not accepted here")]
+    Audience,
+    #[error("token lacks a required claim")]
+    MissingClaim,
+    #[error("token profile version not supported")]
+    Version,
+    #[error("token storage scope without a path")]
+    ScopeWithoutPath,
+    #[error("token scope path not clean")]
+    ScopePath,
+}
+
+impl TokenError {
+    /// The `WWW-Authenticate` field of the 401.
+    pub fn challenge(self) -> &'static str {
+        macro_rules! challenge {
+            ($d:literal) => {
+                concat!(
+                    r#"Bearer realm="xfer", error="invalid_token", error_description=""#,
+                    $d,
+                    '"'
+                )
+            };
+        }
+        match self {
+            Self::Malformed => challenge!("malformed token"),
+            Self::TooLarge => challenge!("token too large"),
+            Self::Algorithm => challenge!("signature algorithm not accepted"),
+            Self::NoKeyId => challenge!("no kid in the token header"),
+            Self::UnknownIssuer => challenge!("issuer not accepted"),
+            Self::KeysUnavailable => challenge!("issuer keys unavailable"),
+            Self::UnknownKey => challenge!("unknown signing key"),
+            Self::Signature => challenge!("signature does not verify"),
+            Self::Expired => challenge!("token expired"),
+            Self::NotYetValid => challenge!("token not yet valid"),
+            Self::Audience => challenge!("audience not accepted"),
+            Self::MissingClaim => challenge!("required claim missing"),
+            Self::Version => challenge!("token version not supported"),
+            Self::ScopeWithoutPath => challenge!("storage scope without a path"),
+            Self::ScopePath => challenge!("scope path not clean"),
+        }
+    }
+}
+
+/// An access level under a path prefix (relative to the served root).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    level: Level,
+    prefix: PathBuf,
+}
+
+/// Access level of a scope: each includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     Read,
-    Write,
+    Create,
+    /// `write` in access files written before `create` existed.
+    #[serde(alias = "write")]
+    Modify,
+}
+
+impl Level {
+    /// Whether a scope of this level covers `op`.
+    pub fn allows(self, op: Operation) -> bool {
+        let needed = match op.normalised() {
+            Operation::Read => Self::Read,
+            Operation::Create => Self::Create,
+            Operation::Modify | Operation::Write => Self::Modify,
+        };
+        self >= needed
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,6 +238,8 @@ struct AccessFile {
     token: Vec<TokenEntry>,
     #[serde(default)]
     certificate: Vec<CertificateEntry>,
+    #[serde(default)]
+    issuer: Vec<issuers::IssuerEntry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -164,6 +297,7 @@ pub struct Policy {
     anonymous_read: bool,
     tokens: Vec<TokenScope>,
     certificates: Vec<CertificateScope>,
+    issuers: Vec<issuers::Issuer>,
 }
 
 impl Policy {
@@ -222,6 +356,14 @@ impl Policy {
                 .certificates
                 .push(CertificateScope { dns: c.dns, scope });
         }
+        for (i, entry) in file.issuer.into_iter().enumerate() {
+            let what = format!("issuer[{i}]");
+            let issuer = entry.check().map_err(|m| fail(format!("{what}: {m}")))?;
+            if policy.issuers.iter().any(|o| o.url == issuer.url) {
+                return Err(fail(format!("{what}: {} is listed twice", issuer.url)));
+            }
+            policy.issuers.push(issuer);
+        }
         Ok(policy)
     }
 
@@ -234,10 +376,13 @@ impl Policy {
         Self::parse(&text, path, anonymous_read)
     }
 
-    /// Whether anyone can ever write (a token or certificate with write access exists).
+    /// Whether anyone can ever write (a token or certificate with create or modify access
+    /// exists).
     pub fn allows_writes(&self) -> bool {
-        let write = |s: &Scope| s.level == Level::Write;
-        self.tokens.iter().any(|t| write(&t.scope))
+        let write = |s: &Scope| s.level >= Level::Create;
+        // Tokens an issuer signs may carry any scope.
+        !self.issuers.is_empty()
+            || self.tokens.iter().any(|t| write(&t.scope))
             || self.certificates.iter().any(|c| write(&c.scope))
     }
 
@@ -265,10 +410,13 @@ impl Policy {
             },
             (None, None) => return self.anonymous_check(op),
         };
-        if op == Operation::Write && scope.level == Level::Read {
+        if !scope.level.allows(op) {
             return Err(Denied::OutOfScope {
                 identity: scope.identity.clone(),
-                reason: "read-only scope".into(),
+                reason: match scope.level {
+                    Level::Read => "read-only scope".into(),
+                    _ => "create-only scope: the target exists".into(),
+                },
             });
         }
         // A path that does not decode is refused later with 400, whoever asks.
@@ -318,6 +466,29 @@ impl Policy {
     }
 }
 
+/// Whether any of a token's grants covers `op` on `request_path`.
+fn check_grants(
+    identity: Identity,
+    grants: &[Grant],
+    op: Operation,
+    request_path: &str,
+) -> Result<Identity, Denied> {
+    // A path that does not decode is refused later with 400, whoever asks.
+    let Ok(rel) = sanitize_relative(request_path) else {
+        return Ok(identity);
+    };
+    let covering = grants.iter().filter(|g| rel.starts_with(&g.prefix));
+    if covering.clone().any(|g| g.level.allows(op)) {
+        return Ok(identity);
+    }
+    let reason = if covering.count() == 0 {
+        "no scope of the token covers the path".into()
+    } else {
+        format!("the token's scopes do not allow {op:?} there")
+    };
+    Err(Denied::OutOfScope { identity, reason })
+}
+
 fn scope(identity: Identity, level: Level, prefix: &str) -> Result<Scope, String> {
     let prefix = sanitize_relative(prefix)
         .map_err(|e| format!("prefix {prefix:?} is not a clean absolute path: {e}"))?;
@@ -354,6 +525,7 @@ pub struct AccessControl {
     current: RwLock<Arc<Policy>>,
     file: Option<PathBuf>,
     anonymous_read: bool,
+    keys: keys::KeyCache,
 }
 
 impl AccessControl {
@@ -363,6 +535,7 @@ impl AccessControl {
             current: RwLock::new(Arc::new(Policy::anonymous(anonymous_read))),
             file: None,
             anonymous_read,
+            keys: keys::KeyCache::new(None, KeyTimes::default()),
         }
     }
 
@@ -373,7 +546,15 @@ impl AccessControl {
             current: RwLock::new(Arc::new(policy)),
             file: Some(path.to_path_buf()),
             anonymous_read,
+            keys: keys::KeyCache::new(None, KeyTimes::default()),
         })
+    }
+
+    /// Fetch issuers' keys with `source` (without one, every JWT is refused), cached as
+    /// `times` says.
+    pub fn with_key_source(mut self, source: Arc<dyn HttpsGet>, times: KeyTimes) -> Self {
+        self.keys = keys::KeyCache::new(Some(source), times);
+        self
     }
 
     pub fn policy(&self) -> Arc<Policy> {
@@ -381,6 +562,59 @@ impl AccessControl {
             .read()
             .map(|p| Arc::clone(&p))
             .unwrap_or_else(|p| Arc::clone(&p.into_inner()))
+    }
+
+    /// Decide whether the caller may do `op` on `request_path` (still percent-encoded): the
+    /// one entry point for every request, whatever the caller presented.
+    pub async fn authorize(
+        &self,
+        creds: &Credentials,
+        op: Operation,
+        request_path: &str,
+    ) -> Result<Identity, Denied> {
+        let policy = self.policy();
+        match (&creds.bearer, policy.issuers.is_empty()) {
+            (Some(token), false)
+                if jwt::looks_like_jwt(token.expose()) && policy.token_scope(token).is_none() =>
+            {
+                let (identity, grants) =
+                    self.verify_jwt(&policy, token.expose())
+                        .await
+                        .map_err(|e| {
+                            tracing::info!(reason = %e, "bearer token refused");
+                            Denied::BadToken(e)
+                        })?;
+                check_grants(identity, &grants, op, request_path)
+            }
+            _ => policy.check(creds, op, request_path),
+        }
+    }
+
+    /// Signature, issuer, times, audience, version and scopes of a JWT.
+    async fn verify_jwt(
+        &self,
+        policy: &Policy,
+        token: &str,
+    ) -> Result<(Identity, Vec<Grant>), TokenError> {
+        let jws = jwt::parse(token)?;
+        let iss = jws.claims.get("iss").and_then(serde_json::Value::as_str);
+        let issuer = policy
+            .issuers
+            .iter()
+            .find(|i| Some(i.url.as_str()) == iss)
+            .ok_or(TokenError::UnknownIssuer)?;
+        let key = self
+            .keys
+            .key(&issuer.url, issuer.ca_file.as_ref(), &jws.kid)
+            .await?;
+        jws.verify(&key)?;
+        let (subject, grants) = issuer.grants(&jws.claims, SystemTime::now())?;
+        let identity = Identity::Jwt {
+            issuer: issuer.url.clone(),
+            subject: subject.subject,
+            jti: subject.jti,
+        };
+        Ok((identity, grants))
     }
 
     /// Read the access file again. A file that no longer parses leaves the rules in force
@@ -497,6 +731,25 @@ prefix = "/"
                 invalid_token: true
             })
         );
+    }
+
+    #[test]
+    fn levels_include_the_ones_before_them() {
+        use Operation::*;
+        for (level, read, create, modify) in [
+            (Level::Read, true, false, false),
+            (Level::Create, true, true, false),
+            (Level::Modify, true, true, true),
+        ] {
+            assert_eq!(level.allows(Read), read, "{level:?}");
+            assert_eq!(level.allows(Create), create, "{level:?}");
+            assert_eq!(level.allows(Modify), modify, "{level:?}");
+            assert_eq!(level.allows(Write), modify, "{level:?}");
+        }
+        let old: Level = toml::from_str::<toml::Value>("l = 'write'")
+            .and_then(|v| v["l"].clone().try_into())
+            .expect("write parses");
+        assert_eq!(old, Level::Modify);
     }
 
     #[test]

@@ -38,12 +38,11 @@ pub(crate) enum Change {
     Modify,
 }
 
-/// The access-control operation a change is checked against. The access model has one write
-/// level today, the one uploads are checked against; `Create` and `Modify` map onto it until
-/// the model tells them apart.
+/// The access-control operation a change is checked against.
 pub(crate) fn operation(change: Change) -> Operation {
     match change {
-        Change::Create | Change::Modify => Operation::Write,
+        Change::Create => Operation::Create,
+        Change::Modify => Operation::Modify,
     }
 }
 
@@ -124,16 +123,19 @@ pub(crate) async fn mkcol(
 /// new one. 201 when the destination was free, 204 when it was replaced (`Overwrite: T`, the
 /// default), 412 when it exists and `Overwrite: F`. `may_modify` checks the caller's scope on
 /// the destination path (the source was checked like any request path).
-pub(crate) async fn mv(
+pub(crate) async fn mv<F>(
     cfg: &ServiceConfig,
     req: &Request,
-    may_modify: impl FnOnce(&str) -> Result<(), ResponsePlan>,
-) -> ResponsePlan {
+    may_modify: impl FnOnce(String) -> F,
+) -> ResponsePlan
+where
+    F: std::future::Future<Output = Result<(), ResponsePlan>>,
+{
     let target = match destination(req) {
         Ok(t) => t,
         Err(r) => return r.plan(),
     };
-    if let Err(plan) = may_modify(&target.path) {
+    if let Err(plan) = may_modify(target.path.clone()).await {
         return plan;
     }
     let (root, src_path) = (cfg.root.clone(), req.path.clone());

@@ -48,7 +48,8 @@ pub mod tpc;
 pub mod upload;
 
 pub use access::{
-    AccessControl, AccessFileError, Credentials, Denied, Identity, Operation, Policy, Secret,
+    AccessControl, AccessFileError, Credentials, Denied, HttpsGet, Identity, KeyTimes, Operation,
+    Policy, Secret, TokenError,
 };
 pub use body::{BodyEvent, BodyStream};
 pub use checksums::ChecksumCache;

@@ -2,9 +2,10 @@
 //! logging. Directories and WebDAV are decided in [`crate::directory`] and [`crate::dav`].
 
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use xfer_common::paths::sanitize_relative;
 use xfer_common::ranges::{parse_range, RangeOutcome};
 use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptions};
 use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
@@ -215,13 +216,13 @@ impl Service {
                 | Method::Move,
                 None,
             ) => Operation::Read,
-            _ => operation(req),
+            _ => operation(req, &self.cfg.root).await,
         };
         let (plan, who) = match self
             .cfg
             .access
-            .policy()
-            .check(&req.credentials, op, &req.path)
+            .authorize(&req.credentials, op, &req.path)
+            .await
         {
             // A push makes this server send a file where the caller says: never for anonymous.
             Ok(Identity::Anonymous) if req.method == Method::Copy && self.cfg.tpc.is_some() => {
@@ -251,11 +252,8 @@ impl Service {
         let path = found
             .as_ref()
             .map_or(req.path.as_str(), |u| u.request_path());
-        let checked = match cfg
-            .access
-            .policy()
-            .check(&req.credentials, Operation::Write, path)
-        {
+        let op = write_operation(&cfg.root, path).await;
+        let checked = match cfg.access.authorize(&req.credentials, op, path).await {
             // An authenticated caller asking for an unknown upload learns it is unknown.
             Err(Denied::OutOfScope { identity, .. }) if found.is_none() => Ok(identity),
             other => other,
@@ -313,10 +311,14 @@ impl Service {
             Method::Move => {
                 // A rename removes the source's name and may replace the destination: the
                 // caller must be allowed to modify both.
-                let may_modify = |dest: &str| {
+                let may_modify = |dest: String| async move {
                     cfg.access
-                        .policy()
-                        .check(&req.credentials, dav_write::operation(Change::Modify), dest)
+                        .authorize(
+                            &req.credentials,
+                            dav_write::operation(Change::Modify),
+                            &dest,
+                        )
+                        .await
                         .map(|_| ())
                         .map_err(|denied| denial(denied).0)
                 };
@@ -585,9 +587,9 @@ fn checksums_on_send(
 }
 
 /// What a request does, for access control.
-fn operation(req: &Request) -> Operation {
+async fn operation(req: &Request, root: &Path) -> Operation {
     match &req.method {
-        Method::Put | Method::Post | Method::Patch => Operation::Write,
+        Method::Put | Method::Post | Method::Patch => write_operation(root, &req.path).await,
         // Removes a name (or cancels an upload).
         Method::Delete => dav_write::operation(Change::Modify),
         // Makes a new directory, replacing nothing.
@@ -595,15 +597,28 @@ fn operation(req: &Request) -> Operation {
         // Removes the source's name; the destination is checked in `change_tree`.
         Method::Move => dav_write::operation(Change::Modify),
         // A pull writes the path; a push reads it (and needs a known caller, checked later).
-        Method::Copy if tpc::is_pull(req) => Operation::Write,
+        Method::Copy if tpc::is_pull(req) => write_operation(root, &req.path).await,
         Method::Copy => Operation::Read,
         // An upload's status is for its uploader.
-        Method::Head if req.upload.id.is_some() => Operation::Write,
+        Method::Head if req.upload.id.is_some() => write_operation(root, &req.path).await,
         Method::Get | Method::Head | Method::Options | Method::Propfind | Method::List => {
             Operation::Read
         }
         // Answered 405 once the caller is known to be allowed to read.
         Method::Other(_) => Operation::Read,
+    }
+}
+
+/// A write to `request_path`: [`Operation::Create`] while nothing has its name, so that a
+/// create-only scope can add files; [`Operation::Modify`] when it would replace something
+/// (or when the path cannot be checked, which a create-only caller may then not do).
+async fn write_operation(root: &Path, request_path: &str) -> Operation {
+    let Ok(rel) = sanitize_relative(request_path) else {
+        return Operation::Modify;
+    };
+    match tokio::fs::symlink_metadata(root.join(rel)).await {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Operation::Create,
+        _ => Operation::Modify,
     }
 }
 
@@ -625,6 +640,15 @@ fn denial(denied: Denied) -> (ResponsePlan, Identity) {
             } else {
                 r#"Bearer realm="xfer""#
             });
+            (plan, Identity::Anonymous)
+        }
+        Denied::BadToken(why) => {
+            let mut plan = ResponsePlan::refusal(
+                status::UNAUTHORIZED,
+                "authentication required: the token was refused\n",
+                Some(why.to_string()),
+            );
+            plan.www_authenticate = Some(why.challenge());
             (plan, Identity::Anonymous)
         }
         Denied::OutOfScope { identity, reason } => {

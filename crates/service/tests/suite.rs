@@ -11,6 +11,8 @@ mod decisions;
 mod listing;
 #[path = "resumable.rs"]
 mod resumable;
+#[path = "tokens.rs"]
+mod tokens;
 #[path = "tpc.rs"]
 mod tpc;
 #[path = "upload.rs"]

@@ -29,6 +29,18 @@ name = "reader"
 token = "r"
 access = "read"
 prefix = "/"
+
+[[token]]
+name = "creator"
+token = "c"
+access = "create"
+prefix = "/in"
+
+[[token]]
+name = "modifier"
+token = "m"
+access = "modify"
+prefix = "/in"
 "#;
 
 /// A waker that only notes it was woken, for polling a request by hand.
@@ -201,6 +213,43 @@ async fn who_may_write_where() {
     assert_eq!(
         std::fs::read_link(dir.path().join("root/in/link")).expect("link"),
         Path::new("/etc")
+    );
+}
+
+/// `create` adds files and never replaces one; `modify` (and `write`, its old name) does both.
+#[tokio::test]
+async fn create_adds_and_modify_replaces() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = service(dir.path());
+    let send = async |path: &str, token: &str, body: &[u8]| {
+        svc.respond_with_body(
+            &put(path, Some(token), UploadHead::default()),
+            &mut Pieces::of(body),
+        )
+        .await
+    };
+    let plan = send("/in/new.bin", "c", b"first").await;
+    assert_eq!(plan.status, status::CREATED, "{:?}", plan.detail);
+    let plan = send("/in/new.bin", "c", b"second").await;
+    assert_eq!(plan.status, status::FORBIDDEN, "{:?}", plan.detail);
+    assert_eq!(
+        std::fs::read(dir.path().join("root/in/new.bin")).expect("read"),
+        b"first",
+        "a create-only caller replaced a file"
+    );
+    let plan = send("/in/sub/deeper.bin", "c", b"x").await;
+    assert_eq!(plan.status, status::CREATED, "{:?}", plan.detail);
+    let plan = send("/in/new.bin", "m", b"third").await;
+    assert_eq!(plan.status, status::NO_CONTENT, "{:?}", plan.detail);
+    let plan = send("/in/new.bin", "w", b"fourth").await;
+    assert_eq!(plan.status, status::NO_CONTENT, "{:?}", plan.detail);
+    let plan = send("/in/other.bin", "m", b"x").await;
+    assert_eq!(plan.status, status::CREATED, "{:?}", plan.detail);
+    let plan = send("/elsewhere.bin", "c", b"x").await;
+    assert_eq!(plan.status, status::FORBIDDEN, "{:?}", plan.detail);
+    assert_eq!(
+        std::fs::read(dir.path().join("root/in/new.bin")).expect("read"),
+        b"fourth"
     );
 }
 
