@@ -411,15 +411,18 @@ async fn handle_connection(incoming: quinn::Incoming, state: &Arc<State>) {
         })
         .and_then(|chain| chain.first().map(|c| Arc::new(c.as_ref().to_vec())));
     tracing::debug!(%peer, client_certificate = client_certificate.is_some(), "quic connection accepted");
+    // The blocks of this connection's streams count against its share of the memory budget
+    // (shared with HTTP by `xfer serve`) and its address's, as HTTP's do.
+    let account = state.service.config().stream.budget.account(peer.ip());
     loop {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
                 let state = state.clone();
                 let cert = client_certificate.clone();
                 let done = done.clone();
-                tokio::spawn(
-                    async move { handle_stream(send, recv, &state, peer, cert, done).await },
-                );
+                tokio::spawn(account.clone().scope(async move {
+                    handle_stream(send, recv, &state, peer, cert, done).await
+                }));
             }
             Err(e) => {
                 let s = connection.stats();
