@@ -610,10 +610,14 @@ async fn drive<I>(
     // Every block this connection's responses read counts against its share of the budget
     // and its address's (xfer_common::memory, "Fair shares").
     let account = cfg.memory_budget.account(peer.ip());
+    // HTTP/1.1's 503 closes its connection; HTTP/2's winds down with GOAWAY once answered.
+    let refused = (refusing && h2).then(CancellationToken::new);
+    let evict = evict.or_else(|| refused.clone());
     let ctx = Arc::new(ConnCtx {
         peer,
         protocol,
         refusing,
+        refused,
         client_certificate,
         early,
         shared: shared.clone(),
