@@ -47,7 +47,9 @@ pub mod tls;
 
 pub use digest_cache::{DigestCache, DigestCacheConfig};
 pub use fault::FaultInjection;
-pub use memory::{BudgetBuf, BudgetError, MemoryBudget, DEFAULT_MEMORY_BUDGET};
+pub use memory::{
+    BudgetAccount, BudgetBuf, BudgetError, BudgetStats, MemoryBudget, DEFAULT_MEMORY_BUDGET,
+};
 pub use paths::{resolve_target_under, resolve_under, PathError, Target, TargetKind};
 pub use ranges::{content_range, parse_content_range, parse_range, RangeOutcome};
 pub use resource::{

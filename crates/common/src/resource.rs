@@ -25,7 +25,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
-use crate::memory::{BudgetBuf, BudgetError, MemoryBudget};
+use crate::memory::{BudgetAccount, BudgetBuf, BudgetError, MemoryBudget};
 use crate::paths::{resolve_under, PathError};
 use crate::synthetic::{SyntheticQueryError, SyntheticSpec, SYNTHETIC_PATH};
 
@@ -547,7 +547,8 @@ impl Default for StreamOptions {
 /// The blocks of one range of a [`Resource`], read on tokio's blocking pool ahead of use.
 ///
 /// Must be polled inside a tokio runtime. Each read first waits for room in the
-/// [`MemoryBudget`]; dropping the stream cancels reads still waiting and discards the others'
+/// [`MemoryBudget`], within the share of the connection whose [`BudgetAccount`] was in scope
+/// when the stream was made (servers scope each connection's tasks in one); dropping the stream cancels reads still waiting and discards the others'
 /// results when they finish.
 pub struct BlockStream {
     resource: Resource,
@@ -555,6 +556,9 @@ pub struct BlockStream {
     next: u64,
     end: u64,
     opts: StreamOptions,
+    /// The connection whose share the blocks count against: the [`BudgetAccount`] in scope
+    /// when the stream was made, if it draws on the same budget.
+    account: Option<BudgetAccount>,
     in_flight: VecDeque<(u64, JoinHandle<io::Result<Bytes>>)>,
     /// Waiting for room in the budget for the block at `next`.
     acquiring: Option<Acquiring>,
@@ -567,8 +571,10 @@ impl BlockStream {
     pub fn new(resource: Resource, range: Range<u64>, opts: StreamOptions) -> Self {
         let end = range.end.min(resource.size);
         let start = range.start.min(end);
+        let account = BudgetAccount::current().filter(|a| *a.budget() == opts.budget);
         Self {
             resource,
+            account,
             next: start,
             end,
             opts: StreamOptions {
@@ -605,7 +611,10 @@ impl BlockStream {
             let len = block_len(self.end - offset, self.opts.block_size);
             let acquiring = self.acquiring.get_or_insert_with(|| {
                 let budget = self.opts.budget.clone();
-                Box::pin(async move { budget.buffer(len).await })
+                match self.account.clone() {
+                    Some(account) => Box::pin(async move { account.buffer(len).await }),
+                    None => Box::pin(async move { budget.buffer(len).await }),
+                }
             });
             let mut buf = match acquiring.as_mut().poll(cx) {
                 Poll::Pending => return Ok(()),

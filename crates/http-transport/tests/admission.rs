@@ -88,3 +88,89 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
         .expect("server stops")
         .expect("server task");
 }
+
+/// An HTTP/2 client over its address's cap is answered 503 and then sent GOAWAY, so its retry
+/// opens a new connection (admitted once a slot of its address is free) instead of being
+/// answered 503 on the refused one for as long as it keeps retrying on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_http2_connection_ends_with_goaway_after_its_503() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f.bin"), b"payload").expect("write");
+    let mut cfg = ServerConfig::new(dir.path());
+    cfg.listen = "127.0.0.1:0".parse().expect("addr");
+    cfg.max_connections_per_address = 1;
+    let server = HttpServer::bind(cfg).await.expect("bind");
+    let addr = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+
+    // The address's one slot, held by a silent connection.
+    let holder = connect_from(5, addr).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut s = connect_from(5, addr).await;
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let len = payload.len() as u32;
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    let mut h = vec![0x82, 0x86];
+    for (index, value) in [(4u8, "/f.bin"), (1u8, "x")] {
+        h.push(index);
+        h.push(value.len() as u8);
+        h.extend_from_slice(value.as_bytes());
+    }
+    out.extend(frame(0x1, 0x1 | 0x4, 1, &h));
+    s.write_all(&out).await.expect("request");
+
+    let (mut status_503, mut goaway) = (false, false);
+    let mut head = [0u8; 9];
+    let mut payload = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, async {
+        while s.read_exact(&mut head).await.is_ok() {
+            let len =
+                (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+            payload.resize(len, 0);
+            if s.read_exact(&mut payload).await.is_err() {
+                break;
+            }
+            match head[3] {
+                // The 503's body (its head is HPACK with Huffman-coded values).
+                0x0 => status_503 |= payload.windows(11).any(|w| w == b"server busy"),
+                0x4 if head[4] & 0x1 == 0 => {
+                    let _ = s.write_all(&frame(0x4, 0x1, 0, &[])).await;
+                }
+                0x6 if head[4] & 0x1 == 0 => {
+                    let ack = frame(0x6, 0x1, 0, &payload);
+                    let _ = s.write_all(&ack).await;
+                }
+                0x7 => {
+                    goaway = true;
+                    if status_503 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the refused connection neither ended nor said GOAWAY"
+    );
+    assert!(status_503, "no 503 body on the refused HTTP/2 connection");
+    assert!(goaway, "the refused HTTP/2 connection ended without GOAWAY");
+
+    drop((s, holder));
+    let _ = stop.send(());
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("server stops")
+        .expect("server task");
+}

@@ -611,6 +611,9 @@ async fn serve_streams(
         progress,
         mut drain,
     } = slot;
+    // The blocks of this connection's streams count against its share of the memory budget
+    // (shared with HTTP by `xfer serve`) and its address's, as HTTP's do.
+    let account = state.service.config().stream.budget.account(peer.ip());
     let mut streams = JoinSet::new();
     let mut closing: Option<&'static [u8]> = None;
     let mut sampler = tokio::time::interval(admission::IDLE_FOR_EVICTION / 4);
@@ -629,7 +632,9 @@ async fn serve_streams(
                     let state = state.clone();
                     let cert = client_certificate.clone();
                     let done = done.clone();
-                    streams.spawn(async move { handle_stream(send, recv, &state, peer, cert, done).await });
+                    streams.spawn(account.clone().scope(async move {
+                        handle_stream(send, recv, &state, peer, cert, done).await
+                    }));
                 }
                 Err(e) => {
                     tracing::debug!(%peer, reason = %e, "quic connection closed");

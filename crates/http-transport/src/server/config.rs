@@ -71,8 +71,10 @@ pub struct ServerConfig {
     /// Bytes of outgoing blocks (read-ahead, HTTP/2 and HTTP/1.1 send queues, and QUIC's
     /// unacknowledged data when `xfer serve` shares it with the QUIC server) held at once by
     /// the whole process. Default [`xfer_common::DEFAULT_MEMORY_BUDGET`] (512 MiB), at least
-    /// two blocks. A response whose next block does not fit waits for room. Clones of the
-    /// config share one budget; see `docs/security.md` for the process's resulting bound.
+    /// two blocks. A response whose next block does not fit waits for room. One connection
+    /// holds at most 1/8 of it and one client address 1/4, and 1/8 is kept for connections
+    /// holding under 1 MiB, so one client cannot make others wait. Clones of the config share
+    /// one budget; see `docs/security.md` ("Memory", "Fair shares") for the process's bound.
     pub memory_budget: MemoryBudget,
     /// A response that sends nothing for this long while it has data to send (the client
     /// does not open its flow-control window, does not read, or the budget has no room) is

@@ -37,6 +37,10 @@ pub(crate) struct ConnCtx {
     pub protocol: &'static str,
     /// The server is full: every request gets 503 with `Retry-After`.
     pub refusing: bool,
+    /// On a refused HTTP/2 connection: cancelled once a 503 is answered, so the connection
+    /// ends with GOAWAY and the client's retry opens a new one (which may then find a slot)
+    /// instead of being answered 503 on this one for as long as it keeps retrying.
+    pub refused: Option<tokio_util::sync::CancellationToken>,
     /// The client certificate the TLS handshake verified, when the server asks for one.
     pub client_certificate: Option<Arc<Vec<u8>>>,
     /// The connection began with TLS early data.
@@ -49,6 +53,9 @@ pub(crate) async fn handle(
     ctx: Arc<ConnCtx>,
 ) -> Result<Response<ServeBody>, Infallible> {
     if ctx.refusing {
+        if let Some(refused) = &ctx.refused {
+            refused.cancel();
+        }
         return Ok(busy(req.version()));
     }
     let request = decode(&req, &ctx);

@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
-use xfer_common::DigestCache;
+use xfer_common::{BudgetAccount, DigestCache};
 use xfer_service::admission::{self, Admission, Admit, Ticket};
 use xfer_service::{ChecksumCache, Service, ServiceConfig};
 
@@ -611,10 +611,17 @@ async fn drive<I>(
     tracing::debug!(%peer, protocol, client_certificate = client_certificate.is_some(), "connection");
     let cfg = &shared.cfg;
     let idle = idle_override.unwrap_or(cfg.idle_timeout);
+    // Every block this connection's responses read counts against its share of the budget
+    // and its address's (xfer_common::memory, "Fair shares").
+    let account = cfg.memory_budget.account(peer.ip());
+    // HTTP/1.1's 503 closes its connection; HTTP/2's winds down with GOAWAY once answered.
+    let refused = (refusing && h2).then(CancellationToken::new);
+    let evict = evict.or_else(|| refused.clone());
     let ctx = Arc::new(ConnCtx {
         peer,
         protocol,
         refusing,
+        refused,
         client_certificate,
         early,
         shared: shared.clone(),
@@ -626,6 +633,7 @@ async fn drive<I>(
         let mut b = hyper::server::conn::http2::Builder::new(StallExecutor {
             stall: cfg.stall_timeout,
             peer,
+            account: account.clone(),
         });
         b.timer(TokioTimer::new())
             .initial_stream_window_size(h2c.stream_window_u32())
@@ -646,6 +654,7 @@ async fn drive<I>(
             idle,
             evict,
             None,
+            account,
         )
         .await;
     } else {
@@ -666,6 +675,7 @@ async fn drive<I>(
             idle,
             evict,
             Some(cfg.stall_timeout),
+            account,
         )
         .await;
     }
@@ -674,7 +684,9 @@ async fn drive<I>(
 /// Drive a connection to its end, asking it to wind down on shutdown and dropping it when
 /// it moved no bytes for `idle`. With `stall` (HTTP/1.1, one response at a time), the
 /// connection is also dropped when its response sent nothing for that long; HTTP/2 watches
-/// each stream instead ([`StallExecutor`]).
+/// each stream instead ([`StallExecutor`]). HTTP/1.1 responses, read while the connection is
+/// polled, count against `account`.
+#[allow(clippy::too_many_arguments)]
 async fn run<C: Graceful>(
     conn: C,
     peer: SocketAddr,
@@ -683,6 +695,7 @@ async fn run<C: Graceful>(
     idle: Duration,
     evict: Option<CancellationToken>,
     stall: Option<Duration>,
+    account: BudgetAccount,
 ) {
     let evicted = async {
         match &evict {
@@ -713,7 +726,7 @@ async fn run<C: Graceful>(
     loop {
         tokio::select! {
             // Bodies created while the connection is polled report to `watch`.
-            res = std::future::poll_fn(|cx| watch.scope(|| conn.as_mut().poll(cx))) => {
+            res = std::future::poll_fn(|cx| account.sync_scope(|| watch.scope(|| conn.as_mut().poll(cx)))) => {
                 if let Err(e) = res {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }

@@ -19,6 +19,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
+use xfer_common::BudgetAccount;
 
 /// Checks per stall period: a stalled response ends between 1 and 1¼ periods after its last
 /// block.
@@ -103,11 +104,13 @@ impl StallClock {
     }
 }
 
-/// Runs hyper's HTTP/2 stream tasks on tokio, each under its own [`StreamWatch`].
+/// Runs hyper's HTTP/2 stream tasks on tokio, each under its own [`StreamWatch`] and its
+/// connection's share of the memory budget.
 #[derive(Debug, Clone)]
 pub(crate) struct StallExecutor {
     pub stall: Duration,
     pub peer: SocketAddr,
+    pub account: BudgetAccount,
 }
 
 impl<F> hyper::rt::Executor<F> for StallExecutor
@@ -117,7 +120,7 @@ where
     fn execute(&self, fut: F) {
         let watch = Arc::new(StreamWatch::default());
         let period = StallClock::period(self.stall);
-        tokio::spawn(Watched {
+        tokio::spawn(self.account.clone().scope(Watched {
             inner: Box::pin(fut),
             clock: StallClock::new(Arc::clone(&watch)),
             watch,
@@ -125,7 +128,7 @@ where
             timer: Box::pin(tokio::time::sleep(period)),
             stall: self.stall,
             peer: self.peer,
-        });
+        }));
     }
 }
 

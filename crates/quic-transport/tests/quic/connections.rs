@@ -392,30 +392,45 @@ async fn a_restarted_server_is_noticed_at_once_and_the_download_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_server_fails_within_the_idle_timeout() {
     limited!(async {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("root")).expect("root");
-        let server = Killable::start(killable_config(
-            dir.path(),
-            "127.0.0.1:0".parse().expect("literal"),
-        ))
-        .await;
         let size = 24u64 << 20;
         let idle = Duration::from_secs(2);
-        let (t, info) = synthetic_client(dir.path(), server.addr, 6, size, idle).await;
-        let mut lane = t.open_lane(0).await.expect("lane");
-        let whole = range_req(&info, 0..size);
-        let mut body = lane.fetch(&whole).await.expect("head");
-        let first = body
-            .next_data()
-            .await
-            .expect("first bytes")
-            .expect("a block");
+        // A runtime torn down under a stream may still get a reset of it onto the wire on its
+        // way out: that round says nothing about a server that vanishes, so it is run again.
+        let mut round = 0;
+        let (t, failed, err) = loop {
+            round += 1;
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::create_dir_all(dir.path().join("root")).expect("root");
+            let server = Killable::start(killable_config(
+                dir.path(),
+                "127.0.0.1:0".parse().expect("literal"),
+            ))
+            .await;
+            let (t, info) = synthetic_client(dir.path(), server.addr, 6, size, idle).await;
+            let mut lane = t.open_lane(0).await.expect("lane");
+            let whole = range_req(&info, 0..size);
+            let mut body = lane.fetch(&whole).await.expect("head");
+            let first = body
+                .next_data()
+                .await
+                .expect("first bytes")
+                .expect("a block");
 
-        server.kill().await;
-        let killed = Instant::now();
-        let (_, end) = read_checked(&mut body, 6, first.len() as u64).await;
-        let failed = killed.elapsed();
-        let err = end.expect_err("nothing can arrive from a killed server");
+            server.kill().await;
+            let killed = Instant::now();
+            let (_, end) = read_checked(&mut body, 6, first.len() as u64).await;
+            let failed = killed.elapsed();
+            let err = end.expect_err("nothing can arrive from a killed server");
+            let reset_on_the_way_out = matches!(&err, TransferError::Protocol { message, .. } if message.contains("reset the stream"));
+            if reset_on_the_way_out && round < 5 {
+                println!("vanished server: round {round} was reset as it went; again");
+                drop(body);
+                drop(lane);
+                t.close().await;
+                continue;
+            }
+            break (t, failed, err);
+        };
         println!("vanished server: failed after {failed:?}: {err}");
         assert!(
             matches!(&err, TransferError::Timeout { after, .. } if *after == idle),
