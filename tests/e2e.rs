@@ -65,6 +65,8 @@ mod upload;
 #[path = "e2e/put_tree.rs"]
 mod put_tree;
 
+#[path = "e2e/fair_shares.rs"]
+mod fair_shares;
 #[path = "e2e/memory.rs"]
 mod memory;
 #[path = "e2e/multi_source.rs"]
