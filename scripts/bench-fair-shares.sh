@@ -10,6 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 for i in $(seq 1 "$runs"); do
-    cargo test -q -p xfer-http --test stall never_read -- --nocapture 2>&1 |
+    cargo test -q -p xfer-http --test suite never_read -- --nocapture 2>&1 |
         grep -E "unloaded|test result" | sed "s/^/run $i: /"
 done
