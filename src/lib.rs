@@ -60,7 +60,7 @@
 //! WebDAV `PROPFIND` or nginx's JSON index) and fetches every file with the same checks, over
 //! one transport's connections.
 //!
-//! What this crate does not do: HTTP/3. Uploads ([`upload`], `put_tree`) and third-party
+//! What this crate does not do: HTTP/3. Uploads (`Upload`, [`put_tree`]) and third-party
 //! copies are here as well as downloads.
 
 #![forbid(unsafe_code)]
