@@ -50,12 +50,10 @@ impl SmallDisk {
                 dir: dir.to_path_buf(),
             })),
             Some(why) => {
-                let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-                assert!(
-                    !ci,
-                    "the disk-full test must run under CI=true (as root): {why}"
+                xfer_test_support::gate::absent(
+                    "the disk-full test",
+                    format!("cannot mount a small tmpfs (needs root): {why}"),
                 );
-                eprintln!("skipping: cannot mount a small tmpfs (needs root): {why}");
                 Ok(None)
             }
         }

@@ -315,30 +315,8 @@ pub fn wait_listening(
     }
 }
 
-/// An external program the interop cases need, or `None` to skip. Under `CI=true` a missing
-/// program fails the test instead.
-pub fn require_program(name: &str, candidates: &[&str], package: &str) -> Option<PathBuf> {
-    let found = candidates
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|d| d.join(name))
-                    .find(|p| p.is_file())
-            })
-        });
-    if found.is_none() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "{name} is required under CI=true (apt-get install {package})"
-        );
-        eprintln!("skipping: {name} not found (apt-get install {package})");
-    }
-    found
-}
+/// The prerequisite gate, shared by every test binary.
+pub use xfer_test_support::gate::require_program;
 
 /// Run one async case over every transport: `each_transport!(name => path::to::case);` makes
 /// `mod name` with one `#[tokio::test]` per transport calling `case(Proto::...)`.

@@ -16,35 +16,13 @@ use xfer_http::{HttpClientConfig, HttpTransport, HttpVersion};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-fn nginx_binary() -> Option<PathBuf> {
-    let candidates = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"];
-    candidates
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|d| d.join("nginx"))
-                    .find(|p| p.is_file())
-            })
-        })
-}
-
 /// The nginx binary, or `None` to skip. Under CI a missing nginx is a failure.
 fn require_nginx() -> Option<PathBuf> {
-    let found = nginx_binary();
-    if found.is_none() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "nginx is required for the interop tests under CI=true (apt-get install nginx-light)"
-        );
-        eprintln!(
-            "skipping nginx interop test: no nginx binary found (apt-get install nginx-light)"
-        );
-    }
-    found
+    xfer_test_support::gate::require_program(
+        "nginx",
+        &["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"],
+        "nginx-light",
+    )
 }
 
 struct Nginx {

@@ -4,6 +4,8 @@
 //!   byte of, or throttles what the server sends, per connection, so one suite can test the
 //!   client's behaviour under each fault over HTTP/1.1, HTTP/2 and QUIC alike.
 //! - [`data`]: deterministic test bytes (one generator for every test binary) and hashing.
+//! - [`gate`]: the prerequisite gate: skip when a capability is truly absent, never under
+//!   `CI=true`.
 //!
 //! ```text
 //!   client ──► FaultProxy (127.0.0.1:port) ──► server
@@ -16,6 +18,7 @@
 
 pub mod data;
 pub mod fault_proxy;
+pub mod gate;
 pub mod rate_relay;
 
 pub use data::{random_bytes, sha256_hex, write_random_file};

@@ -13,16 +13,7 @@ use xfer_lab::Lab;
 /// Whether a lab can be built here. Without one the test prints why and passes, except under
 /// CI=true, where it fails with the reason.
 pub fn prerequisites(test: &str) -> bool {
-    match xfer_lab::check_prerequisites() {
-        Ok(()) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("{test} cannot run under CI: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping {test}: {e}");
-            false
-        }
-    }
+    xfer_test_support::gate::available(test, xfer_lab::check_prerequisites())
 }
 
 /// Kills `xfer serve` even when an assertion fails first.
