@@ -115,7 +115,7 @@ impl Nginx {
 }
 
 fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(31) >> 3) as u8).collect()
+    xfer_test_support::random_bytes(len, 31)
 }
 
 async fn stat_and_ranges(h2c: bool) -> TestResult {

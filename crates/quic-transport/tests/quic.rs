@@ -125,9 +125,7 @@ fn small_buffers() -> QuicTuning {
 
 /// Bytes that differ at every offset, so a misplaced range cannot compare equal.
 fn pattern(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1])
-        .collect()
+    xfer_test_support::random_bytes(len, 2_654_435_761)
 }
 
 fn range_req(info: &RemoteInfo, range: std::ops::Range<u64>) -> RangeRequest {

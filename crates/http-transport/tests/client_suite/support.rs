@@ -24,12 +24,9 @@ use xfer_core::Sha256Digest;
 
 pub type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-/// Bytes with a pattern that makes misplaced ranges visible.
+/// Bytes that differ along the whole length, so a misplaced range cannot compare equal.
 pub fn pattern(len: usize) -> Bytes {
-    (0..len)
-        .map(|i| (i.wrapping_mul(7) ^ (i >> 8)) as u8)
-        .collect::<Vec<u8>>()
-        .into()
+    xfer_test_support::random_bytes(len, 7).into()
 }
 
 /// How the server speaks.
