@@ -49,7 +49,7 @@ async fn start(dir: &Path, resume: CarefulResume) -> Server {
 async fn start_sharing(dir: &Path, resume: CarefulResume, share: PathShare) -> Server {
     let root = dir.join("root");
     std::fs::create_dir_all(&root).expect("mkdir root");
-    let data: Vec<u8> = (0..FILE_BYTES).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let data = xfer_test_support::random_bytes(FILE_BYTES, 7);
     std::fs::write(root.join("data.bin"), &data).expect("write file");
     let certs = tls::self_signed(&["127.0.0.1".to_string()], &dir.join("certs"))
         .expect("self-signed certificate");
@@ -62,6 +62,9 @@ async fn start_sharing(dir: &Path, resume: CarefulResume, share: PathShare) -> S
     config.tuning = tuning();
     config.careful_resume = resume;
     config.path_share = share;
+    // A client that vanished mid-download leaves a request in flight: the tests end without
+    // waiting out the default 30 s grace for it.
+    config.shutdown_grace = Duration::from_secs(1);
     let server = QuicServer::bind(config).await.expect("bind");
     let addr = server.local_addr();
     let cache = server.path_cache();
