@@ -530,17 +530,11 @@ pub(crate) fn resolve_for_write(root: &Path, request_path: &str) -> Result<Write
     })
 }
 
-/// `bytes START-END/TOTAL` (RFC 9110 §14.4; the total is required here).
+/// `bytes START-END/TOTAL` (RFC 9110 §14.4; the total is required here), read by the one
+/// parser clients use for a 206: digits only, the span inside the total.
 fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
-    let rest = v.trim().strip_prefix("bytes ")?;
-    let (range, total) = rest.split_once('/')?;
-    let (a, b) = range.split_once('-')?;
-    let (start, last, total) = (
-        a.trim().parse::<u64>().ok()?,
-        b.trim().parse::<u64>().ok()?,
-        total.trim().parse::<u64>().ok()?,
-    );
-    (start <= last && last < total).then_some((start, last + 1, total))
+    let (range, total) = xfer_common::ranges::parse_content_range(v)?;
+    Some((range.start, range.end, total?))
 }
 
 /// An upload id: 16 to 64 characters of `[A-Za-z0-9_-]`, so it can name a file.
@@ -1264,6 +1258,9 @@ mod tests {
         assert_eq!(parse_content_range("bytes 0-10/10"), None);
         assert_eq!(parse_content_range("bytes 0-9/*"), None);
         assert_eq!(parse_content_range("items 0-9/10"), None);
+        // What `u64::from_str` alone would take.
+        assert_eq!(parse_content_range("bytes +0-9/10"), None);
+        assert_eq!(parse_content_range("bytes 0-+9/10"), None);
     }
 
     #[test]
