@@ -79,6 +79,7 @@ pub use xfer_common::tls::{ClientTlsOptions, SelfSigned};
 pub use xfer_core::adapt::{AdaptConfig, AdaptReport};
 pub use xfer_core::checksum::{Checksum, ChecksumAlgorithm};
 pub use xfer_core::duration::parse_duration;
+pub use xfer_core::error::error_chain;
 pub use xfer_core::get::{Download, GetConfig, GetError};
 pub use xfer_core::layout::{LaneLayout, Lanes};
 pub use xfer_core::multi::{MultiSource, Source, MAX_SOURCES};

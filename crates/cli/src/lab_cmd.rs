@@ -101,7 +101,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_scenario(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut s = Scenario::load(&a.scenario).map_err(|e| UsageError(with_causes(&e)))?;
+    let mut s = Scenario::load(&a.scenario).map_err(|e| UsageError(xfer::error_chain(&e)))?;
     if a.quick {
         s = s.quick();
     }
@@ -263,16 +263,4 @@ fn ping(a: PingArgs) -> anyhow::Result<ExitCode> {
     let stats = lab.shutdown()?;
     println!("relay: {stats:#?}");
     Ok(ExitCode::SUCCESS)
-}
-
-/// An error and its causes on one line: `cannot parse scenario x.toml: unknown field ...`.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(s.to_string().trim());
-        source = s.source();
-    }
-    text
 }

@@ -198,7 +198,10 @@ impl QuicTransport {
             .map_err(|e| TransferError::Config(e.to_string()))?;
         let peer = target.authority();
         let mut rustls_config = tls::client_config(&config.tls, &[ALPN]).map_err(|e| {
-            TransferError::Config(format!("tls set-up for {peer}: {}", error_chain(&e)))
+            TransferError::Config(format!(
+                "tls set-up for {peer}: {}",
+                xfer_core::error::error_chain(&e)
+            ))
         })?;
         // Reads (GET, STAT, LIST) on a connection opened after a first one to the same server
         // go as 0-RTT early data with its session ticket; uploads wait for the handshake.
@@ -933,17 +936,6 @@ fn connection_error(peer: &str, e: ConnectionError, during: &str, idle: Duration
             source: io::Error::new(io::ErrorKind::ConnectionAborted, format!("{during}: {e}")),
         },
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        s.push_str(": ");
-        s.push_str(&src.to_string());
-        cur = src.source();
-    }
-    s
 }
 
 impl Transport for QuicTransport {

@@ -129,7 +129,7 @@ pub async fn run_lane(plan: Arc<Plan>, index: usize) -> LaneTally {
                     lane: index,
                     server: target.url.clone(),
                     size,
-                    message: chain(&failure.error),
+                    message: xfer::error_chain(&failure.error),
                 });
                 lanes[server] = None;
                 if failure.connecting {
@@ -247,19 +247,4 @@ async fn one_op(
         }
     }
     Ok(())
-}
-
-/// An error and its causes on one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cause = c.source();
-    }
-    out
 }
