@@ -94,6 +94,9 @@ impl Fixture {
         cfg.quic = proto == Proto::Quic;
         // Its own UDP port 0, rather than the TCP port's number, which another process may hold.
         cfg.quic_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+        // A test that stops its server while a killed client's request is in flight ends
+        // without waiting out the default 30 s grace for it.
+        cfg.http.shutdown_grace = Duration::from_secs(1);
         configure(&mut cfg, dir.path());
         let servers = Servers::start(cfg).await?;
 

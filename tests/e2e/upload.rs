@@ -247,7 +247,11 @@ async fn server_restart_mid_upload_then_the_client_completes() -> TestResult {
         &["--lanes", "1", "--chunk-size", "1MiB"],
     );
     let dir = fx.root().join("in");
-    let (bin, a) = (xfer_bin(), args.clone());
+    // One attempt per chunk: the first run is to fail at once when its server goes, rather
+    // than back off for half a minute first.
+    let mut a = args.clone();
+    a.extend(["--retries".into(), "1".into()]);
+    let bin = xfer_bin();
     let child = std::thread::spawn(move || {
         Command::new(bin)
             .args(&a)
@@ -280,6 +284,7 @@ async fn server_restart_mid_upload_then_the_client_completes() -> TestResult {
     );
     cfg.http.listen = addr;
     cfg.quic = false;
+    cfg.http.shutdown_grace = Duration::from_secs(1);
     configure(&mut cfg, &tmp);
     let servers = Servers::start(cfg).await?;
     let out = run_xfer(args).await?;
