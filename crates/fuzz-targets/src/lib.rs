@@ -28,6 +28,7 @@ use xfer_core::checksum::{
     Checksum,
 };
 use xfer_core::digest::{wants_sha256, Sha256Digest};
+use xfer_core::multi::{link_duplicates, MAX_SOURCES};
 use xfer_quic::wire::{decode_trailer, Request, ResponseHead};
 use xfer_service::access::jwt::{self, Alg, PublicKey, MAX_JWT_LEN};
 
@@ -45,6 +46,8 @@ pub const TARGETS: &[Target] = &[
     ("listing_manifest", listing_manifest),
     ("listing_name", listing_name),
     ("jwt", jwt),
+    ("link", link),
+    ("http1_pipeline", http1_pipeline),
 ];
 
 /// `Range` against a size (first 8 bytes, little-endian), and `Content-Range` round trips.
@@ -284,4 +287,27 @@ fn check_jwt(token: &str) {
         e: vec![1, 0, 1],
     };
     assert!(jws.verify(&rsa).is_err());
+}
+
+/// `Link` field values (one per line): every duplicate found is the text between a `<` and
+/// its `>` in the input, found once, and no more of them than a download may use.
+pub fn link(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let found = link_duplicates(text.lines());
+    assert!(found.len() <= MAX_SOURCES, "{} duplicates", found.len());
+    for (i, target) in found.iter().enumerate() {
+        assert!(
+            text.contains(&format!("<{target}>")),
+            "{target:?} is not a bracketed target of {text:?}"
+        );
+        assert!(!found[..i].contains(target), "{target:?} twice");
+    }
+}
+
+/// Pipelined HTTP/1.1 responses, cut into reads of every size (see
+/// [`xfer_http::fuzzing::pipelined_responses`]).
+pub fn http1_pipeline(data: &[u8]) {
+    xfer_http::fuzzing::pipelined_responses(data);
 }

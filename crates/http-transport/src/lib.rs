@@ -5,4 +5,10 @@ pub mod server;
 pub mod tcp;
 
 pub use client::{AddressPolicy, HttpClientConfig, HttpTransport};
+
+/// Decoders of foreign bytes, for the fuzz targets only.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::client::pipeline::fuzzing::pipelined_responses;
+}
 pub use config::{ConfigError, Http2Config, HttpVersion, TcpConfig};

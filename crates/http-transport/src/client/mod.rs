@@ -45,7 +45,7 @@ mod lane;
 mod listing;
 mod loss_spread;
 mod path_memory;
-mod pipeline;
+pub(crate) mod pipeline;
 mod req_body;
 mod response;
 mod stats;

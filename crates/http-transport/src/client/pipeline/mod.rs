@@ -14,6 +14,8 @@
 
 mod body;
 mod conn;
+#[doc(hidden)]
+pub mod fuzzing;
 mod lane;
 mod wire;
 

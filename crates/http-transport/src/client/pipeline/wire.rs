@@ -49,6 +49,10 @@ pub(crate) fn parse_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, St
     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
     let mut resp = httparse::Response::new(&mut fields);
     let used = match resp.parse(buf) {
+        // The same limit whether the head came in one read or many.
+        Ok(httparse::Status::Complete(n)) if n > MAX_HEAD => {
+            return Err(format!("response head longer than {MAX_HEAD} bytes"))
+        }
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
             return Err(format!("response head longer than {MAX_HEAD} bytes"))
@@ -234,6 +238,9 @@ impl Decoder {
                     return Ok(Piece::Data(buf.split().freeze()));
                 }
                 State::ChunkSize => match httparse::parse_chunk_size(buf) {
+                    Ok(httparse::Status::Complete((used, _))) if used > MAX_CHUNK_LINE => {
+                        return Err("chunk-size line too long".to_string())
+                    }
                     Ok(httparse::Status::Complete((used, 0))) => {
                         buf.advance(used);
                         self.state = State::Trailers;
@@ -261,6 +268,9 @@ impl Decoder {
                 State::Trailers => {
                     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
                     match httparse::parse_headers(buf, &mut fields) {
+                        Ok(httparse::Status::Complete((used, _))) if used > MAX_HEAD => {
+                            return Err(format!("trailer section longer than {MAX_HEAD} bytes"))
+                        }
                         Ok(httparse::Status::Complete((used, fields))) => {
                             let map = to_map(fields)?;
                             buf.advance(used);
