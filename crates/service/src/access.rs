@@ -572,6 +572,20 @@ impl AccessControl {
         op: Operation,
         request_path: &str,
     ) -> Result<Identity, Denied> {
+        self.authorize_write(creds, op, request_path)
+            .await
+            .map(|(identity, _)| identity)
+    }
+
+    /// As [`AccessControl::authorize`], and whether the same caller may also modify the
+    /// path: a write allowed as [`Operation::Create`] must not replace a file that takes the
+    /// name before it is stored unless this is `true`.
+    pub async fn authorize_write(
+        &self,
+        creds: &Credentials,
+        op: Operation,
+        request_path: &str,
+    ) -> Result<(Identity, bool), Denied> {
         let policy = self.policy();
         match (&creds.bearer, policy.issuers.is_empty()) {
             (Some(token), false)
@@ -584,9 +598,16 @@ impl AccessControl {
                             tracing::info!(reason = %e, "bearer token refused");
                             Denied::BadToken(e)
                         })?;
-                check_grants(identity, &grants, op, request_path)
+                let may_modify =
+                    check_grants(identity.clone(), &grants, Operation::Modify, request_path)
+                        .is_ok();
+                check_grants(identity, &grants, op, request_path).map(|id| (id, may_modify))
             }
-            _ => policy.check(creds, op, request_path),
+            _ => {
+                let identity = policy.check(creds, op, request_path)?;
+                let may_modify = policy.check(creds, Operation::Modify, request_path).is_ok();
+                Ok((identity, may_modify))
+            }
         }
     }
 

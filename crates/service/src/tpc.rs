@@ -48,7 +48,7 @@ use crate::listing_body::ListingStream;
 use crate::plan::ResponsePlan;
 use crate::request::Request;
 use crate::respond::{refusal_for, status};
-use crate::upload::{self, Refusal};
+use crate::upload::{self, Refusal, Replace};
 
 pub mod remote_policy;
 
@@ -257,6 +257,8 @@ pub enum CopyFailed {
     NoChecksum,
     /// The server could not read, write or store the file.
     Local,
+    /// A file took the destination's name during the copy, and the caller may only create.
+    Exists,
     /// The client went away or the server is shutting down.
     Stopped,
     /// Anything else.
@@ -280,6 +282,9 @@ impl fmt::Display for CopyFailed {
                 "checksum verification failed: the remote offers no checksum to compare with",
             ),
             Self::Local => f.write_str("the server could not store or read the file"),
+            Self::Exists => f.write_str(
+                "the destination was created during the copy and this caller may not replace it",
+            ),
             Self::Stopped => f.write_str("stopped: the client went away"),
             Self::Other => f.write_str("the copy failed"),
         }
@@ -354,8 +359,9 @@ pub(crate) async fn copy(
     root: &std::path::Path,
     digests: &DigestCache,
     req: &Request,
+    replace: Replace,
 ) -> ResponsePlan {
-    match start(tpc, root, digests, req).await {
+    match start(tpc, root, digests, req, replace).await {
         Ok(plan) => plan,
         Err(r) => {
             let busy = r.status == status::TOO_MANY_REQUESTS;
@@ -373,6 +379,7 @@ async fn start(
     root: &std::path::Path,
     digests: &DigestCache,
     req: &Request,
+    replace: Replace,
 ) -> Result<ResponsePlan, Refusal> {
     let head = &req.copy;
     let (remote, pull) = match (&head.source, &head.destination) {
@@ -415,6 +422,8 @@ async fn start(
         .overwrite
         .as_deref()
         .is_some_and(|v| v.eq_ignore_ascii_case("f"));
+    // `Overwrite: F` holds to the end too: a file that appears during the copy stays.
+    let replace = if overwrite { replace } else { Replace::Never };
     let (direction, finish) = if pull {
         let target = upload::blocking(root, &req.path, upload::resolve_for_write).await?;
         if target.existed && !overwrite {
@@ -438,6 +447,7 @@ async fn start(
                 request_path: req.path.clone(),
                 root: root.to_path_buf(),
                 digests: digests.clone(),
+                replace,
             },
         )
     } else {
@@ -602,6 +612,9 @@ enum Finish {
         request_path: String,
         root: PathBuf,
         digests: DigestCache,
+        /// [`Replace::Never`] for a create-only caller: a file that took the name during
+        /// the copy stays, and the copy fails.
+        replace: Replace,
     },
     Push,
 }
@@ -614,6 +627,7 @@ impl Finish {
             request_path,
             root,
             digests,
+            replace,
         } = self
         else {
             return Ok(());
@@ -624,17 +638,24 @@ impl Finish {
             root.clone(),
             request_path.clone(),
         );
-        let sha256 = outcome.sha256;
+        let (sha256, replace) = (outcome.sha256, *replace);
         let stored = upload::off_runtime(move || {
             let file = std::fs::File::open(&s).map_err(|e| Refusal::io("opening", &s, &e))?;
             if let Some(d) = sha256 {
                 xfer_common::stored_digest::keep(&file, d, &s);
             }
-            upload::commit(&file, &s, &t)?;
+            upload::commit(&file, &s, &t, replace)?;
             Ok(upload::stored_resource(&r, &p, &file))
         })
         .await
-        .map_err(|r| CopyFailure::new(CopyFailed::Local, r.detail()))?;
+        .map_err(|r| {
+            let what = if r.status == status::PRECONDITION_FAILED {
+                CopyFailed::Exists
+            } else {
+                CopyFailed::Local
+            };
+            CopyFailure::new(what, r.detail())
+        })?;
         if let (Some(resource), Some(d)) = (stored, outcome.sha256) {
             digests.insert(&resource, d);
         }

@@ -152,7 +152,7 @@ fn copy(path: &str, fields: &[(&str, &str)]) -> Request {
     r
 }
 
-async fn body_text(body: Body) -> String {
+pub(crate) async fn body_text(body: Body) -> String {
     let Body::Listing(mut stream) = body else {
         panic!("a copy's body is a stream");
     };
