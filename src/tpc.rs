@@ -37,7 +37,8 @@ use xfer_core::transport::Transport;
 use xfer_core::{Sha256Digest, TransferError};
 use xfer_http::AddressPolicy;
 use xfer_service::tpc::{
-    CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy, RunningCopy,
+    CopyCredentials, CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy,
+    RunningCopy,
 };
 use xfer_service::CopyRunner;
 
@@ -109,6 +110,11 @@ impl EngineCopyRunner {
             .iter()
             .map(|(n, v)| (n.clone(), Secret::new(v.clone())))
             .collect();
+        if job.credentials == CopyCredentials::None {
+            // `Credential: none`: the remote sees the caller's TransferHeader fields only.
+            client.http.tls.client_identity = None;
+            client.quic.tls.client_identity = None;
+        }
         if let Some(n) = job.lanes {
             client = client.with_lanes(LaneLayout {
                 connections: Some(n),

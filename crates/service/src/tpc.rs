@@ -50,8 +50,10 @@ use crate::request::Request;
 use crate::respond::{refusal_for, status};
 use crate::upload::{self, Refusal, Replace};
 
+mod fields;
 pub mod remote_policy;
 
+pub use fields::CopyCredentials;
 pub use remote_policy::{Allowance, IpNet, RemotePolicy};
 
 /// The media type of the marker stream (HTTP-TPC draft).
@@ -151,6 +153,14 @@ pub struct CopyHead {
     pub require_checksum: bool,
     /// `TransferHeader<Name>: value` fields, as (`Name`, value), in order.
     pub transfer_headers: Vec<(String, String)>,
+    /// `Credential`, verbatim: `none`, or a delegation kind this server refuses.
+    pub credential: Option<String>,
+    /// `X-No-Delegate`, verbatim.
+    pub no_delegate: Option<String>,
+    /// `ClientInfo` (FTS: job, file and retry), verbatim; only logged.
+    pub client_info: Option<String>,
+    /// `SciTag`, verbatim: the SciTags flow label; only logged.
+    pub scitag: Option<String>,
 }
 
 impl CopyHead {
@@ -168,6 +178,10 @@ impl CopyHead {
                 "requirechecksumverification" => {
                     head.require_checksum = value.trim().eq_ignore_ascii_case("true")
                 }
+                "credential" => head.credential = Some(value.to_string()),
+                "x-no-delegate" => head.no_delegate = Some(value.to_string()),
+                "clientinfo" => head.client_info = Some(value.to_string()),
+                "scitag" => head.scitag = Some(value.to_string()),
                 _ => {
                     if let Some(rest) = lower.strip_prefix(TRANSFER_HEADER_PREFIX) {
                         if !rest.is_empty() {
@@ -205,6 +219,9 @@ pub struct CopyJob {
     /// when the source gives none; a push must match what the destination declares of the
     /// stored file and fails when it declares nothing.
     pub verify_checksum: bool,
+    /// Credentials besides `headers`: the server's client certificate, or none
+    /// (`Credential: none`, `X-No-Delegate: true`).
+    pub credentials: CopyCredentials,
     /// Resolves when the copy must stop (the client went away, the server shuts down). The
     /// runner then stops its lanes and returns an error.
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -220,6 +237,7 @@ impl fmt::Debug for CopyJob {
             )
             .field("lanes", &self.lanes)
             .field("verify_checksum", &self.verify_checksum)
+            .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
 }
@@ -403,6 +421,9 @@ async fn start(
     let url = remote_url(remote, tpc.runner.schemes())?;
     check_literal_host(&url, &tpc.config.remote_policy)?;
     let headers = outgoing_headers(&head.transfer_headers)?;
+    let credentials = fields::credentials(head.credential.as_deref(), head.no_delegate.as_deref())?;
+    let client_info = fields::client_info(head.client_info.as_deref());
+    let scitag = fields::scitag(head.scitag.as_deref());
     // gfal2 sends 0 when the user did not choose: the runner's default.
     let lanes = match head.streams.as_deref() {
         None | Some("") => None,
@@ -486,11 +507,27 @@ async fn start(
         headers,
         lanes,
         verify_checksum: head.require_checksum,
+        credentials,
         stop: Box::pin(async move {
             let _ = stop_rx.await;
         }),
     };
-    tracing::info!(peer = %req.peer, path = %req.path, remote = %url, pull, lanes = ?lanes, verify_checksum = head.require_checksum, "third-party copy starting");
+    tracing::info!(
+        peer = %req.peer,
+        path = %req.path,
+        remote = %url,
+        pull,
+        lanes = ?lanes,
+        verify_checksum = head.require_checksum,
+        ?credentials,
+        client_info = client_info.as_deref().unwrap_or("-"),
+        scitag = ?scitag,
+        "third-party copy starting"
+    );
+    let labels = Labels {
+        client_info: client_info.unwrap_or_else(|| "-".into()),
+        scitag,
+    };
     let running = tpc.runner.start(job);
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(drive(Driven {
@@ -501,6 +538,7 @@ async fn start(
         interval: tpc.config.marker_interval,
         _permit: permit,
         what: format!("{} {} {url}", req.path, if pull { "<-" } else { "->" }),
+        labels,
     }));
     let mut plan = ResponsePlan::empty(status::ACCEPTED);
     plan.content_type = CONTENT_TYPE_PERF_MARKERS;
@@ -692,6 +730,15 @@ struct Driven {
     /// Held until the copy is over and cleaned up.
     _permit: OwnedSemaphorePermit,
     what: String,
+    labels: Labels,
+}
+
+/// What the caller said the copy belongs to, for the log lines of its end.
+struct Labels {
+    /// `ClientInfo`, sanitised (`-` when none).
+    client_info: String,
+    /// `SciTag`, when valid.
+    scitag: Option<u32>,
 }
 
 /// Run the copy, send a marker every interval, then the last line. A marker that cannot be
@@ -705,6 +752,7 @@ async fn drive(d: Driven) {
         interval,
         _permit,
         what,
+        labels,
     } = d;
     let RunningCopy { progress, done } = running;
     let mut done = done;
@@ -741,13 +789,13 @@ async fn drive(d: Driven) {
     };
     let last = match &result {
         Ok(outcome) => {
-            tracing::info!(copy = %what, bytes = outcome.bytes, "third-party copy complete");
+            tracing::info!(copy = %what, bytes = outcome.bytes, client_info = %labels.client_info, scitag = ?labels.scitag, "third-party copy complete");
             // A last marker with the final count, then the verdict.
             format!("{}success: Created\n", perf_marker(outcome.bytes))
         }
         Err(e) => {
             finish.clean_up();
-            tracing::warn!(copy = %what, failed = %e.what, detail = %e.detail, "third-party copy failed");
+            tracing::warn!(copy = %what, failed = %e.what, detail = %e.detail, client_info = %labels.client_info, scitag = ?labels.scitag, "third-party copy failed");
             format!("failure: {}\n", e.what)
         }
     };
