@@ -242,7 +242,7 @@ impl Pull {
         let engine = download.progress();
         let report = mirrored(&engine, &shown, download.run_until(stop))
             .await
-            .map_err(|e| failure_of_get(&e))?;
+            .map_err(|e| failure_of_get(&e).after_progress(engine.snapshot().verified))?;
         Ok(CopyOutcome {
             sha256: report
                 .sha256
@@ -306,9 +306,11 @@ impl Push {
         }
         drop(lane);
         let engine = upload.progress();
+        // Chunks count once the destination acknowledged them: a refusal after that is the
+        // token expiring. (A plain PUT is one request: there is no "after".)
         let report = mirrored(&engine, &progress, upload.run_until(stop))
             .await
-            .map_err(|e| failure_of_put(&e))?;
+            .map_err(|e| failure_of_put(&e).after_progress(engine.snapshot().verified))?;
         Ok(CopyOutcome {
             sha256: Sha256Digest::from_hex(&report.sha256).ok(),
             bytes: report.size,

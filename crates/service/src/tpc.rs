@@ -263,6 +263,12 @@ pub enum CopyFailed {
     Tls,
     /// The remote answered this status.
     Status(u16),
+    /// The remote answered 401 or 403 to a request after earlier requests of the same copy,
+    /// with the same credentials, had succeeded: the token it was given expired or was
+    /// revoked during the copy. Distinct from [`CopyFailed::Status`], a refusal at the start
+    /// (wrong token, wrong scope), since the cure differs: a fresh token with a lifetime
+    /// that covers the copy.
+    TokenRefusedMidCopy(u16),
     /// The remote's answers did not make sense (sizes, ranges, framing).
     Protocol,
     /// The remote file changed while it was copied.
@@ -290,6 +296,10 @@ impl fmt::Display for CopyFailed {
             Self::Connect => f.write_str("could not connect to the remote"),
             Self::Tls => f.write_str("the TLS handshake with the remote failed"),
             Self::Status(s) => write!(f, "the remote answered {s}"),
+            Self::TokenRefusedMidCopy(s) => write!(
+                f,
+                "remote refused the token mid-copy ({s}): it expired or was revoked after part of the file was copied"
+            ),
             Self::Protocol => f.write_str("the remote's answer was not usable"),
             Self::RemoteChanged => f.write_str("the remote file changed during the copy"),
             Self::LocalChanged => f.write_str("the file changed while it was sent"),
@@ -323,6 +333,18 @@ impl CopyFailure {
             what,
             detail: detail.into(),
         }
+    }
+
+    /// This failure, for a copy whose remote had already accepted `done` bytes' worth of
+    /// requests: a 401 or 403 then means the token stopped working during the copy.
+    pub fn after_progress(mut self, done: u64) -> Self {
+        if let CopyFailed::Status(s @ (401 | 403)) = self.what {
+            if done > 0 {
+                self.what = CopyFailed::TokenRefusedMidCopy(s);
+                self.detail = format!("after {done} bytes: {}", self.detail);
+            }
+        }
+        self
     }
 }
 
