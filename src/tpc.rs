@@ -35,10 +35,10 @@ use xfer_core::progress::Progress;
 use xfer_core::put::{PutConfig, PutError, Upload};
 use xfer_core::transport::Transport;
 use xfer_core::{Sha256Digest, TransferError};
-use xfer_http::AddressPolicy;
+use xfer_http::{AddressPolicy, ConnectionWatch};
 use xfer_service::tpc::{
-    CopyCredentials, CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy,
-    RunningCopy,
+    CopyCredentials, CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome,
+    RemoteConnections, RemotePolicy, RunningCopy,
 };
 use xfer_service::CopyRunner;
 
@@ -61,12 +61,14 @@ pub struct EngineCopyRunner {
     pub policy: RemotePolicy,
 }
 
-/// One copy's connection policy: the server's [`RemotePolicy`], and whether it refused
-/// anything, so that a copy that failed for it says so rather than "could not connect".
+/// One copy's connection policy: the server's [`RemotePolicy`], whether it refused
+/// anything, so that a copy that failed for it says so rather than "could not connect", and
+/// the connections open now, for the markers' `RemoteConnections`.
 #[derive(Debug)]
 pub struct CopyGuard {
     policy: RemotePolicy,
     refused: AtomicBool,
+    connections: RemoteConnections,
 }
 
 impl CopyGuard {
@@ -74,7 +76,13 @@ impl CopyGuard {
         Self {
             policy,
             refused: AtomicBool::new(false),
+            connections: RemoteConnections::default(),
         }
+    }
+
+    /// The connections of this copy that are open now.
+    pub fn connections(&self) -> &RemoteConnections {
+        &self.connections
     }
 
     /// Whether a connection of this copy was refused.
@@ -89,6 +97,10 @@ impl AddressPolicy for CopyGuard {
             self.refused.store(true, Ordering::Relaxed);
             format!("{addr} is {why}: not allowed by the server's copy policy (--tpc-allow)")
         })
+    }
+
+    fn connected(&self, addr: SocketAddr) -> Option<ConnectionWatch> {
+        Some(Box::new(self.connections.opened(addr)))
     }
 }
 
@@ -178,6 +190,7 @@ impl CopyRunner for EngineCopyRunner {
             };
         RunningCopy {
             progress,
+            connections: guard.connections().clone(),
             done: Box::pin(async move {
                 done.await.map_err(|mut f| {
                     // A refused address fails the copy as whatever the client made of it
@@ -341,6 +354,7 @@ async fn mirrored<T>(engine: &Progress, shown: &Progress, work: impl Future<Outp
 fn failed(why: CopyFailure) -> RunningCopy {
     RunningCopy {
         progress: Progress::new(),
+        connections: RemoteConnections::default(),
         done: Box::pin(async move { Err(why) }),
     }
 }

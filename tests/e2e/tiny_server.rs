@@ -29,6 +29,9 @@ pub struct Misbehaviour {
     pub refuse_after: Option<(u64, u16)>,
     /// Answer every request with `307` to this base URL plus the request's path.
     pub redirect_to: Option<String>,
+    /// Hold every body until this has a permit, so that a client stays connected until the
+    /// test lets it go.
+    pub hold_bodies: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// A running server; stops when dropped.
@@ -179,6 +182,9 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             return;
         }
         if let Some(body) = body {
+            if let Some(gate) = &how.hold_bodies {
+                let _ = gate.acquire().await;
+            }
             let mut body = body.to_vec();
             if how.flip_first_byte {
                 if let Some(b) = body.first_mut() {

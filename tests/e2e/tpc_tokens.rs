@@ -1,7 +1,13 @@
 //! Third-party copy in the token world, against loopback remotes that record what they were
 //! sent: `TransferHeader` fields reach only the origin they were given for, never the origin
 //! a redirect names; a token that stops working part-way through a pull ends with its own
-//! failure line, distinct from a token refused at the start.
+//! failure line, distinct from a token refused at the start; the markers name the copy's
+//! open connections (`RemoteConnections`) as XRootD's do.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
 
 use crate::support::{BoxError, TestResult, MIB};
 use crate::tiny_server::{Misbehaviour, TinyServer};
@@ -118,6 +124,52 @@ async fn a_token_refused_mid_copy_has_its_own_failure_line() -> TestResult {
     assert_eq!(last, "failure: the remote answered 403");
     assert!(!dir.join("refused.bin").exists());
     assert_eq!(staging_names(&dir)?, Vec::<String>::new());
+    p.a.shutdown().await;
+    p.b.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn markers_name_the_open_remote_connections() -> TestResult {
+    let p = pair(quick()).await?;
+    let body = data(2 * MIB);
+    let gate = Arc::new(Semaphore::new(0));
+    let slow = TinyServer::start(
+        body.clone(),
+        Misbehaviour {
+            hold_bodies: Some(Arc::clone(&gate)),
+            ..Misbehaviour::default()
+        },
+    )
+    .await?;
+    let url = slow.url("/f.bin");
+    let expected = format!(
+        "\tRemoteConnections: tcp:{}\n",
+        url.trim_start_matches("http://").trim_end_matches("/f.bin")
+    );
+    let mut headers = fields("source", &url, false, &[("X-Number-Of-Streams", "1")]);
+    headers.push(("TransferHeaderAuthorization", REMOTE_TOKEN));
+    let mut c = copy(&p.b, &p.cert, "/in/slow.bin", &headers, false).await?;
+    assert_eq!(c.status, 202);
+    // While the remote holds its answer, the copy's connection is open: the markers name it.
+    let mut text = String::new();
+    let seen = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(piece) = c.next_text().await? {
+            text.push_str(&piece);
+            if text.contains(&expected) {
+                return Ok::<bool, BoxError>(true);
+            }
+        }
+        Ok(false)
+    })
+    .await??;
+    assert!(seen, "no marker named {expected:?}:\n{text}");
+    gate.add_permits(Semaphore::MAX_PERMITS / 2);
+    while let Some(piece) = c.next_text().await? {
+        text.push_str(&piece);
+    }
+    assert_eq!(check_markers(&text), "success: Created", "{text}");
+    assert_eq!(std::fs::read(p.b.root().join("in/slow.bin"))?, body);
     p.a.shutdown().await;
     p.b.shutdown().await;
     Ok(())

@@ -4,5 +4,5 @@ pub mod config;
 pub mod server;
 pub mod tcp;
 
-pub use client::{AddressPolicy, HttpClientConfig, HttpTransport};
+pub use client::{AddressPolicy, ConnectionWatch, HttpClientConfig, HttpTransport};
 pub use config::{ConfigError, Http2Config, HttpVersion, TcpConfig};

@@ -50,9 +50,11 @@ use crate::request::Request;
 use crate::respond::{refusal_for, status};
 use crate::upload::{self, Refusal, Replace};
 
+mod connections;
 mod fields;
 pub mod remote_policy;
 
+pub use connections::{OpenConnection, RemoteConnections};
 pub use fields::CopyCredentials;
 pub use remote_policy::{Allowance, IpNet, RemotePolicy};
 
@@ -352,6 +354,9 @@ impl CopyFailure {
 pub struct RunningCopy {
     /// Live counters: `verified` is what the markers report.
     pub progress: Progress,
+    /// The copy's open connections to remotes, for the markers' `RemoteConnections`; a
+    /// runner that registers none leaves the line out.
+    pub connections: RemoteConnections,
     /// Resolves when the copy is over.
     pub done: Pin<Box<dyn Future<Output = Result<CopyOutcome, CopyFailure>> + Send>>,
 }
@@ -776,7 +781,11 @@ async fn drive(d: Driven) {
         what,
         labels,
     } = d;
-    let RunningCopy { progress, done } = running;
+    let RunningCopy {
+        progress,
+        connections,
+        done,
+    } = running;
     let mut done = done;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -785,7 +794,7 @@ async fn drive(d: Driven) {
         tokio::select! {
             r = &mut done => break r,
             _ = tick.tick(), if stop.is_some() => {
-                let marker = perf_marker(progress.snapshot().verified);
+                let marker = perf_marker(progress.snapshot().verified, connections.describe());
                 if tx.send(Ok(Bytes::from(marker))).await.is_err() {
                     tracing::info!(copy = %what, "client went away; stopping the copy");
                     if let Some(s) = stop.take() {
@@ -813,7 +822,7 @@ async fn drive(d: Driven) {
         Ok(outcome) => {
             tracing::info!(copy = %what, bytes = outcome.bytes, client_info = %labels.client_info, scitag = ?labels.scitag, "third-party copy complete");
             // A last marker with the final count, then the verdict.
-            format!("{}success: Created\n", perf_marker(outcome.bytes))
+            format!("{}success: Created\n", perf_marker(outcome.bytes, None))
         }
         Err(e) => {
             finish.clean_up();
@@ -824,15 +833,20 @@ async fn drive(d: Driven) {
     let _ = tx.send(Ok(Bytes::from(last))).await;
 }
 
-/// One performance-marker block: only the lines the HTTP-TPC draft defines, since some
-/// clients refuse others. One stripe: xfer's lanes are one transfer to the client.
-fn perf_marker(bytes: u64) -> String {
+/// One performance-marker block: the lines of the HTTP-TPC draft, then, as XRootD sends it,
+/// `RemoteConnections` with the copy's open connections (left out when there are none; gfal2's
+/// davix reads it, FTS's monitoring uses it). One stripe: xfer's lanes are one transfer to the
+/// client.
+fn perf_marker(bytes: u64, connections: Option<String>) -> String {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let remote = connections
+        .map(|c| format!("\tRemoteConnections: {c}\n"))
+        .unwrap_or_default();
     format!(
-        "Perf Marker\n\tTimestamp: {now}\n\tStripe Index: 0\n\tStripe Bytes Transferred: {bytes}\n\tTotal Stripe Count: 1\nEnd\n"
+        "Perf Marker\n\tTimestamp: {now}\n\tStripe Index: 0\n\tStripe Bytes Transferred: {bytes}\n\tTotal Stripe Count: 1\n{remote}End\n"
     )
 }
 
@@ -910,8 +924,12 @@ mod tests {
     }
 
     #[test]
-    fn markers_hold_only_the_standard_lines() {
-        let m = perf_marker(42);
+    fn markers_hold_the_standard_lines_and_remote_connections() {
+        let m = perf_marker(42, Some("tcp:192.0.2.7:443,tcp:[2001:db8::7]:1094".into()));
+        assert!(m.ends_with(
+            "\tTotal Stripe Count: 1\n\tRemoteConnections: tcp:192.0.2.7:443,tcp:[2001:db8::7]:1094\nEnd\n"
+        ));
+        let m = perf_marker(42, None);
         let keys: Vec<&str> = m
             .lines()
             .map(|l| l.trim().split(':').next().unwrap_or(""))

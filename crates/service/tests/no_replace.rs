@@ -71,6 +71,7 @@ impl CopyRunner for PlantingRunner {
         let target = self.target.clone();
         RunningCopy {
             progress: Progress::new(),
+            connections: Default::default(),
             done: Box::pin(async move {
                 if let CopyDirection::Pull { into, .. } = &job.direction {
                     std::fs::write(into, MINE).expect("write staging");

@@ -76,6 +76,7 @@ impl CopyRunner for Scripted {
         let started = self.started.lock().expect("lock").take();
         RunningCopy {
             progress: Progress::new(),
+            connections: Default::default(),
             done: Box::pin(async move {
                 let into = match &direction {
                     CopyDirection::Pull { into, .. } => Some(into.clone()),
