@@ -139,8 +139,9 @@ impl TpcConfig {
     }
 }
 
-/// What a codec decoded about a `COPY`.
-#[derive(Debug, Clone, Default)]
+/// What a codec decoded about a `COPY`. Its `Debug` shows the names of the
+/// `TransferHeader` fields, never their values (tokens for the remote).
+#[derive(Clone, Default)]
 pub struct CopyHead {
     /// `Source`: pull from this URL.
     pub source: Option<String>,
@@ -163,6 +164,30 @@ pub struct CopyHead {
     pub client_info: Option<String>,
     /// `SciTag`, verbatim: the SciTags flow label; only logged.
     pub scitag: Option<String>,
+}
+
+impl fmt::Debug for CopyHead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CopyHead")
+            .field("source", &self.source)
+            .field("destination", &self.destination)
+            .field("overwrite", &self.overwrite)
+            .field("streams", &self.streams)
+            .field("require_checksum", &self.require_checksum)
+            .field(
+                "transfer_headers",
+                &self
+                    .transfer_headers
+                    .iter()
+                    .map(|(n, _)| n)
+                    .collect::<Vec<_>>(),
+            )
+            .field("credential", &self.credential)
+            .field("no_delegate", &self.no_delegate)
+            .field("client_info", &self.client_info)
+            .field("scitag", &self.scitag)
+            .finish()
+    }
 }
 
 impl CopyHead {
@@ -864,6 +889,10 @@ mod tests {
             ("X-Number-Of-Streams", "4"),
         ]);
         assert_eq!(head.source.as_deref(), Some("https://a/x"));
+        assert!(
+            !format!("{head:?}").contains("Bearer t"),
+            "a token in Debug"
+        );
         assert_eq!(head.streams.as_deref(), Some("4"));
         assert_eq!(
             head.transfer_headers,
