@@ -577,6 +577,18 @@ impl AccessControl {
             .map(|(identity, _)| identity)
     }
 
+    /// Who the caller is, as the logs show it, whatever it may do at `request_path`: a JWT
+    /// that verifies is its issuer, subject and `jti`, a static token its name, a certificate
+    /// its entry; anything that does not verify is anonymous. For requests answered without
+    /// an access decision (a macaroon request), so that their log line still names the
+    /// caller.
+    pub async fn identify(&self, creds: &Credentials, request_path: &str) -> Identity {
+        match self.authorize(creds, Operation::Read, request_path).await {
+            Ok(identity) | Err(Denied::OutOfScope { identity, .. }) => identity,
+            Err(Denied::Unauthenticated { .. } | Denied::BadToken(_)) => Identity::Anonymous,
+        }
+    }
+
     /// As [`AccessControl::authorize`], and whether the same caller may also modify the
     /// path: a write allowed as [`Operation::Create`] must not replace a file that takes the
     /// name before it is stored unless this is `true`.

@@ -189,17 +189,16 @@ impl Service {
         body: &mut dyn UploadBody,
     ) -> ResponsePlan {
         if macaroon::is_request(req) {
-            // Answered before anything else, whoever asks; the identity is for the log only.
-            let plan =
-                macaroon::refusal(allowed(self.cfg.uploads.is_some(), self.cfg.tpc.is_some()));
-            let who = self
-                .cfg
-                .access
-                .policy()
-                .check(&req.credentials, Operation::Read, &req.path)
-                .unwrap_or(Identity::Anonymous);
-            log(req, &plan, &who);
-            return plan;
+            // Answered before anything else, whoever asks. The identity is for the log only:
+            // found in a task of its own, since a JWT may need its issuer's keys fetched and
+            // the answer must not wait for that.
+            let allow = allowed(self.cfg.uploads.is_some(), self.cfg.tpc.is_some());
+            let (access, req) = (Arc::clone(&self.cfg.access), req.clone());
+            tokio::spawn(async move {
+                let who = access.identify(&req.credentials, &req.path).await;
+                log(&req, &macaroon::refusal(allow), &who);
+            });
+            return macaroon::refusal(allow);
         }
         if let (Some(up), Some(id)) = (&self.cfg.uploads, resumable::resource_id(&req.path)) {
             return self.upload_resource(req, up, id, body).await;
