@@ -1,6 +1,7 @@
 //! A create-only caller never replaces a file, even one that takes the name after its
 //! request was allowed: a file planted while the body arrives (or while a copy runs) is
-//! still there afterwards, the answer is 412 (a copy's last line says so), and no staging
+//! still there afterwards (a parallel upload: while its completion waits for a chunk in
+//! flight), the answer is 412 (a copy's last line says so), and no staging
 //! file is left. A caller that may modify replaces it, as before.
 
 use std::future::Future;
@@ -11,6 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::oneshot;
+use xfer_core::digest::Sha256Digest;
 use xfer_core::progress::Progress;
 use xfer_service::tpc::{CopyDirection, CopyHead, CopyJob, CopyOutcome, RunningCopy};
 use xfer_service::upload::resumable::DraftHead;
@@ -89,7 +92,7 @@ impl CopyRunner for PlantingRunner {
 struct Tree {
     _dir: tempfile::TempDir,
     root: PathBuf,
-    svc: Service,
+    svc: Arc<Service>,
 }
 
 impl Tree {
@@ -116,7 +119,7 @@ impl Tree {
         ));
         Self {
             root,
-            svc: Service::new(cfg),
+            svc: Arc::new(Service::new(cfg)),
             _dir: dir,
         }
     }
@@ -261,4 +264,132 @@ async fn overwrite_f_holds_to_the_end_of_a_pull() {
     );
     assert_eq!(t.read("pulled"), THEIRS);
     t.holds_only(&["pulled"]);
+}
+
+/// A body that says when it is first asked for bytes, then holds them until released: the
+/// request keeps what it took before reading (a parallel upload's chunk holds the upload's
+/// gate, which its completion waits for).
+struct Held {
+    data: Option<Bytes>,
+    started: Option<oneshot::Sender<()>>,
+    release: Option<oneshot::Receiver<()>>,
+}
+
+impl UploadBody for Held {
+    fn next_chunk(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Option<std::io::Result<Bytes>>> + Send + '_>> {
+        if let Some(tx) = self.started.take() {
+            let _ = tx.send(());
+        }
+        let release = self.release.take();
+        let next = self.data.take();
+        Box::pin(async move {
+            if let Some(rx) = release {
+                let _ = rx.await;
+            }
+            next.map(Ok)
+        })
+    }
+}
+
+const UPLOAD_ID: &str = "race-upload-0123456789";
+
+fn parallel(token: &str, head: UploadHead) -> Request {
+    let mut r = request(Method::Put, "/f", token);
+    r.upload = UploadHead {
+        id: Some(UPLOAD_ID.into()),
+        ..head
+    };
+    r
+}
+
+fn chunk() -> UploadHead {
+    UploadHead {
+        content_range: Some(format!("bytes 0-{}/{}", MINE.len() - 1, MINE.len())),
+        content_digest: Some(Sha256Digest::of(MINE).to_header_value()),
+        ..UploadHead::default()
+    }
+}
+
+fn completion() -> UploadHead {
+    UploadHead {
+        repr_digest: Some(Sha256Digest::of(MINE).to_header_value()),
+        complete: true,
+        ..UploadHead::default()
+    }
+}
+
+/// A parallel upload by `token` whose completion was allowed while `/f` was free, then found
+/// it taken: the completion's status.
+async fn parallel_completion_after_a_plant(t: &Tree, token: &str) -> u16 {
+    let svc = &t.svc;
+    let whole = svc
+        .respond_with_body(
+            &parallel(token, chunk()),
+            &mut Whole(Some(Bytes::from_static(MINE))),
+        )
+        .await;
+    assert_eq!(whole.status, status::NO_CONTENT, "{:?}", whole.detail);
+    // The same chunk again, held mid-body: it holds the upload's gate.
+    let (started_tx, started) = oneshot::channel();
+    let (release, release_rx) = oneshot::channel();
+    let dup = tokio::spawn({
+        let svc = Arc::clone(svc);
+        let req = parallel(token, chunk());
+        async move {
+            let mut body = Held {
+                data: Some(Bytes::from_static(MINE)),
+                started: Some(started_tx),
+                release: Some(release_rx),
+            };
+            svc.respond_with_body(&req, &mut body).await.status
+        }
+    });
+    started.await.expect("the duplicate chunk started");
+    // Two completions: one passes the access check (nothing has the name), marks the upload
+    // as completing and waits for the gate; the other is told it is being completed.
+    let complete = || {
+        let svc = Arc::clone(svc);
+        let req = parallel(token, completion());
+        tokio::spawn(async move { svc.respond(&req).await })
+    };
+    let (mut a, mut b) = (complete(), complete());
+    let (first, waiting) = tokio::select! {
+        r = &mut a => (r, b),
+        r = &mut b => (r, a),
+    };
+    let first = first.expect("completion task");
+    assert_eq!(first.status, status::CONFLICT, "{:?}", first.detail);
+    std::fs::write(t.root.join("f"), THEIRS).expect("plant the target");
+    release.send(()).expect("release the chunk");
+    assert_eq!(dup.await.expect("chunk task"), status::NO_CONTENT);
+    waiting.await.expect("completion task").status
+}
+
+/// A body handed over whole.
+struct Whole(Option<Bytes>);
+
+impl UploadBody for Whole {
+    fn next_chunk(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Option<std::io::Result<Bytes>>> + Send + '_>> {
+        let next = self.0.take();
+        Box::pin(async move { next.map(Ok) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_upload_by_a_creator_keeps_a_file_that_appeared() {
+    let t = Tree::new();
+    let status = parallel_completion_after_a_plant(&t, "c").await;
+    assert_eq!(status, status::PRECONDITION_FAILED);
+    assert_eq!(t.read("f"), THEIRS);
+    t.holds_only(&["f"]);
+
+    let t = Tree::new();
+    let status = parallel_completion_after_a_plant(&t, "m").await;
+    assert_eq!(status, status::CREATED);
+    assert_eq!(t.read("f"), MINE, "a modifier replaces what appeared");
+    t.holds_only(&["f"]);
 }
