@@ -438,3 +438,52 @@ pub fn engine_tpc(client: ClientConfig, config: xfer_service::TpcConfig) -> xfer
     };
     xfer_service::Tpc::new(Arc::new(runner), config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xfer_common::tls::{ClientIdentity, ClientTlsOptions};
+
+    fn job(credentials: CopyCredentials) -> CopyJob {
+        CopyJob {
+            direction: CopyDirection::Pull {
+                url: "https://remote.example/x".into(),
+                into: PathBuf::from("/nonexistent/staging"),
+            },
+            headers: vec![("Authorization".into(), "Bearer for-the-remote".into())],
+            lanes: None,
+            verify_checksum: false,
+            credentials,
+            stop: Box::pin(std::future::pending()),
+        }
+    }
+
+    #[test]
+    fn credential_none_leaves_only_the_transfer_headers() {
+        let identity = ClientIdentity {
+            cert: "/etc/xfer/host.pem".into(),
+            key: "/etc/xfer/host.key".into(),
+        };
+        let runner = EngineCopyRunner::new(ClientConfig::default().with_tls(ClientTlsOptions {
+            client_identity: Some(identity.clone()),
+            ..Default::default()
+        }));
+        let guard = Arc::new(CopyGuard::new(RemotePolicy::default()));
+        let server = runner.client_for(&job(CopyCredentials::Server), &guard);
+        assert_eq!(server.http.tls.client_identity, Some(identity));
+        let none = runner.client_for(&job(CopyCredentials::None), &guard);
+        assert_eq!(none.http.tls.client_identity, None);
+        assert_eq!(none.quic.tls.client_identity, None);
+        let names: Vec<&str> = none
+            .http
+            .extra_headers
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["Authorization"],
+            "the TransferHeader fields still go"
+        );
+    }
+}
