@@ -35,9 +35,10 @@ use xfer_core::progress::Progress;
 use xfer_core::put::{PutConfig, PutError, Upload};
 use xfer_core::transport::Transport;
 use xfer_core::{Sha256Digest, TransferError};
-use xfer_http::AddressPolicy;
+use xfer_http::{AddressPolicy, ConnectionWatch};
 use xfer_service::tpc::{
-    CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy, RunningCopy,
+    CopyCredentials, CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome,
+    RemoteConnections, RemotePolicy, RunningCopy,
 };
 use xfer_service::CopyRunner;
 
@@ -60,12 +61,14 @@ pub struct EngineCopyRunner {
     pub policy: RemotePolicy,
 }
 
-/// One copy's connection policy: the server's [`RemotePolicy`], and whether it refused
-/// anything, so that a copy that failed for it says so rather than "could not connect".
+/// One copy's connection policy: the server's [`RemotePolicy`], whether it refused
+/// anything, so that a copy that failed for it says so rather than "could not connect", and
+/// the connections open now, for the markers' `RemoteConnections`.
 #[derive(Debug)]
 pub struct CopyGuard {
     policy: RemotePolicy,
     refused: AtomicBool,
+    connections: RemoteConnections,
 }
 
 impl CopyGuard {
@@ -73,7 +76,13 @@ impl CopyGuard {
         Self {
             policy,
             refused: AtomicBool::new(false),
+            connections: RemoteConnections::default(),
         }
+    }
+
+    /// The connections of this copy that are open now.
+    pub fn connections(&self) -> &RemoteConnections {
+        &self.connections
     }
 
     /// Whether a connection of this copy was refused.
@@ -88,6 +97,10 @@ impl AddressPolicy for CopyGuard {
             self.refused.store(true, Ordering::Relaxed);
             format!("{addr} is {why}: not allowed by the server's copy policy (--tpc-allow)")
         })
+    }
+
+    fn connected(&self, addr: SocketAddr) -> Option<ConnectionWatch> {
+        Some(Box::new(self.connections.opened(addr)))
     }
 }
 
@@ -109,6 +122,11 @@ impl EngineCopyRunner {
             .iter()
             .map(|(n, v)| (n.clone(), Secret::new(v.clone())))
             .collect();
+        if job.credentials == CopyCredentials::None {
+            // `Credential: none`: the remote sees the caller's TransferHeader fields only.
+            client.http.tls.client_identity = None;
+            client.quic.tls.client_identity = None;
+        }
         if let Some(n) = job.lanes {
             client = client.with_lanes(LaneLayout {
                 connections: Some(n),
@@ -172,6 +190,7 @@ impl CopyRunner for EngineCopyRunner {
             };
         RunningCopy {
             progress,
+            connections: guard.connections().clone(),
             done: Box::pin(async move {
                 done.await.map_err(|mut f| {
                     // A refused address fails the copy as whatever the client made of it
@@ -236,7 +255,7 @@ impl Pull {
         let engine = download.progress();
         let report = mirrored(&engine, &shown, download.run_until(stop))
             .await
-            .map_err(|e| failure_of_get(&e))?;
+            .map_err(|e| failure_of_get(&e).after_progress(engine.snapshot().verified))?;
         Ok(CopyOutcome {
             sha256: report
                 .sha256
@@ -300,9 +319,11 @@ impl Push {
         }
         drop(lane);
         let engine = upload.progress();
+        // Chunks count once the destination acknowledged them: a refusal after that is the
+        // token expiring. (A plain PUT is one request: there is no "after".)
         let report = mirrored(&engine, &progress, upload.run_until(stop))
             .await
-            .map_err(|e| failure_of_put(&e))?;
+            .map_err(|e| failure_of_put(&e).after_progress(engine.snapshot().verified))?;
         Ok(CopyOutcome {
             sha256: Sha256Digest::from_hex(&report.sha256).ok(),
             bytes: report.size,
@@ -333,6 +354,7 @@ async fn mirrored<T>(engine: &Progress, shown: &Progress, work: impl Future<Outp
 fn failed(why: CopyFailure) -> RunningCopy {
     RunningCopy {
         progress: Progress::new(),
+        connections: RemoteConnections::default(),
         done: Box::pin(async move { Err(why) }),
     }
 }
@@ -415,4 +437,53 @@ pub fn engine_tpc(client: ClientConfig, config: xfer_service::TpcConfig) -> xfer
         ..EngineCopyRunner::new(client)
     };
     xfer_service::Tpc::new(Arc::new(runner), config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xfer_common::tls::{ClientIdentity, ClientTlsOptions};
+
+    fn job(credentials: CopyCredentials) -> CopyJob {
+        CopyJob {
+            direction: CopyDirection::Pull {
+                url: "https://remote.example/x".into(),
+                into: PathBuf::from("/nonexistent/staging"),
+            },
+            headers: vec![("Authorization".into(), "Bearer for-the-remote".into())],
+            lanes: None,
+            verify_checksum: false,
+            credentials,
+            stop: Box::pin(std::future::pending()),
+        }
+    }
+
+    #[test]
+    fn credential_none_leaves_only_the_transfer_headers() {
+        let identity = ClientIdentity {
+            cert: "/etc/xfer/host.pem".into(),
+            key: "/etc/xfer/host.key".into(),
+        };
+        let runner = EngineCopyRunner::new(ClientConfig::default().with_tls(ClientTlsOptions {
+            client_identity: Some(identity.clone()),
+            ..Default::default()
+        }));
+        let guard = Arc::new(CopyGuard::new(RemotePolicy::default()));
+        let server = runner.client_for(&job(CopyCredentials::Server), &guard);
+        assert_eq!(server.http.tls.client_identity, Some(identity));
+        let none = runner.client_for(&job(CopyCredentials::None), &guard);
+        assert_eq!(none.http.tls.client_identity, None);
+        assert_eq!(none.quic.tls.client_identity, None);
+        let names: Vec<&str> = none
+            .http
+            .extra_headers
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["Authorization"],
+            "the TransferHeader fields still go"
+        );
+    }
 }

@@ -78,6 +78,8 @@ mod adaptive;
 mod resumable;
 #[path = "e2e/tpc.rs"]
 mod tpc;
+#[path = "e2e/tpc_tokens.rs"]
+mod tpc_tokens;
 
 #[path = "e2e/tpc_push.rs"]
 mod tpc_push;

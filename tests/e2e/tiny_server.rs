@@ -1,10 +1,12 @@
 //! A small HTTP/1.1 server over raw TCP that misbehaves on request: it ignores ranges while
 //! advertising them, declares a size it does not have, alters one byte of every range, and
-//! never sends digests. xfer's own server does none of this, and nginx only the last.
+//! never sends digests. xfer's own server does none of this, and nginx only the last. It
+//! can also stand in for a storage whose token stops working mid-transfer, or a redirector,
+//! and it keeps every request head it received.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -22,6 +24,14 @@ pub struct Misbehaviour {
     pub flip_first_byte: bool,
     /// A `Digest` field value (`adler32=…`) to send with every HEAD, right or wrong.
     pub digest: Option<String>,
+    /// Once this many body bytes were served, answer every request with this status, as a
+    /// storage does when the token it was given expires (`(0, 401)`: from the start).
+    pub refuse_after: Option<(u64, u16)>,
+    /// Answer every request with `307` to this base URL plus the request's path.
+    pub redirect_to: Option<String>,
+    /// Hold every body until this has a permit, so that a client stays connected until the
+    /// test lets it go.
+    pub hold_bodies: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// A running server; stops when dropped.
@@ -29,6 +39,15 @@ pub struct TinyServer {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
     served: Arc<AtomicU64>,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+/// What every connection of a server shares.
+struct Shared {
+    data: Vec<u8>,
+    how: Misbehaviour,
+    served: Arc<AtomicU64>,
+    heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl TinyServer {
@@ -37,14 +56,30 @@ impl TinyServer {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let served = Arc::new(AtomicU64::new(0));
-        let shared = Arc::new((data, how, Arc::clone(&served)));
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::new(Shared {
+            data,
+            how,
+            served: Arc::clone(&served),
+            heads: Arc::clone(&heads),
+        });
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((stream, _)) = listener.accept().await {
                 conns.spawn(serve_connection(stream, shared.clone()));
             }
         });
-        Ok(Self { addr, task, served })
+        Ok(Self {
+            addr,
+            task,
+            served,
+            heads,
+        })
+    }
+
+    /// Every request head received so far, as sent.
+    pub fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("heads lock").clone()
     }
 
     /// Body bytes handed to clients so far.
@@ -63,11 +98,8 @@ impl Drop for TinyServer {
     }
 }
 
-async fn serve_connection(
-    mut stream: TcpStream,
-    shared: Arc<(Vec<u8>, Misbehaviour, Arc<AtomicU64>)>,
-) {
-    let (data, how, served) = (&shared.0, &shared.1, &shared.2);
+async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    let (data, how, served) = (&shared.data, &shared.how, &shared.served);
     let mut buf = Vec::new();
     loop {
         let Some(end) = find_head_end(&buf) else {
@@ -83,7 +115,24 @@ async fn serve_connection(
         };
         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
         buf.drain(..end + 4);
+        shared.heads.lock().expect("heads lock").push(head.clone());
         let method = head.split(' ').next().unwrap_or_default().to_string();
+        let refused = how
+            .refuse_after
+            .filter(|(after, _)| served.load(Ordering::Relaxed) >= *after)
+            .map(|(_, status)| format!("{status} Refused"));
+        if let Some(answer) = refused.or_else(|| {
+            how.redirect_to.as_ref().map(|base| {
+                let path = head.split(' ').nth(1).unwrap_or("/");
+                format!("307 Temporary Redirect\r\nLocation: {base}{path}")
+            })
+        }) {
+            let reply = format!("HTTP/1.1 {answer}\r\nContent-Length: 0\r\n\r\n");
+            if stream.write_all(reply.as_bytes()).await.is_err() {
+                return;
+            }
+            continue;
+        }
         let range = head.lines().find_map(|l| {
             let (name, value) = l.split_once(':')?;
             name.trim()
@@ -133,6 +182,9 @@ async fn serve_connection(
             return;
         }
         if let Some(body) = body {
+            if let Some(gate) = &how.hold_bodies {
+                let _ = gate.acquire().await;
+            }
             let mut body = body.to_vec();
             if how.flip_first_byte {
                 if let Some(b) = body.first_mut() {

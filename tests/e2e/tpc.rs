@@ -108,6 +108,20 @@ pub(crate) struct Copy {
 }
 
 impl Copy {
+    /// The next piece of the body, as text; `None` at its end.
+    pub(crate) async fn next_text(&mut self) -> Result<Option<String>, BoxError> {
+        loop {
+            match self.body.frame().await {
+                None => return Ok(None),
+                Some(frame) => {
+                    if let Ok(data) = frame?.into_data() {
+                        return Ok(Some(String::from_utf8(data.to_vec())?));
+                    }
+                }
+            }
+        }
+    }
+
     /// The body to its end, as text.
     pub(crate) async fn text(self) -> Result<String, BoxError> {
         let bytes = self.body.collect().await?.to_bytes();
@@ -210,8 +224,8 @@ pub(crate) fn fields<'a>(
     out
 }
 
-/// Check a marker stream: blocks of only the standard lines, counts that never go down, and
-/// the last line; returns the last line.
+/// Check a marker stream: blocks of the standard lines (and XRootD's `RemoteConnections`),
+/// counts that never go down, and the last line; returns the last line.
 pub(crate) fn check_markers(text: &str) -> String {
     let mut last_count = 0u64;
     let mut lines = text.lines().peekable();
@@ -236,7 +250,16 @@ pub(crate) fn check_markers(text: &str) -> String {
                     last_count = n;
                 }
             }
-            assert_eq!(lines.next(), Some("End"), "{text}");
+            // XRootD's `RemoteConnections: tcp:ADDR:PORT,...`, when connections are open.
+            let mut next = lines.next();
+            if let Some(remote) = next.and_then(|l| l.trim().strip_prefix("RemoteConnections: ")) {
+                for c in remote.split(',') {
+                    let addr = c.strip_prefix("tcp:").unwrap_or_default();
+                    assert!(addr.parse::<SocketAddr>().is_ok(), "{c:?} in\n{text}");
+                }
+                next = lines.next();
+            }
+            assert_eq!(next, Some("End"), "{text}");
         } else {
             assert!(lines.peek().is_none(), "text after the last line:\n{text}");
             last = line.to_string();

@@ -4,7 +4,7 @@ pub mod config;
 pub mod server;
 pub mod tcp;
 
-pub use client::{AddressPolicy, HttpClientConfig, HttpTransport};
+pub use client::{AddressPolicy, ConnectionWatch, HttpClientConfig, HttpTransport};
 
 /// Decoders of foreign bytes, for the fuzz targets only.
 #[doc(hidden)]

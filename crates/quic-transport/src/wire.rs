@@ -19,14 +19,22 @@ pub const VERSION: u8 = 1;
 pub const DEFAULT_PORT: u16 = 8443;
 
 /// Largest encoded request, in bytes. The server stops reading (and stops the stream with
-/// [`ErrorCode::RequestTooLarge`]) beyond it, so a client cannot make it buffer more.
-pub const MAX_REQUEST_LEN: usize = 8 * 1024;
+/// [`ErrorCode::RequestTooLarge`]) beyond it, so a client cannot make it buffer more. Room
+/// for a token, a path and a validator at their limits with the upload and checksum
+/// sections: 24 KiB.
+pub const MAX_REQUEST_LEN: usize = 24 * 1024;
 /// Largest encoded response head (after its 2-byte length prefix), in bytes.
 pub const MAX_HEAD_LEN: usize = 8 * 1024;
 /// Longest path (including the query), in bytes.
 pub const MAX_PATH_LEN: usize = 4096;
-/// Longest bearer token, in bytes.
-pub const MAX_TOKEN_LEN: usize = 2048;
+/// Longest bearer token, in bytes: what HTTP's `Authorization: Bearer` accepts (16 KiB), so a
+/// WLCG token that works over HTTP works over QUIC too. IAM tokens with many groups pass
+/// 2 KiB; the profile sets no limit.
+pub const MAX_TOKEN_LEN: usize = xfer_service::access::MAX_TOKEN_LEN;
+
+// A request with every variable field at its limit must still fit, with 1 KiB for the
+// varints, flags and the upload and checksum sections.
+const _: () = assert!(MAX_TOKEN_LEN + MAX_PATH_LEN + MAX_VALIDATOR_LEN + 1024 <= MAX_REQUEST_LEN);
 /// Longest validator (entity tag with its quotes), in bytes.
 pub const MAX_VALIDATOR_LEN: usize = 1024;
 /// Longest ETag or last-modified text in a head, in bytes.
@@ -1144,6 +1152,66 @@ mod tests {
             assert_eq!(r.varint("v"), Ok(v));
             assert!(r.finish().is_ok());
         }
+    }
+
+    #[test]
+    fn wlcg_sized_tokens_fit_and_oversized_ones_are_refused() {
+        // A JWT of an IAM user in many groups: 6 KiB of base64url with the dots.
+        let jwt = format!(
+            "eyJ{}.eyJ{}.{}",
+            "a".repeat(300),
+            "b".repeat(5_500),
+            "c".repeat(342)
+        );
+        assert!(jwt.len() >= 6 * 1024);
+        let req = Request {
+            token: Some(jwt.clone()),
+            path: "/".to_string() + &"p".repeat(MAX_PATH_LEN - 1),
+            ..sample_request()
+        };
+        let bytes = req.encode().expect("a 6 KiB token encodes");
+        let back = Request::decode(&bytes).expect("and decodes");
+        assert_eq!(back.token.as_deref(), Some(jwt.as_str()));
+        assert_eq!(
+            Request::decode_prefix(&bytes)
+                .expect("prefix")
+                .map(|(_, n)| n),
+            Some(bytes.len())
+        );
+
+        let at_limit = Request {
+            token: Some("t".repeat(MAX_TOKEN_LEN)),
+            ..sample_request()
+        };
+        let bytes = at_limit.encode().expect("a token at the limit encodes");
+        assert!(Request::decode(&bytes).is_ok());
+
+        let over = Request {
+            token: Some("t".repeat(MAX_TOKEN_LEN + 1)),
+            ..sample_request()
+        };
+        assert!(matches!(
+            over.encode(),
+            Err(WireError::TooLarge { what: "token", .. })
+        ));
+        // Hand-made, as a hostile client would send it: refused by the decoder too.
+        let mut forged = at_limit.encode().expect("encodes");
+        let token_at = forged
+            .windows(64)
+            .position(|w| w.iter().all(|&b| b == b't'))
+            .expect("the token's bytes");
+        // The four-byte varint before the token holds its length (16 KiB needs four); make
+        // it one more and add the byte.
+        let prefix: [u8; 4] = forged[token_at - 4..token_at].try_into().expect("4 bytes");
+        let len = u32::from_be_bytes(prefix) & 0x3fff_ffff;
+        assert_eq!(len as usize, MAX_TOKEN_LEN);
+        let longer = (len + 1) | 0x8000_0000;
+        forged[token_at - 4..token_at].copy_from_slice(&longer.to_be_bytes());
+        forged.insert(token_at, b't');
+        assert!(matches!(
+            Request::decode(&forged),
+            Err(WireError::TooLarge { what: "token", .. })
+        ));
     }
 
     #[test]

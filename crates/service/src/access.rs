@@ -572,6 +572,32 @@ impl AccessControl {
         op: Operation,
         request_path: &str,
     ) -> Result<Identity, Denied> {
+        self.authorize_write(creds, op, request_path)
+            .await
+            .map(|(identity, _)| identity)
+    }
+
+    /// Who the caller is, as the logs show it, whatever it may do at `request_path`: a JWT
+    /// that verifies is its issuer, subject and `jti`, a static token its name, a certificate
+    /// its entry; anything that does not verify is anonymous. For requests answered without
+    /// an access decision (a macaroon request), so that their log line still names the
+    /// caller.
+    pub async fn identify(&self, creds: &Credentials, request_path: &str) -> Identity {
+        match self.authorize(creds, Operation::Read, request_path).await {
+            Ok(identity) | Err(Denied::OutOfScope { identity, .. }) => identity,
+            Err(Denied::Unauthenticated { .. } | Denied::BadToken(_)) => Identity::Anonymous,
+        }
+    }
+
+    /// As [`AccessControl::authorize`], and whether the same caller may also modify the
+    /// path: a write allowed as [`Operation::Create`] must not replace a file that takes the
+    /// name before it is stored unless this is `true`.
+    pub async fn authorize_write(
+        &self,
+        creds: &Credentials,
+        op: Operation,
+        request_path: &str,
+    ) -> Result<(Identity, bool), Denied> {
         let policy = self.policy();
         match (&creds.bearer, policy.issuers.is_empty()) {
             (Some(token), false)
@@ -584,9 +610,16 @@ impl AccessControl {
                             tracing::info!(reason = %e, "bearer token refused");
                             Denied::BadToken(e)
                         })?;
-                check_grants(identity, &grants, op, request_path)
+                let may_modify =
+                    check_grants(identity.clone(), &grants, Operation::Modify, request_path)
+                        .is_ok();
+                check_grants(identity, &grants, op, request_path).map(|id| (id, may_modify))
             }
-            _ => policy.check(creds, op, request_path),
+            _ => {
+                let identity = policy.check(creds, op, request_path)?;
+                let may_modify = policy.check(creds, Operation::Modify, request_path).is_ok();
+                Ok((identity, may_modify))
+            }
         }
     }
 

@@ -18,7 +18,7 @@ use crate::dav_write::{self, Change};
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
 use crate::tpc::{self, Tpc};
-use crate::upload::{self, resumable, NoBody, UploadBody, UploadConfig, Uploads};
+use crate::upload::{self, resumable, NoBody, Replace, UploadBody, UploadConfig, Uploads};
 use crate::{dav, directory, macaroon};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
@@ -189,17 +189,16 @@ impl Service {
         body: &mut dyn UploadBody,
     ) -> ResponsePlan {
         if macaroon::is_request(req) {
-            // Answered before anything else, whoever asks; the identity is for the log only.
-            let plan =
-                macaroon::refusal(allowed(self.cfg.uploads.is_some(), self.cfg.tpc.is_some()));
-            let who = self
-                .cfg
-                .access
-                .policy()
-                .check(&req.credentials, Operation::Read, &req.path)
-                .unwrap_or(Identity::Anonymous);
-            log(req, &plan, &who);
-            return plan;
+            // Answered before anything else, whoever asks. The identity is for the log only:
+            // found in a task of its own, since a JWT may need its issuer's keys fetched and
+            // the answer must not wait for that.
+            let allow = allowed(self.cfg.uploads.is_some(), self.cfg.tpc.is_some());
+            let (access, req) = (Arc::clone(&self.cfg.access), req.clone());
+            tokio::spawn(async move {
+                let who = access.identify(&req.credentials, &req.path).await;
+                log(&req, &macaroon::refusal(allow), &who);
+            });
+            return macaroon::refusal(allow);
         }
         if let (Some(up), Some(id)) = (&self.cfg.uploads, resumable::resource_id(&req.path)) {
             return self.upload_resource(req, up, id, body).await;
@@ -221,16 +220,18 @@ impl Service {
         let (plan, who) = match self
             .cfg
             .access
-            .authorize(&req.credentials, op, &req.path)
+            .authorize_write(&req.credentials, op, &req.path)
             .await
         {
             // A push makes this server send a file where the caller says: never for anonymous.
-            Ok(Identity::Anonymous) if req.method == Method::Copy && self.cfg.tpc.is_some() => {
+            Ok((Identity::Anonymous, _))
+                if req.method == Method::Copy && self.cfg.tpc.is_some() =>
+            {
                 denial(Denied::Unauthenticated {
                     invalid_token: false,
                 })
             }
-            Ok(who) => (self.decide(req, body).await, who),
+            Ok((who, may_modify)) => (self.decide(req, replace(may_modify), body).await, who),
             Err(denied) => denial(denied),
         };
         log(req, &plan, &who);
@@ -253,18 +254,19 @@ impl Service {
             .as_ref()
             .map_or(req.path.as_str(), |u| u.request_path());
         let op = write_operation(&cfg.root, path).await;
-        let checked = match cfg.access.authorize(&req.credentials, op, path).await {
+        let checked = match cfg.access.authorize_write(&req.credentials, op, path).await {
             // An authenticated caller asking for an unknown upload learns it is unknown.
-            Err(Denied::OutOfScope { identity, .. }) if found.is_none() => Ok(identity),
+            Err(Denied::OutOfScope { identity, .. }) if found.is_none() => Ok((identity, false)),
             other => other,
         };
         let (plan, who) = match checked {
-            Ok(who) => {
+            Ok((who, may_modify)) => {
                 let ctx = resumable::Ctx {
                     root: &cfg.root,
                     digests: &cfg.digests,
                     uploads: &cfg.upload_state,
                     cfg: up,
+                    replace: replace(may_modify),
                 };
                 (
                     resumable::on_resource(&ctx, found, &req.method, &req.upload, body).await,
@@ -278,7 +280,7 @@ impl Service {
     }
 
     /// `COPY`: third-party copy when it is on; a pull also needs uploads on, as it writes.
-    async fn copy(&self, req: &Request) -> ResponsePlan {
+    async fn copy(&self, req: &Request, replace: Replace) -> ResponsePlan {
         let cfg = &self.cfg;
         let refuse = |text: &'static str, detail: &str| {
             let mut plan =
@@ -298,7 +300,7 @@ impl Service {
                 "COPY with Source while uploads are off",
             );
         }
-        tpc::copy(tpc, &cfg.root, &cfg.digests, req).await
+        tpc::copy(tpc, &cfg.root, &cfg.digests, req, replace).await
     }
 
     /// `DELETE`, `MKCOL`, `MOVE` ([`dav_write`]); the caller may change the request path.
@@ -328,7 +330,14 @@ impl Service {
         }
     }
 
-    async fn decide(&self, req: &Request, body: &mut dyn UploadBody) -> ResponsePlan {
+    /// The answer to a request the caller may make; `replace` says whether a write may
+    /// replace a file that takes the target's name before it is stored.
+    async fn decide(
+        &self,
+        req: &Request,
+        replace: Replace,
+        body: &mut dyn UploadBody,
+    ) -> ResponsePlan {
         let cfg = &self.cfg;
         if let (Method::Put | Method::Post, Some(up), Some(_)) =
             (&req.method, &cfg.uploads, &req.upload.draft.upload_complete)
@@ -338,6 +347,7 @@ impl Service {
                 digests: &cfg.digests,
                 uploads: &cfg.upload_state,
                 cfg: up,
+                replace,
             };
             return resumable::create(&ctx, &req.path, &req.upload, body).await;
         }
@@ -358,6 +368,7 @@ impl Service {
                         up,
                         &req.path,
                         &req.upload,
+                        replace,
                         body,
                     )
                     .await
@@ -372,7 +383,7 @@ impl Service {
                     return plan;
                 }
             },
-            Method::Copy => return self.copy(req).await,
+            Method::Copy => return self.copy(req, replace).await,
             Method::Delete | Method::Mkcol | Method::Move if cfg.uploads.is_some() => {
                 return self.change_tree(req, body).await
             }
@@ -619,6 +630,16 @@ async fn write_operation(root: &Path, request_path: &str) -> Operation {
     match tokio::fs::symlink_metadata(root.join(rel)).await {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Operation::Create,
         _ => Operation::Modify,
+    }
+}
+
+/// A caller allowed to modify the path may replace what takes its name meanwhile; one
+/// allowed only to create may not.
+fn replace(may_modify: bool) -> Replace {
+    if may_modify {
+        Replace::Allowed
+    } else {
+        Replace::Never
     }
 }
 

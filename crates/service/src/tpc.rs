@@ -48,10 +48,14 @@ use crate::listing_body::ListingStream;
 use crate::plan::ResponsePlan;
 use crate::request::Request;
 use crate::respond::{refusal_for, status};
-use crate::upload::{self, Refusal};
+use crate::upload::{self, Refusal, Replace};
 
+mod connections;
+mod fields;
 pub mod remote_policy;
 
+pub use connections::{OpenConnection, RemoteConnections};
+pub use fields::CopyCredentials;
 pub use remote_policy::{Allowance, IpNet, RemotePolicy};
 
 /// The media type of the marker stream (HTTP-TPC draft).
@@ -135,8 +139,9 @@ impl TpcConfig {
     }
 }
 
-/// What a codec decoded about a `COPY`.
-#[derive(Debug, Clone, Default)]
+/// What a codec decoded about a `COPY`. Its `Debug` shows the names of the
+/// `TransferHeader` fields, never their values (tokens for the remote).
+#[derive(Clone, Default)]
 pub struct CopyHead {
     /// `Source`: pull from this URL.
     pub source: Option<String>,
@@ -151,6 +156,38 @@ pub struct CopyHead {
     pub require_checksum: bool,
     /// `TransferHeader<Name>: value` fields, as (`Name`, value), in order.
     pub transfer_headers: Vec<(String, String)>,
+    /// `Credential`, verbatim: `none`, or a delegation kind this server refuses.
+    pub credential: Option<String>,
+    /// `X-No-Delegate`, verbatim.
+    pub no_delegate: Option<String>,
+    /// `ClientInfo` (FTS: job, file and retry), verbatim; only logged.
+    pub client_info: Option<String>,
+    /// `SciTag`, verbatim: the SciTags flow label; only logged.
+    pub scitag: Option<String>,
+}
+
+impl fmt::Debug for CopyHead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CopyHead")
+            .field("source", &self.source)
+            .field("destination", &self.destination)
+            .field("overwrite", &self.overwrite)
+            .field("streams", &self.streams)
+            .field("require_checksum", &self.require_checksum)
+            .field(
+                "transfer_headers",
+                &self
+                    .transfer_headers
+                    .iter()
+                    .map(|(n, _)| n)
+                    .collect::<Vec<_>>(),
+            )
+            .field("credential", &self.credential)
+            .field("no_delegate", &self.no_delegate)
+            .field("client_info", &self.client_info)
+            .field("scitag", &self.scitag)
+            .finish()
+    }
 }
 
 impl CopyHead {
@@ -168,6 +205,10 @@ impl CopyHead {
                 "requirechecksumverification" => {
                     head.require_checksum = value.trim().eq_ignore_ascii_case("true")
                 }
+                "credential" => head.credential = Some(value.to_string()),
+                "x-no-delegate" => head.no_delegate = Some(value.to_string()),
+                "clientinfo" => head.client_info = Some(value.to_string()),
+                "scitag" => head.scitag = Some(value.to_string()),
                 _ => {
                     if let Some(rest) = lower.strip_prefix(TRANSFER_HEADER_PREFIX) {
                         if !rest.is_empty() {
@@ -205,6 +246,9 @@ pub struct CopyJob {
     /// when the source gives none; a push must match what the destination declares of the
     /// stored file and fails when it declares nothing.
     pub verify_checksum: bool,
+    /// Credentials besides `headers`: the server's client certificate, or none
+    /// (`Credential: none`, `X-No-Delegate: true`).
+    pub credentials: CopyCredentials,
     /// Resolves when the copy must stop (the client went away, the server shuts down). The
     /// runner then stops its lanes and returns an error.
     pub stop: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -220,6 +264,7 @@ impl fmt::Debug for CopyJob {
             )
             .field("lanes", &self.lanes)
             .field("verify_checksum", &self.verify_checksum)
+            .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
 }
@@ -245,6 +290,12 @@ pub enum CopyFailed {
     Tls,
     /// The remote answered this status.
     Status(u16),
+    /// The remote answered 401 or 403 to a request after earlier requests of the same copy,
+    /// with the same credentials, had succeeded: the token it was given expired or was
+    /// revoked during the copy. Distinct from [`CopyFailed::Status`], a refusal at the start
+    /// (wrong token, wrong scope), since the cure differs: a fresh token with a lifetime
+    /// that covers the copy.
+    TokenRefusedMidCopy(u16),
     /// The remote's answers did not make sense (sizes, ranges, framing).
     Protocol,
     /// The remote file changed while it was copied.
@@ -257,6 +308,8 @@ pub enum CopyFailed {
     NoChecksum,
     /// The server could not read, write or store the file.
     Local,
+    /// A file took the destination's name during the copy, and the caller may only create.
+    Exists,
     /// The client went away or the server is shutting down.
     Stopped,
     /// Anything else.
@@ -270,6 +323,10 @@ impl fmt::Display for CopyFailed {
             Self::Connect => f.write_str("could not connect to the remote"),
             Self::Tls => f.write_str("the TLS handshake with the remote failed"),
             Self::Status(s) => write!(f, "the remote answered {s}"),
+            Self::TokenRefusedMidCopy(s) => write!(
+                f,
+                "remote refused the token mid-copy ({s}): it expired or was revoked after part of the file was copied"
+            ),
             Self::Protocol => f.write_str("the remote's answer was not usable"),
             Self::RemoteChanged => f.write_str("the remote file changed during the copy"),
             Self::LocalChanged => f.write_str("the file changed while it was sent"),
@@ -280,6 +337,9 @@ impl fmt::Display for CopyFailed {
                 "checksum verification failed: the remote offers no checksum to compare with",
             ),
             Self::Local => f.write_str("the server could not store or read the file"),
+            Self::Exists => f.write_str(
+                "the destination was created during the copy and this caller may not replace it",
+            ),
             Self::Stopped => f.write_str("stopped: the client went away"),
             Self::Other => f.write_str("the copy failed"),
         }
@@ -301,12 +361,27 @@ impl CopyFailure {
             detail: detail.into(),
         }
     }
+
+    /// This failure, for a copy whose remote had already accepted `done` bytes' worth of
+    /// requests: a 401 or 403 then means the token stopped working during the copy.
+    pub fn after_progress(mut self, done: u64) -> Self {
+        if let CopyFailed::Status(s @ (401 | 403)) = self.what {
+            if done > 0 {
+                self.what = CopyFailed::TokenRefusedMidCopy(s);
+                self.detail = format!("after {done} bytes: {}", self.detail);
+            }
+        }
+        self
+    }
 }
 
 /// A copy that has started.
 pub struct RunningCopy {
     /// Live counters: `verified` is what the markers report.
     pub progress: Progress,
+    /// The copy's open connections to remotes, for the markers' `RemoteConnections`; a
+    /// runner that registers none leaves the line out.
+    pub connections: RemoteConnections,
     /// Resolves when the copy is over.
     pub done: Pin<Box<dyn Future<Output = Result<CopyOutcome, CopyFailure>> + Send>>,
 }
@@ -354,8 +429,9 @@ pub(crate) async fn copy(
     root: &std::path::Path,
     digests: &DigestCache,
     req: &Request,
+    replace: Replace,
 ) -> ResponsePlan {
-    match start(tpc, root, digests, req).await {
+    match start(tpc, root, digests, req, replace).await {
         Ok(plan) => plan,
         Err(r) => {
             let busy = r.status == status::TOO_MANY_REQUESTS;
@@ -373,6 +449,7 @@ async fn start(
     root: &std::path::Path,
     digests: &DigestCache,
     req: &Request,
+    replace: Replace,
 ) -> Result<ResponsePlan, Refusal> {
     let head = &req.copy;
     let (remote, pull) = match (&head.source, &head.destination) {
@@ -396,6 +473,9 @@ async fn start(
     let url = remote_url(remote, tpc.runner.schemes())?;
     check_literal_host(&url, &tpc.config.remote_policy)?;
     let headers = outgoing_headers(&head.transfer_headers)?;
+    let credentials = fields::credentials(head.credential.as_deref(), head.no_delegate.as_deref())?;
+    let client_info = fields::client_info(head.client_info.as_deref());
+    let scitag = fields::scitag(head.scitag.as_deref());
     // gfal2 sends 0 when the user did not choose: the runner's default.
     let lanes = match head.streams.as_deref() {
         None | Some("") => None,
@@ -415,6 +495,8 @@ async fn start(
         .overwrite
         .as_deref()
         .is_some_and(|v| v.eq_ignore_ascii_case("f"));
+    // `Overwrite: F` holds to the end too: a file that appears during the copy stays.
+    let replace = if overwrite { replace } else { Replace::Never };
     let (direction, finish) = if pull {
         let target = upload::blocking(root, &req.path, upload::resolve_for_write).await?;
         if target.existed && !overwrite {
@@ -438,6 +520,7 @@ async fn start(
                 request_path: req.path.clone(),
                 root: root.to_path_buf(),
                 digests: digests.clone(),
+                replace,
             },
         )
     } else {
@@ -476,11 +559,27 @@ async fn start(
         headers,
         lanes,
         verify_checksum: head.require_checksum,
+        credentials,
         stop: Box::pin(async move {
             let _ = stop_rx.await;
         }),
     };
-    tracing::info!(peer = %req.peer, path = %req.path, remote = %url, pull, lanes = ?lanes, verify_checksum = head.require_checksum, "third-party copy starting");
+    tracing::info!(
+        peer = %req.peer,
+        path = %req.path,
+        remote = %url,
+        pull,
+        lanes = ?lanes,
+        verify_checksum = head.require_checksum,
+        ?credentials,
+        client_info = client_info.as_deref().unwrap_or("-"),
+        scitag = ?scitag,
+        "third-party copy starting"
+    );
+    let labels = Labels {
+        client_info: client_info.unwrap_or_else(|| "-".into()),
+        scitag,
+    };
     let running = tpc.runner.start(job);
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(drive(Driven {
@@ -491,6 +590,7 @@ async fn start(
         interval: tpc.config.marker_interval,
         _permit: permit,
         what: format!("{} {} {url}", req.path, if pull { "<-" } else { "->" }),
+        labels,
     }));
     let mut plan = ResponsePlan::empty(status::ACCEPTED);
     plan.content_type = CONTENT_TYPE_PERF_MARKERS;
@@ -602,6 +702,9 @@ enum Finish {
         request_path: String,
         root: PathBuf,
         digests: DigestCache,
+        /// [`Replace::Never`] for a create-only caller: a file that took the name during
+        /// the copy stays, and the copy fails.
+        replace: Replace,
     },
     Push,
 }
@@ -614,6 +717,7 @@ impl Finish {
             request_path,
             root,
             digests,
+            replace,
         } = self
         else {
             return Ok(());
@@ -624,17 +728,24 @@ impl Finish {
             root.clone(),
             request_path.clone(),
         );
-        let sha256 = outcome.sha256;
+        let (sha256, replace) = (outcome.sha256, *replace);
         let stored = upload::off_runtime(move || {
             let file = std::fs::File::open(&s).map_err(|e| Refusal::io("opening", &s, &e))?;
             if let Some(d) = sha256 {
                 xfer_common::stored_digest::keep(&file, d, &s);
             }
-            upload::commit(&file, &s, &t)?;
+            upload::commit(&file, &s, &t, replace)?;
             Ok(upload::stored_resource(&r, &p, &file))
         })
         .await
-        .map_err(|r| CopyFailure::new(CopyFailed::Local, r.detail()))?;
+        .map_err(|r| {
+            let what = if r.status == status::PRECONDITION_FAILED {
+                CopyFailed::Exists
+            } else {
+                CopyFailed::Local
+            };
+            CopyFailure::new(what, r.detail())
+        })?;
         if let (Some(resource), Some(d)) = (stored, outcome.sha256) {
             digests.insert(&resource, d);
         }
@@ -671,6 +782,15 @@ struct Driven {
     /// Held until the copy is over and cleaned up.
     _permit: OwnedSemaphorePermit,
     what: String,
+    labels: Labels,
+}
+
+/// What the caller said the copy belongs to, for the log lines of its end.
+struct Labels {
+    /// `ClientInfo`, sanitised (`-` when none).
+    client_info: String,
+    /// `SciTag`, when valid.
+    scitag: Option<u32>,
 }
 
 /// Run the copy, send a marker every interval, then the last line. A marker that cannot be
@@ -684,8 +804,13 @@ async fn drive(d: Driven) {
         interval,
         _permit,
         what,
+        labels,
     } = d;
-    let RunningCopy { progress, done } = running;
+    let RunningCopy {
+        progress,
+        connections,
+        done,
+    } = running;
     let mut done = done;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -694,7 +819,7 @@ async fn drive(d: Driven) {
         tokio::select! {
             r = &mut done => break r,
             _ = tick.tick(), if stop.is_some() => {
-                let marker = perf_marker(progress.snapshot().verified);
+                let marker = perf_marker(progress.snapshot().verified, connections.describe());
                 if tx.send(Ok(Bytes::from(marker))).await.is_err() {
                     tracing::info!(copy = %what, "client went away; stopping the copy");
                     if let Some(s) = stop.take() {
@@ -720,28 +845,33 @@ async fn drive(d: Driven) {
     };
     let last = match &result {
         Ok(outcome) => {
-            tracing::info!(copy = %what, bytes = outcome.bytes, "third-party copy complete");
+            tracing::info!(copy = %what, bytes = outcome.bytes, client_info = %labels.client_info, scitag = ?labels.scitag, "third-party copy complete");
             // A last marker with the final count, then the verdict.
-            format!("{}success: Created\n", perf_marker(outcome.bytes))
+            format!("{}success: Created\n", perf_marker(outcome.bytes, None))
         }
         Err(e) => {
             finish.clean_up();
-            tracing::warn!(copy = %what, failed = %e.what, detail = %e.detail, "third-party copy failed");
+            tracing::warn!(copy = %what, failed = %e.what, detail = %e.detail, client_info = %labels.client_info, scitag = ?labels.scitag, "third-party copy failed");
             format!("failure: {}\n", e.what)
         }
     };
     let _ = tx.send(Ok(Bytes::from(last))).await;
 }
 
-/// One performance-marker block: only the lines the HTTP-TPC draft defines, since some
-/// clients refuse others. One stripe: xfer's lanes are one transfer to the client.
-fn perf_marker(bytes: u64) -> String {
+/// One performance-marker block: the lines of the HTTP-TPC draft, then, as XRootD sends it,
+/// `RemoteConnections` with the copy's open connections (left out when there are none; gfal2's
+/// davix reads it, FTS's monitoring uses it). One stripe: xfer's lanes are one transfer to the
+/// client.
+fn perf_marker(bytes: u64, connections: Option<String>) -> String {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    let remote = connections
+        .map(|c| format!("\tRemoteConnections: {c}\n"))
+        .unwrap_or_default();
     format!(
-        "Perf Marker\n\tTimestamp: {now}\n\tStripe Index: 0\n\tStripe Bytes Transferred: {bytes}\n\tTotal Stripe Count: 1\nEnd\n"
+        "Perf Marker\n\tTimestamp: {now}\n\tStripe Index: 0\n\tStripe Bytes Transferred: {bytes}\n\tTotal Stripe Count: 1\n{remote}End\n"
     )
 }
 
@@ -759,6 +889,10 @@ mod tests {
             ("X-Number-Of-Streams", "4"),
         ]);
         assert_eq!(head.source.as_deref(), Some("https://a/x"));
+        assert!(
+            !format!("{head:?}").contains("Bearer t"),
+            "a token in Debug"
+        );
         assert_eq!(head.streams.as_deref(), Some("4"));
         assert_eq!(
             head.transfer_headers,
@@ -819,8 +953,12 @@ mod tests {
     }
 
     #[test]
-    fn markers_hold_only_the_standard_lines() {
-        let m = perf_marker(42);
+    fn markers_hold_the_standard_lines_and_remote_connections() {
+        let m = perf_marker(42, Some("tcp:192.0.2.7:443,tcp:[2001:db8::7]:1094".into()));
+        assert!(m.ends_with(
+            "\tTotal Stripe Count: 1\n\tRemoteConnections: tcp:192.0.2.7:443,tcp:[2001:db8::7]:1094\nEnd\n"
+        ));
+        let m = perf_marker(42, None);
         let keys: Vec<&str> = m
             .lines()
             .map(|l| l.trim().split(':').next().unwrap_or(""))

@@ -30,8 +30,12 @@ use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 use crate::plan::ResponsePlan;
 use crate::respond::status;
 
+mod place;
 pub mod resumable;
 mod staging_files;
+
+pub(crate) use place::commit;
+pub use place::Replace;
 
 use staging_files::check_room;
 
@@ -563,6 +567,7 @@ pub(crate) fn staging_name(id: &str, name: &str) -> String {
 }
 
 /// Handle a `PUT` (and the upload-status `HEAD`) for `request_path` under `root`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn put(
     root: &Path,
     digests: &DigestCache,
@@ -570,10 +575,13 @@ pub(crate) async fn put(
     cfg: &UploadConfig,
     request_path: &str,
     head: &UploadHead,
+    replace: Replace,
     body: &mut dyn UploadBody,
 ) -> ResponsePlan {
     let result = match (&head.id, head.complete, &head.content_range) {
-        (Some(id), true, _) => complete(root, digests, uploads, request_path, id, head).await,
+        (Some(id), true, _) => {
+            complete(root, digests, uploads, request_path, id, head, replace).await
+        }
         (Some(id), false, Some(range)) => {
             chunk(root, uploads, cfg, request_path, id, range, head, body).await
         }
@@ -587,7 +595,7 @@ pub(crate) async fn put(
             "a partial PUT needs an Xfer-Upload id (docs/upload-protocol.md)\n",
             "Content-Range without Xfer-Upload",
         )),
-        (None, _, None) => whole(root, digests, cfg, request_path, head, body).await,
+        (None, _, None) => whole(root, digests, cfg, request_path, head, replace, body).await,
     };
     result.unwrap_or_else(Refusal::plan)
 }
@@ -891,6 +899,7 @@ async fn complete(
     request_path: &str,
     id: &str,
     head: &UploadHead,
+    replace: Replace,
 ) -> Result<ResponsePlan, Refusal> {
     let declared = digest_field(&head.repr_digest, "Repr-Digest")?.ok_or_else(|| {
         Refusal::new(
@@ -907,7 +916,7 @@ async fn complete(
     let (root, path, id) = (root.to_path_buf(), request_path.to_string(), id.to_string());
     to_completion(async move {
         settle(
-            &root, &path, &id, &digests, &uploads, part, target, declared,
+            &root, &path, &id, &digests, &uploads, part, target, declared, replace,
         )
         .await
     })
@@ -925,6 +934,7 @@ async fn settle(
     part: Arc<Part>,
     target: WriteTarget,
     declared: Sha256Digest,
+    replace: Replace,
 ) -> Result<ResponsePlan, Refusal> {
     {
         let mut s = part.lock();
@@ -950,7 +960,7 @@ async fn settle(
     let mut gate = part.gate.write().await;
     let p = Arc::clone(&part);
     let (r, path) = (root.to_path_buf(), request_path.to_string());
-    let finished = off_runtime(move || finish(&p, declared, &r, &path)).await;
+    let finished = off_runtime(move || finish(&p, declared, &r, &path, replace)).await;
     *gate = finished.is_ok();
     drop(gate);
     match finished {
@@ -963,8 +973,9 @@ async fn settle(
             Ok(stored(target.existed, declared))
         }
         Err(r) => {
-            if r.status == status::BAD_REQUEST {
-                // The bytes are wrong; keeping them would only let a retry fail the same way.
+            if r.status == status::BAD_REQUEST || r.status == status::PRECONDITION_FAILED {
+                // The bytes are wrong, or the name was taken from a create-only caller:
+                // keeping them would only let a retry fail the same way.
                 uploads.remove(id);
                 let _ = std::fs::remove_file(&part.staging);
                 let _ = std::fs::remove_file(&part.sidecar);
@@ -983,6 +994,7 @@ fn finish(
     declared: Sha256Digest,
     root: &Path,
     request_path: &str,
+    replace: Replace,
 ) -> Result<Option<Resource>, Refusal> {
     let actual = part
         .whole_digest()
@@ -998,7 +1010,7 @@ fn finish(
         ));
     }
     stored_digest::keep(&part.file, actual, &part.staging);
-    commit(&part.file, &part.staging, &part.target)?;
+    commit(&part.file, &part.staging, &part.target, replace)?;
     let _ = std::fs::remove_file(&part.sidecar);
     Ok(stored_resource(root, request_path, &part.file))
 }
@@ -1025,19 +1037,6 @@ fn hash_file(file: &File, size: u64) -> io::Result<Sha256Digest> {
         off += want as u64;
     }
     Ok(h.finish())
-}
-
-/// Sync the staging file, rename it over the target, sync the directory.
-pub(crate) fn commit(file: &File, staging: &Path, target: &Path) -> Result<(), Refusal> {
-    file.sync_all()
-        .map_err(|e| Refusal::io("syncing", staging, &e))?;
-    std::fs::rename(staging, target).map_err(|e| Refusal::io("renaming", staging, &e))?;
-    if let Some(dir) = target.parent() {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
 }
 
 /// Write the body at `offset`, hashing it: exactly `exact` bytes when given, never more than
@@ -1135,6 +1134,7 @@ async fn whole(
     cfg: &UploadConfig,
     request_path: &str,
     head: &UploadHead,
+    replace: Replace,
     body: &mut dyn UploadBody,
 ) -> Result<ResponsePlan, Refusal> {
     if head.content_length.is_some_and(|n| n > cfg.max_size) {
@@ -1193,7 +1193,7 @@ async fn whole(
         let (r, path) = (root.to_path_buf(), request_path.to_string());
         let stored_file = off_runtime(move || {
             stored_digest::keep(&keep, actual, &s);
-            commit(&keep, &s, &t)?;
+            commit(&keep, &s, &t, replace)?;
             Ok(stored_resource(&r, &path, &keep))
         })
         .await?;

@@ -9,6 +9,8 @@ mod dav_write;
 mod decisions;
 #[path = "listing.rs"]
 mod listing;
+#[path = "no_replace.rs"]
+mod no_replace;
 #[path = "resumable.rs"]
 mod resumable;
 #[path = "tokens.rs"]

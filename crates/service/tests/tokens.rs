@@ -22,8 +22,8 @@ use ring::signature::{EcdsaKeyPair, KeyPair, RsaKeyPair, ECDSA_P256_SHA256_FIXED
 use serde_json::{json, Value};
 use xfer_service::upload::{UploadBody, UploadHead};
 use xfer_service::{
-    status, AccessControl, Credentials, HttpsGet, KeyTimes, Method, Request, ResponsePlan, Secret,
-    Service, ServiceConfig, UploadConfig,
+    status, AccessControl, Credentials, HttpsGet, Identity, KeyTimes, Method, Request,
+    ResponsePlan, Secret, Service, ServiceConfig, UploadConfig,
 };
 
 const ISSUER: &str = "https://issuer.test";
@@ -566,4 +566,47 @@ fn bad_issuer_entries_are_refused_with_the_entry_named() {
             .expect_err("a bad issuer entry");
         assert!(e.to_string().contains(needle), "{e}");
     }
+}
+
+#[tokio::test]
+async fn a_macaroon_request_names_the_token_holder_by_issuer_and_subject() {
+    let s = setup(KeyTimes::default());
+    let good = s.keys.sign(&es("ec1"), &wlcg(), Some("ec1"));
+    let creds = |token: &str| Credentials {
+        bearer: (!token.is_empty()).then(|| Secret::new(token)),
+        client_certificate: None,
+    };
+    let access = &s.svc.config().access;
+    let jwt = Identity::Jwt {
+        issuer: ISSUER.into(),
+        subject: "alice".into(),
+        jti: Some("j-1".into()),
+    };
+    assert_eq!(access.identify(&creds(&good), "/atlas/data/f").await, jwt);
+    // Outside the token's scope: still who it is.
+    assert_eq!(access.identify(&creds(&good), "/cms/f").await, jwt);
+    let shown = jwt.to_string();
+    assert_eq!(shown, format!("jwt {ISSUER} sub=alice jti=j-1"));
+    assert!(!shown.contains(&good));
+    let expired = s.keys.sign(
+        &es("ec1"),
+        &with(wlcg(), json!({"exp": now() - 3600})),
+        Some("ec1"),
+    );
+    for unknown in ["", "bogus", expired.as_str()] {
+        assert_eq!(
+            access.identify(&creds(unknown), "/atlas/data/f").await,
+            Identity::Anonymous
+        );
+    }
+    // And the request itself is still answered as before.
+    let mut r = Request::new(
+        Method::Post,
+        "/atlas/data/f",
+        SocketAddr::from(([127, 0, 0, 1], 9)),
+        "test",
+    );
+    r.credentials = creds(&good);
+    r.upload.draft.content_type = Some("application/macaroon-request".into());
+    assert_eq!(s.svc.respond(&r).await.status, status::METHOD_NOT_ALLOWED);
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use xfer_core::progress::Progress;
 use xfer_service::tpc::{
-    CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy, RunningCopy,
+    CopyCredentials, CopyDirection, CopyFailed, CopyFailure, CopyJob, CopyOutcome, RemotePolicy,
+    RunningCopy,
 };
 use xfer_service::{
     status, AccessControl, Body, CopyRunner, Credentials, ListingStream, Method, Request, Secret,
@@ -47,6 +48,8 @@ struct Scripted {
     /// Copies told to stop.
     stopped: Arc<Mutex<u32>>,
     started: Mutex<Option<oneshot::Sender<PathBuf>>>,
+    /// The credentials each job was given.
+    credentials: Mutex<Vec<CopyCredentials>>,
 }
 
 impl CopyRunner for Scripted {
@@ -60,8 +63,10 @@ impl CopyRunner for Scripted {
             headers,
             lanes,
             verify_checksum,
+            credentials,
             stop,
         } = job;
+        self.credentials.lock().expect("lock").push(credentials);
         self.seen
             .lock()
             .expect("lock")
@@ -71,6 +76,7 @@ impl CopyRunner for Scripted {
         let started = self.started.lock().expect("lock").take();
         RunningCopy {
             progress: Progress::new(),
+            connections: Default::default(),
             done: Box::pin(async move {
                 let into = match &direction {
                     CopyDirection::Pull { into, .. } => Some(into.clone()),
@@ -129,6 +135,7 @@ fn service(dir: &Path, script: Script, max_active: usize) -> (Service, Arc<Scrip
         seen: Mutex::new(Vec::new()),
         stopped: Arc::new(Mutex::new(0)),
         started: Mutex::new(None),
+        credentials: Mutex::new(Vec::new()),
     });
     cfg.tpc = Some(Tpc::new(
         runner.clone(),
@@ -152,7 +159,7 @@ fn copy(path: &str, fields: &[(&str, &str)]) -> Request {
     r
 }
 
-async fn body_text(body: Body) -> String {
+pub(crate) async fn body_text(body: Body) -> String {
     let Body::Listing(mut stream) = body else {
         panic!("a copy's body is a stream");
     };
@@ -351,4 +358,55 @@ async fn a_literal_internal_remote_is_refused_before_the_copy() {
         .await;
     assert_eq!(plan.status, status::ACCEPTED);
     assert!(body_text(plan.body).await.ends_with("success: Created\n"));
+}
+
+#[tokio::test]
+async fn credential_none_is_understood_and_delegation_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (svc, runner) = service(dir.path(), Script::Succeed, 4);
+    let src = ("Source", "https://remote/x");
+    for (i, fields, expected) in [
+        (0, vec![src], CopyCredentials::Server),
+        (1, vec![src, ("Credential", "none")], CopyCredentials::None),
+        (
+            2,
+            vec![src, ("X-No-Delegate", "true")],
+            CopyCredentials::None,
+        ),
+        (
+            3,
+            vec![
+                src,
+                ("ClientInfo", "job-id=1;file-id=2;retry=0\nforged"),
+                ("SciTag", "206"),
+            ],
+            CopyCredentials::Server,
+        ),
+        (4, vec![src, ("SciTag", "64")], CopyCredentials::Server),
+    ] {
+        let plan = svc.respond(&copy(&format!("/in/{i}.bin"), &fields)).await;
+        assert_eq!(plan.status, status::ACCEPTED, "{fields:?}");
+        assert!(body_text(plan.body).await.ends_with("success: Created\n"));
+        let seen = runner.credentials.lock().expect("lock").clone();
+        assert_eq!(seen.last(), Some(&expected), "{fields:?}");
+    }
+    for (value, text) in [
+        ("gridsite", "this server delegates no credentials"),
+        ("oidc", "this server delegates no credentials"),
+        ("x509-magic", "unknown Credential value"),
+    ] {
+        let plan = svc
+            .respond(&copy("/in/refused.bin", &[src, ("Credential", value)]))
+            .await;
+        assert_eq!(plan.status, status::BAD_REQUEST, "{value}");
+        let Body::Message(body) = plan.body else {
+            panic!("a refusal has a message");
+        };
+        assert!(String::from_utf8_lossy(&body).starts_with(text), "{value}");
+    }
+    assert_eq!(
+        runner.credentials.lock().expect("lock").len(),
+        5,
+        "refused copies never ran"
+    );
 }

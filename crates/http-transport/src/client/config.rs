@@ -20,7 +20,19 @@ pub trait AddressPolicy: Send + Sync + fmt::Debug {
     /// `Err(why)`: no connection to `addr`, which `host` resolved to; `why` is for the log
     /// and the error's detail.
     fn check(&self, host: &str, addr: SocketAddr) -> Result<(), String>;
+
+    /// Told of each TCP connection made to `addr` (which passed [`AddressPolicy::check`]).
+    /// What it returns is kept with the connection's socket and dropped when the socket
+    /// closes, so a policy can tell which connections are open now (a third-party copy's
+    /// `RemoteConnections`). Default: nothing kept.
+    fn connected(&self, addr: SocketAddr) -> Option<ConnectionWatch> {
+        let _ = addr;
+        None
+    }
 }
+
+/// What an [`AddressPolicy`] keeps with a connection's socket: dropped when it closes.
+pub type ConnectionWatch = Box<dyn fmt::Debug + Send + Sync>;
 
 /// How the HTTP client connects and how many lanes it offers.
 #[derive(Debug, Clone)]

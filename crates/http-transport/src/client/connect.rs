@@ -191,8 +191,8 @@ pub(crate) async fn connect(
         // Fast Open only under TLS: a ClientHello delivered twice does no harm.
         let fast_open = origin.security == Security::Tls;
         match tcp::connect_fast_open(addr, p.tcp, left, fast_open).await {
-            Ok(ok) => {
-                connected = Some(ok);
+            Ok((stream, applied)) => {
+                connected = Some((stream, applied, addr));
                 break;
             }
             Err(e) => {
@@ -205,10 +205,11 @@ pub(crate) async fn connect(
             }
         }
     }
-    let Some((stream, applied)) = connected else {
+    let Some((stream, applied, addr)) = connected else {
         return Err(last_err.unwrap_or_else(|| timeout("connect")));
     };
-    let metered = MeteredTcp::new(stream, peer.clone(), applied);
+    let watch = p.address_policy.and_then(|policy| policy.connected(addr));
+    let metered = MeteredTcp::new(stream, peer.clone(), applied).watched(watch);
     let record = metered.record();
     let fast_open = (origin.security == Security::Tls && p.tcp.fast_open).then(|| record.clone());
 

@@ -54,7 +54,7 @@ mod transport;
 mod upload;
 mod window;
 
-pub use config::{AddressPolicy, HttpClientConfig};
+pub use config::{AddressPolicy, ConnectionWatch, HttpClientConfig};
 pub use connect::h2_builder as h2_client_builder;
 pub use transport::HttpTransport;
 pub use xfer_common::tls::ClientTlsOptions;

@@ -74,6 +74,8 @@ impl SocketRecord {
 pub(crate) struct MeteredTcp {
     stream: TcpStream,
     record: Arc<Mutex<SocketRecord>>,
+    /// Dropped with the socket ([`crate::AddressPolicy::connected`]).
+    _watch: Option<crate::client::config::ConnectionWatch>,
 }
 
 impl MeteredTcp {
@@ -92,7 +94,17 @@ impl MeteredTcp {
             cap_ooo: 0,
             cap_hole: None,
         }));
-        Self { stream, record }
+        Self {
+            stream,
+            record,
+            _watch: None,
+        }
+    }
+
+    /// Keep `watch` until the socket closes.
+    pub fn watched(mut self, watch: Option<crate::client::config::ConnectionWatch>) -> Self {
+        self._watch = watch;
+        self
     }
 
     pub fn record(&self) -> Arc<Mutex<SocketRecord>> {

@@ -29,7 +29,7 @@ use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
 use super::{
     commit, digest_field, hash_file, off_runtime, resolve_for_write, staging_files, staging_name,
-    stored_resource, Refusal, UploadBody, UploadConfig, UploadHead, Uploads, WRITE_BLOCK,
+    stored_resource, Refusal, Replace, UploadBody, UploadConfig, UploadHead, Uploads, WRITE_BLOCK,
 };
 use crate::plan::{Body, ResponsePlan};
 use crate::respond::status;
@@ -324,6 +324,9 @@ pub(crate) struct Ctx<'a> {
     pub digests: &'a DigestCache,
     pub uploads: &'a Uploads,
     pub cfg: &'a UploadConfig,
+    /// Whether the caller of this request may replace a file that took the target's name
+    /// since the upload began.
+    pub replace: Replace,
 }
 
 /// A refusal in the draft's terms: its status, the state fields to report, and optionally a
@@ -460,9 +463,18 @@ pub(crate) async fn create(
         // A client of another iteration of the draft: no upload resource, as the draft asks
         // of servers that do not offer resumption. A whole body is still a plain upload.
         if complete {
-            return super::whole(ctx.root, ctx.digests, ctx.cfg, request_path, head, body)
-                .await
-                .unwrap_or_else(Refusal::plan);
+            let (root, replace) = (ctx.root, ctx.replace);
+            return super::whole(
+                root,
+                ctx.digests,
+                ctx.cfg,
+                request_path,
+                head,
+                replace,
+                body,
+            )
+            .await
+            .unwrap_or_else(Refusal::plan);
         }
         return Refusal::new(
             status::BAD_REQUEST,
@@ -949,10 +961,11 @@ async fn finish(ctx: &Ctx<'_>, up: &Arc<Resumable>, end: u64) -> Result<Response
         ctx.digests.clone(),
         ctx.uploads.clone(),
     );
-    let up = Arc::clone(up);
-    let settled =
-        super::to_completion(async move { Ok(settle(&root, &digests, &uploads, &up, end).await) })
-            .await;
+    let (up, replace) = (Arc::clone(up), ctx.replace);
+    let settled = super::to_completion(async move {
+        Ok(settle(&root, &digests, &uploads, &up, end, replace).await)
+    })
+    .await;
     settled.unwrap_or_else(|r| Err(r.into()))
 }
 
@@ -962,6 +975,7 @@ async fn settle(
     uploads: &Uploads,
     up: &Arc<Resumable>,
     end: u64,
+    replace: Replace,
 ) -> Result<ResponsePlan, Problem> {
     let declared = {
         let mut s = up.lock();
@@ -984,7 +998,7 @@ async fn settle(
         // The tree may have changed since creation: check the way in again.
         let target = resolve_for_write(&root, &path)?;
         xfer_common::stored_digest::keep(&u.file, actual, &u.staging);
-        commit(&u.file, &u.staging, &target.path)?;
+        commit(&u.file, &u.staging, &target.path, replace)?;
         let _ = std::fs::remove_file(&u.record);
         Ok((actual, target.existed, stored_resource(&root, &path, &u.file)))
     })
@@ -1005,6 +1019,7 @@ async fn settle(
             if r.status == status::BAD_REQUEST
                 || r.status == status::FORBIDDEN
                 || r.status == status::CONFLICT
+                || r.status == status::PRECONDITION_FAILED
             {
                 // Processing the whole representation failed: the upload is over.
                 uploads.resumable.remove(&up.id);
