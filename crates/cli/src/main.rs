@@ -6,6 +6,7 @@
 mod bench;
 mod client_args;
 mod completions_cmd;
+mod config_file;
 mod demo_cmd;
 mod doctor;
 mod exit;
@@ -23,7 +24,7 @@ mod tree_progress;
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches as _, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -62,7 +63,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Kept untyped too: `xfer serve` tells flags given from defaults to merge its config file.
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.format(&mut Cli::command()).exit(),
+    };
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -76,7 +82,13 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(a) => serve_cmd::run(a).await,
+            Command::Serve(a) => {
+                let serve = matches
+                    .subcommand_matches("serve")
+                    .cloned()
+                    .unwrap_or_default();
+                serve_cmd::run(a, &serve).await
+            }
             Command::Get(a) => get_cmd::run(a).await,
             Command::Put(a) => put_cmd::run(a).await,
             Command::Demo(a) => demo_cmd::run(a).await,

@@ -5,20 +5,31 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::{ArgMatches, Args, FromArgMatches as _};
 use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::crates::http::server::tcp_resume::TcpResumeStatus;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{ChecksumAlgorithm, Http2Config, QuicTuning};
 
 use crate::client_args::{duration_arg, size_arg, QuicCongestion};
+use crate::config_file;
 use crate::exit::UsageError;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Directory to serve. Written only with --allow-upload, where the access rules grant
     /// write scope. Also serves /.xfer/synthetic?size=SIZE&seed=N.
-    pub dir: PathBuf,
+    #[arg(required_unless_present_any = ["config", "print_config"])]
+    pub dir: Option<PathBuf>,
+    /// Read flags from this TOML file: each key is a long flag without its dashes
+    /// (`tcp-send-buffer = "32MiB"`, `no-quic = true`, `mirror = ["https://a", "https://b"]`),
+    /// DIR is `dir`. Flags on the command line win. See docs/operations.md.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration (command line, config file and defaults) as TOML,
+    /// secrets redacted, and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// TCP address for HTTP; QUIC listens on the same address over UDP.
     #[arg(short, long, default_value = "[::]:8443")]
     pub listen: SocketAddr,
@@ -192,7 +203,30 @@ pub struct ServeArgs {
     pub tpc_allow: Vec<xfer::crates::service::tpc::Allowance>,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// `xfer serve`'s arguments as a command of their own: the config-file keys and the flag
+/// tables are read from it.
+pub fn command() -> clap::Command {
+    let mut cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+    cmd.build();
+    cmd
+}
+
+/// `given` is what the command line parsed into; `matches` the same, untyped.
+pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
+    let cmd = command();
+    let effective = config_file::effective_matches(&cmd, matches, given.config.as_deref())?;
+    if given.print_config {
+        print!("{}", config_file::render(&cmd, &effective));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let args = ServeArgs::from_arg_matches(&effective)
+        .map_err(|e| UsageError(format!("configuration: {e}")))?;
+    let Some(dir) = args.dir.clone() else {
+        return Err(UsageError(
+            "no directory to serve: give DIR, or `dir` in the config file".into(),
+        )
+        .into());
+    };
     let tls = if args.plain {
         ServerTls::Plain
     } else if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -221,7 +255,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )
         .into());
     };
-    let mut cfg = ServeConfig::new(&args.dir, tls);
+    let mut cfg = ServeConfig::new(&dir, tls);
     cfg.access_file = args.access.clone();
     cfg.anonymous_read = !args.no_anonymous_read;
     cfg.client_ca = args.client_ca.clone();
@@ -311,7 +345,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let servers = Servers::start(cfg)
         .await
-        .with_context(|| format!("serving {}", args.dir.display()))?;
+        .with_context(|| format!("serving {}", dir.display()))?;
     if let (Some(s), Some(origin)) = (&servers.self_signed, &servers.cert_origin) {
         let how = match origin {
             CertOrigin::Reused => "reusing".to_string(),
@@ -323,7 +357,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             s.sha256_fingerprint
         );
     }
-    eprintln!("serving {} at {}", args.dir.display(), servers.http_base());
+    eprintln!("serving {} at {}", dir.display(), servers.http_base());
     match servers.quic_base() {
         Some(q) => eprintln!("                 and {q}"),
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),

@@ -25,5 +25,7 @@ mod lab_tree;
 mod output;
 #[path = "resume.rs"]
 mod resume;
+#[path = "serve_config.rs"]
+mod serve_config;
 #[path = "serve_signal.rs"]
 mod serve_signal;
