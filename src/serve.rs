@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use xfer_common::tls::{self, CertOrigin, SelfSigned, TlsError};
+use xfer_common::tls::{self, CertOrigin, ReloadableCert, SelfSigned, TlsError};
 use xfer_common::FaultInjection;
 use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
@@ -122,6 +123,8 @@ pub struct Servers {
     pub cert_origin: Option<CertOrigin>,
     /// Whether HTTP connections start from their client's saved path (TCP resume), or why not.
     pub tcp_resume: TcpResumeStatus,
+    /// The certificate HTTP and QUIC present, reloaded on SIGHUP; `None` without TLS.
+    pub cert: Option<Arc<ReloadableCert>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -134,32 +137,29 @@ impl Servers {
         // The TLS key is the secret that survives a restart: QUIC's stateless-reset key is
         // derived from it, so clients of a restarted server learn at once that their
         // connections are gone.
-        let mut key_file = None;
-        let server_tls = match &cfg.tls {
-            ServerTls::Plain => None,
-            ServerTls::Files { cert, key } => {
-                key_file = Some(key.clone());
-                Some(Arc::new(tls::server_config_with_client_ca(
-                    cert,
-                    key,
-                    &[],
-                    cfg.client_ca.as_deref(),
-                )?))
-            }
+        let (cert_file, key_file) = match &cfg.tls {
+            ServerTls::Plain => (None, None),
+            ServerTls::Files { cert, key } => (Some(cert.clone()), Some(key.clone())),
             ServerTls::SelfSigned { dir, names } => {
                 let (made, origin) =
                     tls::reuse_or_generate_self_signed(names, dir, cfg.renew_self_signed)?;
-                let config = tls::server_config_with_client_ca(
-                    &made.cert_path,
-                    &made.key_path,
-                    &[],
-                    cfg.client_ca.as_deref(),
-                )?;
-                key_file = Some(made.key_path.clone());
+                let paths = (Some(made.cert_path.clone()), Some(made.key_path.clone()));
                 self_signed = Some(made);
                 cert_origin = Some(origin);
-                Some(Arc::new(config))
+                paths
             }
+        };
+        let live_cert = match (&cert_file, &key_file) {
+            (Some(cert), Some(key)) => Some(Arc::new(ReloadableCert::load(cert, key)?)),
+            _ => None,
+        };
+        let server_tls = match &live_cert {
+            Some(live) => Some(Arc::new(tls::server_config_reloadable(
+                Arc::clone(live),
+                &[],
+                cfg.client_ca.as_deref(),
+            )?)),
+            None => None,
         };
         let access = Arc::new(match &cfg.access_file {
             Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?.with_key_source(
@@ -244,6 +244,21 @@ impl Servers {
         }
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move { http.serve(stopped(rx)).await }));
+        if let Some(live) = live_cert.clone() {
+            // Installed before `start` returns: a SIGHUP that found no handler would end the
+            // process.
+            match signal(SignalKind::hangup()) {
+                Ok(hup) => tasks.push(tokio::spawn(reload_cert_on_hangup(
+                    live,
+                    hup,
+                    stopped(stop_rx.clone()),
+                ))),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "no SIGHUP handler: the TLS certificate is not reloaded"
+                ),
+            }
+        }
         Ok(Self {
             http_addr,
             quic_addr,
@@ -251,6 +266,7 @@ impl Servers {
             self_signed,
             cert_origin,
             tcp_resume,
+            cert: live_cert,
             stop,
             tasks,
         })
@@ -283,6 +299,32 @@ impl Servers {
     pub async fn wait(mut self) {
         for t in self.tasks.drain(..) {
             let _ = t.await;
+        }
+    }
+}
+
+/// On SIGHUP, read the certificate and key again (a renewal needs no restart), as the access
+/// file is re-read (`AccessControl::spawn_reloader`). A pair that does not load leaves the
+/// one in use, and the log says why.
+async fn reload_cert_on_hangup(
+    cert: Arc<ReloadableCert>,
+    mut hup: Signal,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            got = hup.recv() => if got.is_none() { return },
+        }
+        match cert.reload() {
+            Ok(()) => {
+                tracing::info!(cert = %cert.cert_path().display(), "TLS certificate reloaded")
+            }
+            Err(e) => tracing::error!(
+                error = %crate::tpc::chain(&e),
+                "TLS certificate not reloaded; the previous one stays in use"
+            ),
         }
     }
 }

@@ -27,5 +27,7 @@ mod output;
 mod resume;
 #[path = "serve_config.rs"]
 mod serve_config;
+#[path = "serve_reload.rs"]
+mod serve_reload;
 #[path = "serve_signal.rs"]
 mod serve_signal;

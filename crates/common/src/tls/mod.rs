@@ -4,7 +4,8 @@
 //! (`builder_with_provider`), so no process-wide default provider has to be installed and
 //! nothing depends on which rustls features another crate turned on.
 //!
-//! - [`server_config`]: certificate chain and key from PEM files, ALPN list.
+//! - [`server_config`]: certificate chain and key from PEM files, ALPN list;
+//!   [`server_config_reloadable`] with a [`ReloadableCert`] that a reload swaps (`reloadable`).
 //! - [`self_signed`]: a new certificate for tests and quick starts (rcgen);
 //!   [`reuse_or_generate_self_signed`] keeps the one already in its directory (`identity`).
 //! - [`client_config`]: webpki roots by default, or the given CA files (a configured
@@ -27,9 +28,11 @@ use sha2::{Digest as _, Sha256};
 mod client_cert;
 mod configured_cert;
 mod identity;
+mod reloadable;
 mod validity;
 
 pub use identity::{default_cert_names, host_name, reuse_or_generate_self_signed, CertOrigin};
+pub use reloadable::ReloadableCert;
 pub use validity::{validity, Validity};
 
 /// What went wrong setting up TLS. Each variant names the file involved.
@@ -55,6 +58,8 @@ pub enum TlsError {
     BadPem { path: PathBuf, message: String },
     #[error("private key {key} does not belong to the certificate {cert}")]
     KeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("certificate {path} is not valid now (before its notBefore or after its notAfter)")]
+    OutsideValidity { path: PathBuf },
     #[error("CA certificate in {path} is unusable: {message}")]
     BadCa { path: PathBuf, message: String },
     #[error("TLS set-up failed ({context})")]
@@ -132,8 +137,18 @@ pub fn server_config_with_client_ca(
     alpn: &[&[u8]],
     client_ca: Option<&Path>,
 ) -> Result<rustls::ServerConfig, TlsError> {
-    let certs = load_certs(cert_pem)?;
-    let key = load_key(key_pem)?;
+    let cert = ReloadableCert::load(cert_pem, key_pem)?;
+    server_config_reloadable(Arc::new(cert), alpn, client_ca)
+}
+
+/// [`server_config_with_client_ca`] serving whatever `cert` holds at each handshake, so that
+/// [`ReloadableCert::reload`] reaches every listener built from this configuration (and from
+/// its clones).
+pub fn server_config_reloadable(
+    cert: Arc<ReloadableCert>,
+    alpn: &[&[u8]],
+    client_ca: Option<&Path>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| TlsError::Rustls {
@@ -144,22 +159,7 @@ pub fn server_config_with_client_ca(
         Some(ca) => builder.with_client_cert_verifier(client_cert::client_verifier(ca)?),
         None => builder.with_no_client_auth(),
     };
-    let mut cfg = builder
-        .with_single_cert(certs, key)
-        .map_err(|source| match source {
-            rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
-                cert: cert_pem.to_path_buf(),
-                key: key_pem.to_path_buf(),
-            },
-            source => TlsError::Rustls {
-                context: format!(
-                    "certificate {} with key {}",
-                    cert_pem.display(),
-                    key_pem.display()
-                ),
-                source,
-            },
-        })?;
+    let mut cfg = builder.with_cert_resolver(cert);
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(cfg)
 }
