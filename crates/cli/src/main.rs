@@ -10,6 +10,7 @@ mod config_file;
 mod demo_cmd;
 mod doctor;
 mod exit;
+mod flags_doc;
 mod get_cmd;
 mod interrupt;
 mod lab_cmd;
@@ -60,6 +61,9 @@ enum Command {
     Completions(completions_cmd::CompletionsArgs),
     /// Write man pages (xfer.1 and one per subcommand) into a directory.
     Man(completions_cmd::ManArgs),
+    /// Print the flag tables of docs/flags.md, generated from these definitions.
+    #[command(hide = true)]
+    Flags(flags_doc::FlagsArgs),
 }
 
 fn main() -> ExitCode {
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
             Command::Doctor(a) => doctor::run(a).await,
             Command::Completions(a) => completions_cmd::run_completions(a, Cli::command()),
             Command::Man(a) => completions_cmd::run_man(a, Cli::command()),
+            Command::Flags(a) => flags_doc::run(a, Cli::command()),
         }
     });
     match result {

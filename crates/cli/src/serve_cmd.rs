@@ -8,10 +8,11 @@ use anyhow::Context as _;
 use clap::{ArgMatches, Args, FromArgMatches as _};
 use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::crates::http::server::tcp_resume::TcpResumeStatus;
+use xfer::crates::quic::CarefulResume;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{ChecksumAlgorithm, Http2Config, QuicTuning};
 
-use crate::client_args::{duration_arg, size_arg, QuicCongestion};
+use crate::client_args::{duration_arg, duration_text, size_arg, size_text, QuicCongestion};
 use crate::config_file;
 use crate::exit::UsageError;
 
@@ -33,7 +34,8 @@ pub struct ServeArgs {
     /// TCP address for HTTP; QUIC listens on the same address over UDP.
     #[arg(short, long, default_value = "[::]:8443")]
     pub listen: SocketAddr,
-    /// TLS certificate chain (PEM).
+    /// TLS certificate chain (PEM). Read again, with the key, on SIGHUP: a renewed
+    /// certificate needs no restart, and one that does not load leaves the old in use.
     #[arg(long, requires = "tls_key", value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
     /// TLS private key (PEM).
@@ -107,9 +109,10 @@ pub struct ServeArgs {
     /// server sends), or `off` (the default) for QUIC's every second packet.
     #[arg(long, value_parser = crate::client_args::ack_threshold_arg, value_name = "PACKETS")]
     pub quic_ack_threshold: Option<crate::client_args::AckThreshold>,
-    /// QUIC send window: unacknowledged bytes per connection. Default 64MiB.
-    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
-    pub quic_send_window: Option<u64>,
+    /// QUIC send window: unacknowledged bytes per connection.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE",
+          default_value = size_text(QuicTuning::for_server().send_window))]
+    pub quic_send_window: u64,
     /// Do not start QUIC connections from the path their client's last connection measured
     /// (Careful Resume, RFC 9959): every connection pays slow start.
     #[arg(long)]
@@ -118,16 +121,20 @@ pub struct ServeArgs {
     /// across restarts. Default: memory only.
     #[arg(long, value_name = "FILE", conflicts_with = "no_careful_resume")]
     pub path_cache: Option<PathBuf>,
-    /// How long saved QUIC path state stays usable. Default 1h.
-    #[arg(long, value_parser = duration_arg, value_name = "DURATION", conflicts_with = "no_careful_resume")]
-    pub careful_resume_lifetime: Option<std::time::Duration>,
+    /// How long saved QUIC path state stays usable.
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION", conflicts_with = "no_careful_resume",
+          default_value = duration_text(CarefulResume::default().lifetime))]
+    pub careful_resume_lifetime: std::time::Duration,
     /// Largest congestion window a resumed QUIC connection jumps to (at most half the saved
-    /// bandwidth-delay product in any case). Default 64MiB.
-    #[arg(long, value_parser = size_arg, value_name = "SIZE", conflicts_with = "no_careful_resume")]
-    pub careful_resume_max_jump: Option<u64>,
-    /// UDP socket send and receive buffers for QUIC. Default 32MiB.
-    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
-    pub udp_buffer: Option<u64>,
+    /// bandwidth-delay product in any case).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE", conflicts_with = "no_careful_resume",
+          default_value = size_text(CarefulResume::default().max_jump))]
+    pub careful_resume_max_jump: u64,
+    /// UDP socket send and receive buffers for QUIC (forced past net.core.rmem_max and
+    /// wmem_max when root).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE",
+          default_value = size_text(QuicTuning::for_server().udp_send_buffer.unwrap_or_default()))]
+    pub udp_buffer: u64,
     /// Most simultaneous connections, per protocol (HTTP over TCP; QUIC). When full, a
     /// connection idle for 2 s is closed to make room; otherwise newcomers are refused.
     #[arg(long, default_value_t = 1024)]
@@ -320,23 +327,15 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
     if let Some(crate::client_args::AckThreshold(v)) = args.quic_ack_threshold {
         quic.ack_eliciting_threshold = v;
     }
-    if let Some(v) = args.quic_send_window {
-        quic.send_window = v;
-    }
-    if let Some(v) = args.udp_buffer {
-        quic.udp_send_buffer = Some(v);
-        quic.udp_recv_buffer = Some(v);
-    }
+    quic.send_window = args.quic_send_window;
+    quic.udp_send_buffer = Some(args.udp_buffer);
+    quic.udp_recv_buffer = Some(args.udp_buffer);
     quic.validate().map_err(|e| UsageError(e.to_string()))?;
     cfg.quic_tuning = quic;
     cfg.quic_resume.enabled = !args.no_careful_resume;
     cfg.quic_resume.file = args.path_cache.clone();
-    if let Some(v) = args.careful_resume_lifetime {
-        cfg.quic_resume.lifetime = v;
-    }
-    if let Some(v) = args.careful_resume_max_jump {
-        cfg.quic_resume.max_jump = v;
-    }
+    cfg.quic_resume.lifetime = args.careful_resume_lifetime;
+    cfg.quic_resume.max_jump = args.careful_resume_max_jump;
     cfg.quic_resume
         .validate()
         .map_err(|e| UsageError(e.to_string()))?;

@@ -5,6 +5,8 @@
 mod bench;
 #[path = "completions.rs"]
 mod completions;
+#[path = "docs_defaults.rs"]
+mod docs_defaults;
 #[path = "doctor.rs"]
 mod doctor;
 #[path = "doctor_lab.rs"]
