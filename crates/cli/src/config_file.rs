@@ -198,7 +198,7 @@ fn clap_message(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let lines: Vec<&str> = text
         .lines()
-        .take_while(|l| !l.trim().is_empty() || text.starts_with(l))
+        .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
@@ -331,7 +331,7 @@ pub fn effective_matches(
         let from = config.map(PathBuf::from);
         match from {
             Some(p) => UsageError(format!(
-                "{} (command line with config {})",
+                "{} (the command line and config {} together)",
                 clap_message(&e),
                 p.display()
             ))
@@ -484,6 +484,8 @@ mod tests {
         let m = effective(&["demo", "--plain"], "tls = true\n").expect("file key yields");
         assert!(m.get_flag("plain"));
         assert!(!m.get_flag("tls"));
+        // Within the file, a conflict is refused as on the command line.
+        assert!(effective(&["demo"], "tls = true\nplain = true\n").is_err());
     }
 
     #[test]
