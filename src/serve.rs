@@ -60,8 +60,9 @@ pub struct ServeConfig {
     pub anonymous_read: bool,
     /// How long the keys of the access file's JWT issuers are cached (docs/tokens.md).
     pub issuer_keys: KeyTimes,
-    /// Ask clients for a certificate signed by a CA in this PEM file; its subjectAltName
-    /// names map to scopes in the access file. Needs TLS.
+    /// Ask clients for a certificate signed by a CA in this PEM file, or in this OpenSSL
+    /// hashed directory (whose CRLs are honoured); its subjectAltName names map to scopes in
+    /// the access file. Needs TLS.
     pub client_ca: Option<PathBuf>,
     /// Accept uploads from callers the access file gives write access. Default off.
     pub uploads: Option<UploadConfig>,

@@ -92,6 +92,8 @@ mod wlcg;
 #[path = "e2e/load.rs"]
 mod load;
 
+#[path = "e2e/ca_dir.rs"]
+mod ca_dir;
 #[path = "examples.rs"]
 mod examples;
 #[path = "guide.rs"]

@@ -129,6 +129,10 @@ pub struct ClientArgs {
     /// Trust this CA (or self-signed server certificate) PEM instead of the built-in roots.
     #[arg(long, value_name = "PEM", env = "XFER_CA_CERT")]
     pub ca_cert: Vec<PathBuf>,
+    /// Trust the CAs of this OpenSSL hashed directory (`<hash>.0` certificates, `<hash>.r0`
+    /// CRLs, honoured), e.g. /etc/grid-security/certificates, instead of the built-in roots.
+    #[arg(long, value_name = "DIR", env = "XFER_CA_DIR")]
+    pub ca_dir: Option<PathBuf>,
     /// Accept any server certificate. Dangerous: anyone on the path can read and alter data.
     #[arg(long)]
     pub insecure: bool,
@@ -315,7 +319,7 @@ impl ClientArgs {
     fn build(&self) -> anyhow::Result<ClientConfig> {
         let mut c = ClientConfig::default()
             .with_tls(ClientTlsOptions {
-                ca_certs: self.ca_cert.clone(),
+                ca_certs: self.ca_cert.iter().chain(&self.ca_dir).cloned().collect(),
                 dangerous_insecure: self.insecure,
                 client_identity: match (&self.client_cert, &self.client_key) {
                     (Some(cert), Some(key)) => Some(xfer::crates::common::tls::ClientIdentity {
@@ -433,8 +437,8 @@ impl ClientArgs {
             t.udp_recv_buffer = Some(v);
         }
         q.validate().context("invalid QUIC client setting")?;
-        if self.insecure && !self.ca_cert.is_empty() {
-            bail!("--insecure and --ca-cert contradict each other: pick one");
+        if self.insecure && (!self.ca_cert.is_empty() || self.ca_dir.is_some()) {
+            bail!("--insecure and --ca-cert/--ca-dir contradict each other: pick one");
         }
         if let Some(token) = self.token()? {
             c = c.with_token(token);

@@ -180,6 +180,11 @@ pub struct ServeArgs {
     /// its DNS names to scopes. Clients without one connect as anonymous.
     #[arg(long, value_name = "PEM", conflicts_with = "plain")]
     pub client_ca: Option<PathBuf>,
+    /// As --client-ca, with the CAs of an OpenSSL hashed directory (`<hash>.0` certificates,
+    /// `<hash>.r0` CRLs), e.g. /etc/grid-security/certificates: a revoked client certificate
+    /// fails the handshake; a CA without a CRL is not checked for revocation.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["plain", "client_ca"])]
+    pub client_ca_dir: Option<PathBuf>,
     /// Accept uploads (PUT, and xfer put's parallel uploads) from callers the access file
     /// gives write access.
     #[arg(long)]
@@ -198,6 +203,10 @@ pub struct ServeArgs {
     /// Mozilla roots. Repeatable.
     #[arg(long, value_name = "PEM")]
     pub tpc_ca_cert: Vec<PathBuf>,
+    /// Trust the CAs of this OpenSSL hashed directory (with its CRLs, honoured) when a
+    /// third-party copy connects to a remote, e.g. /etc/grid-security/certificates.
+    #[arg(long, value_name = "DIR")]
+    pub tpc_ca_dir: Option<PathBuf>,
     /// Largest number of lanes a third-party copy runs (X-Number-Of-Streams is capped here;
     /// without it a copy runs 8 HTTP/1.1 connections).
     #[arg(long, default_value_t = xfer::crates::service::TpcConfig::default().max_streams, value_name = "N")]
@@ -265,7 +274,8 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
     let mut cfg = ServeConfig::new(&dir, tls);
     cfg.access_file = args.access.clone();
     cfg.anonymous_read = !args.no_anonymous_read;
-    cfg.client_ca = args.client_ca.clone();
+    // A hashed directory and a PEM file are read by the same loader.
+    cfg.client_ca = args.client_ca.clone().or(args.client_ca_dir.clone());
     if args.allow_upload {
         cfg.uploads = Some(xfer::crates::service::UploadConfig {
             expiry: args.upload_expiry,
@@ -284,9 +294,14 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
         tpc.validate().map_err(|e| UsageError(e.to_string()))?;
         Some(tpc)
     };
-    if !args.tpc_ca_cert.is_empty() {
+    if !args.tpc_ca_cert.is_empty() || args.tpc_ca_dir.is_some() {
         cfg.tpc_client = cfg.tpc_client.with_tls(xfer::ClientTlsOptions {
-            ca_certs: args.tpc_ca_cert.clone(),
+            ca_certs: args
+                .tpc_ca_cert
+                .iter()
+                .chain(&args.tpc_ca_dir)
+                .cloned()
+                .collect(),
             ..Default::default()
         });
     }

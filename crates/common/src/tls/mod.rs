@@ -25,6 +25,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest as _, Sha256};
 
+mod ca_dir;
 mod client_cert;
 mod configured_cert;
 mod identity;
@@ -128,8 +129,8 @@ pub fn server_config(
     server_config_with_client_ca(cert_pem, key_pem, alpn, None)
 }
 
-/// [`server_config`], asking clients for a certificate signed by a CA in `client_ca` (PEM)
-/// when given. A client without one may still connect, as anonymous: what it may do is the
+/// [`server_config`], asking clients for a certificate signed by a CA in `client_ca` (a PEM
+/// file, or an OpenSSL hashed directory whose CRLs are honoured) when given. A client without one may still connect, as anonymous: what it may do is the
 /// access rules' decision, not the handshake's.
 pub fn server_config_with_client_ca(
     cert_pem: &Path,
@@ -243,8 +244,10 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
 /// How a client decides whom to trust.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientTlsOptions {
-    /// PEM files of CA (or self-signed server) certificates. When non-empty they are the only
-    /// roots; when empty the Mozilla roots from `webpki-roots` are used.
+    /// PEM files of CA (or self-signed server) certificates, or OpenSSL hashed directories
+    /// (`/etc/grid-security/certificates`: `<hash>.0` CAs, `<hash>.r0` CRLs, which are
+    /// honoured; `ca_dir`). When non-empty they are the only roots; when empty the Mozilla
+    /// roots from `webpki-roots` are used.
     pub ca_certs: Vec<PathBuf>,
     /// Accept any server certificate, for any name, expired or not. **Footgun**: it removes
     /// all protection against an active attacker and is meant only for labs and tests. The
@@ -285,22 +288,26 @@ pub fn client_config(
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             builder.with_root_certificates(roots).with_no_client_auth()
         } else {
+            let paths: Vec<&Path> = opts.ca_certs.iter().map(PathBuf::as_path).collect();
+            let trust = ca_dir::Trust::load(&paths)?;
             let mut configured = Vec::new();
-            for path in &opts.ca_certs {
-                for cert in load_certs(path)? {
-                    roots.add(cert.clone()).map_err(|e| TlsError::BadCa {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?;
-                    configured.push(cert);
-                }
+            for (path, cert) in trust.certs {
+                roots.add(cert.clone()).map_err(|e| TlsError::BadCa {
+                    path,
+                    message: e.to_string(),
+                })?;
+                configured.push(cert);
             }
-            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            let mut webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider.clone(),
-            )
-            .build()
-            .map_err(|e| TlsError::BadCa {
+            );
+            if !trust.crls.is_empty() {
+                webpki = webpki
+                    .with_crls(trust.crls)
+                    .allow_unknown_revocation_status();
+            }
+            let webpki = webpki.build().map_err(|e| TlsError::BadCa {
                 path: opts.ca_certs[0].clone(),
                 message: e.to_string(),
             })?;
