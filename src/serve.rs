@@ -6,10 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use xfer_common::tls::{self, CertOrigin, ReloadableCert, SelfSigned, TlsError};
+use xfer_common::tls::{
+    self, CertOrigin, ReloadableCert, ReloadableClientVerifier, SelfSigned, TlsError,
+};
 use xfer_common::FaultInjection;
 use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
@@ -18,7 +20,10 @@ use xfer_service::{AccessControl, AccessFileError, KeyTimes, TpcConfig, UploadCo
 
 use crate::ClientConfig;
 
+pub use live_tls::LiveTls;
 pub use xfer_http::server::ServerConfig as HttpConfig;
+
+mod live_tls;
 
 /// Where the server's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,8 +129,9 @@ pub struct Servers {
     pub cert_origin: Option<CertOrigin>,
     /// Whether HTTP connections start from their client's saved path (TCP resume), or why not.
     pub tcp_resume: TcpResumeStatus,
-    /// The certificate HTTP and QUIC present, reloaded on SIGHUP; `None` without TLS.
-    pub cert: Option<Arc<ReloadableCert>>,
+    /// The certificate HTTP and QUIC present and the client CAs, reloaded on SIGHUP (or by
+    /// [`LiveTls::reload`]); `None` without TLS.
+    pub live_tls: Option<LiveTls>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -150,15 +156,21 @@ impl Servers {
                 paths
             }
         };
-        let live_cert = match (&cert_file, &key_file) {
-            (Some(cert), Some(key)) => Some(Arc::new(ReloadableCert::load(cert, key)?)),
+        let live_tls = match (&cert_file, &key_file) {
+            (Some(cert), Some(key)) => Some(LiveTls {
+                cert: Arc::new(ReloadableCert::load(cert, key)?),
+                clients: match &cfg.client_ca {
+                    Some(ca) => Some(Arc::new(ReloadableClientVerifier::load(ca)?)),
+                    None => None,
+                },
+            }),
             _ => None,
         };
-        let server_tls = match &live_cert {
+        let server_tls = match &live_tls {
             Some(live) => Some(Arc::new(tls::server_config_reloadable(
-                Arc::clone(live),
+                Arc::clone(&live.cert),
                 &[],
-                cfg.client_ca.as_deref(),
+                live.clients.clone(),
             )?)),
             None => None,
         };
@@ -245,15 +257,13 @@ impl Servers {
         }
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move { http.serve(stopped(rx)).await }));
-        if let Some(live) = live_cert.clone() {
+        if let Some(live) = live_tls.clone() {
             // Installed before `start` returns: a SIGHUP that found no handler would end the
             // process.
             match signal(SignalKind::hangup()) {
-                Ok(hup) => tasks.push(tokio::spawn(reload_cert_on_hangup(
-                    live,
-                    hup,
-                    stopped(stop_rx.clone()),
-                ))),
+                Ok(hup) => tasks.push(tokio::spawn(
+                    live.reload_on_hangup(hup, stopped(stop_rx.clone())),
+                )),
                 Err(e) => tracing::warn!(
                     error = %e,
                     "no SIGHUP handler: the TLS certificate is not reloaded"
@@ -267,7 +277,7 @@ impl Servers {
             self_signed,
             cert_origin,
             tcp_resume,
-            cert: live_cert,
+            live_tls,
             stop,
             tasks,
         })
@@ -300,32 +310,6 @@ impl Servers {
     pub async fn wait(mut self) {
         for t in self.tasks.drain(..) {
             let _ = t.await;
-        }
-    }
-}
-
-/// On SIGHUP, read the certificate and key again (a renewal needs no restart), as the access
-/// file is re-read (`AccessControl::spawn_reloader`). A pair that does not load leaves the
-/// one in use, and the log says why.
-async fn reload_cert_on_hangup(
-    cert: Arc<ReloadableCert>,
-    mut hup: Signal,
-    stop: impl std::future::Future<Output = ()>,
-) {
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            got = hup.recv() => if got.is_none() { return },
-        }
-        match cert.reload() {
-            Ok(()) => {
-                tracing::info!(cert = %cert.cert_path().display(), "TLS certificate reloaded")
-            }
-            Err(e) => tracing::error!(
-                error = %crate::tpc::chain(&e),
-                "TLS certificate not reloaded; the previous one stays in use"
-            ),
         }
     }
 }

@@ -182,7 +182,8 @@ pub struct ServeArgs {
     pub client_ca: Option<PathBuf>,
     /// As --client-ca, with the CAs of an OpenSSL hashed directory (`<hash>.0` certificates,
     /// `<hash>.r0` CRLs), e.g. /etc/grid-security/certificates: a revoked client certificate
-    /// fails the handshake; a CA without a CRL is not checked for revocation.
+    /// fails the handshake; a CA without a CRL is not checked for revocation. Read again on
+    /// SIGHUP (after fetch-crl).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["plain", "client_ca"])]
     pub client_ca_dir: Option<PathBuf>,
     /// Accept uploads (PUT, and xfer put's parallel uploads) from callers the access file

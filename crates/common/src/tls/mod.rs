@@ -33,7 +33,7 @@ mod reloadable;
 mod validity;
 
 pub use identity::{default_cert_names, host_name, reuse_or_generate_self_signed, CertOrigin};
-pub use reloadable::ReloadableCert;
+pub use reloadable::{ReloadableCert, ReloadableClientVerifier};
 pub use validity::{validity, Validity};
 
 /// What went wrong setting up TLS. Each variant names the file involved.
@@ -139,16 +139,20 @@ pub fn server_config_with_client_ca(
     client_ca: Option<&Path>,
 ) -> Result<rustls::ServerConfig, TlsError> {
     let cert = ReloadableCert::load(cert_pem, key_pem)?;
-    server_config_reloadable(Arc::new(cert), alpn, client_ca)
+    let clients = match client_ca {
+        Some(ca) => Some(Arc::new(ReloadableClientVerifier::load(ca)?)),
+        None => None,
+    };
+    server_config_reloadable(Arc::new(cert), alpn, clients)
 }
 
-/// [`server_config_with_client_ca`] serving whatever `cert` holds at each handshake, so that
-/// [`ReloadableCert::reload`] reaches every listener built from this configuration (and from
-/// its clones).
+/// [`server_config_with_client_ca`] serving whatever `cert` holds at each handshake and
+/// verifying client certificates with whatever `clients` holds, so that a reload of either
+/// reaches every listener built from this configuration (and from its clones).
 pub fn server_config_reloadable(
     cert: Arc<ReloadableCert>,
     alpn: &[&[u8]],
-    client_ca: Option<&Path>,
+    clients: Option<Arc<ReloadableClientVerifier>>,
 ) -> Result<rustls::ServerConfig, TlsError> {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -156,8 +160,8 @@ pub fn server_config_reloadable(
             context: "protocol versions".into(),
             source,
         })?;
-    let builder = match client_ca {
-        Some(ca) => builder.with_client_cert_verifier(client_cert::client_verifier(ca)?),
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
         None => builder.with_no_client_auth(),
     };
     let mut cfg = builder.with_cert_resolver(cert);

@@ -1,27 +1,57 @@
-//! A server certificate replaced while the server runs: a renewed host certificate (certbot,
-//! a grid CA's yearly renewal) needs a reload, not a restart that cuts every transfer.
+//! A server certificate and client CAs replaced while the server runs: a renewed host
+//! certificate (certbot, a grid CA's yearly renewal) or the day's CRLs (`fetch-crl`) need a
+//! reload, not a restart that cuts every transfer.
 //!
-//! Every handshake asks [`ReloadableCert`] for the current certified key; [`ReloadableCert::reload`]
-//! reads the files again and swaps it in. Connections already up keep the key they agreed;
-//! only new handshakes see the new one. A new pair that does not load (unreadable, not PEM,
-//! key of another certificate, outside its validity period) leaves the old one in place: a
+//! Every handshake asks [`ReloadableCert`] for the current certified key and
+//! [`ReloadableClientVerifier`] for the current client verifier; their `reload` reads the files
+//! again and swaps the new one in. Connections already up keep what they agreed; only new
+//! handshakes see the new. Files that do not load (unreadable, not PEM, key of another
+//! certificate, outside its validity period, no usable CA) leave the old in place: a
 //! half-copied renewal must not take the server down.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use rustls::pki_types::UnixTime;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
-use super::{load_certs, load_key, provider, validity, TlsError};
+use super::{client_cert, load_certs, load_key, provider, validity, TlsError};
+
+/// An `Arc` replaced whole while readers keep the one they took. A poisoned lock still holds
+/// a complete value (the writer only assigns), so it is used as is.
+#[derive(Debug)]
+struct Swap<T: ?Sized>(RwLock<Arc<T>>);
+
+impl<T: ?Sized> Swap<T> {
+    fn new(value: Arc<T>) -> Self {
+        Self(RwLock::new(value))
+    }
+
+    fn load(&self) -> Arc<T> {
+        match self.0.read() {
+            Ok(c) => Arc::clone(&c),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    fn store(&self, value: Arc<T>) {
+        match self.0.write() {
+            Ok(mut c) => *c = value,
+            Err(poisoned) => *poisoned.into_inner() = value,
+        }
+    }
+}
 
 /// The certificate chain and key of a server, read from PEM files and re-read on demand.
 #[derive(Debug)]
 pub struct ReloadableCert {
     cert_path: PathBuf,
     key_path: PathBuf,
-    current: RwLock<Arc<CertifiedKey>>,
+    current: Swap<CertifiedKey>,
 }
 
 impl ReloadableCert {
@@ -31,7 +61,7 @@ impl ReloadableCert {
         Ok(Self {
             cert_path: cert.to_path_buf(),
             key_path: key.to_path_buf(),
-            current: RwLock::new(Arc::new(loaded)),
+            current: Swap::new(Arc::new(loaded)),
         })
     }
 
@@ -49,20 +79,13 @@ impl ReloadableCert {
                 });
             }
         }
-        let loaded = Arc::new(loaded);
-        match self.current.write() {
-            Ok(mut c) => *c = loaded,
-            Err(poisoned) => *poisoned.into_inner() = loaded,
-        }
+        self.current.store(Arc::new(loaded));
         Ok(())
     }
 
     /// The pair new handshakes get.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        match self.current.read() {
-            Ok(c) => Arc::clone(&c),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
+        self.current.load()
     }
 
     /// The certificate file, for messages.
@@ -74,6 +97,91 @@ impl ReloadableCert {
 impl ResolvesServerCert for ReloadableCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
+    }
+}
+
+/// Verifies client certificates against a CA file or hashed directory (with its CRLs), read
+/// again by [`ReloadableClientVerifier::reload`].
+#[derive(Debug)]
+pub struct ReloadableClientVerifier {
+    ca: PathBuf,
+    current: Swap<dyn ClientCertVerifier>,
+    /// The CA names sent in the certificate request, from the first load: rustls lends them
+    /// out by reference, which a swapped verifier cannot. They only help a client choose a
+    /// certificate; what is accepted is the current verifier's decision.
+    hints: Vec<DistinguishedName>,
+}
+
+impl ReloadableClientVerifier {
+    /// Reads the CAs (and CRLs) of `ca`, a PEM file or an OpenSSL hashed directory.
+    pub fn load(ca: &Path) -> Result<Self, TlsError> {
+        let verifier = client_cert::client_verifier(ca)?;
+        Ok(Self {
+            ca: ca.to_path_buf(),
+            hints: verifier.root_hint_subjects().to_vec(),
+            current: Swap::new(verifier),
+        })
+    }
+
+    /// Reads the CAs and CRLs again; on error the ones in use stay.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        self.current.store(client_cert::client_verifier(&self.ca)?);
+        Ok(())
+    }
+
+    /// The CA file or directory, for messages.
+    pub fn ca_path(&self) -> &Path {
+        &self.ca
+    }
+
+    fn current(&self) -> Arc<dyn ClientCertVerifier> {
+        self.current.load()
+    }
+}
+
+impl ClientCertVerifier for ReloadableClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.current().offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.current().client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &self.hints
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
     }
 }
 
