@@ -1,7 +1,7 @@
 //! The docs quote the code, and a test keeps them honest: `docs/flags.md` must be what
 //! `xfer flags --markdown` renders from the clap definitions, and every default in the
 //! `field | flag | unit | default` tables of `docs/tuning.md` must equal the `Default` of the
-//! struct its section names.
+//! struct its section names, as must a "Default X" in the help of the flag such a row names.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -166,6 +166,45 @@ fn ticked(cell: &str) -> Option<&str> {
     cell.split('`').nth(1)
 }
 
+/// `fields[name]`, or the one field whose dotted path ends in `.name`.
+fn code_value<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> Option<&'a String> {
+    let suffix = format!(".{name}");
+    fields.get(name).or_else(|| {
+        let mut hits = fields.iter().filter(|(k, _)| k.ends_with(&suffix));
+        match (hits.next(), hits.next()) {
+            (Some((_, v)), None) => Some(v),
+            _ => None,
+        }
+    })
+}
+
+/// The flag a tuning row names first (`--lanes N` gives `--lanes`), if any.
+fn flag_of(cell: &str) -> Option<&str> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .find(|t| t.starts_with("--"))
+        .and_then(|t| t.split([' ', '=']).next())
+}
+
+/// Each flag's help texts (one per command that has it), from the generated docs/flags.md.
+fn flag_help() -> BTreeMap<String, Vec<String>> {
+    let (_, text) = docs("flags.md");
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        let Some(flag) = cells[0].split('`').find(|t| t.starts_with("--")) else {
+            continue;
+        };
+        if let Some(help) = cells.last() {
+            out.entry(flag.to_string())
+                .or_default()
+                .push(help.to_string());
+        }
+    }
+    out
+}
+
 #[test]
 fn tuning_md_defaults_are_the_code_defaults() {
     let (path, text) = docs("tuning.md");
@@ -173,6 +212,7 @@ fn tuning_md_defaults_are_the_code_defaults() {
     let mut section: Option<&str> = None;
     let mut checked = 0;
     let mut wrong = Vec::new();
+    let mut rows_by_flag: BTreeMap<&str, Vec<(usize, &str, &str)>> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         if line.starts_with('#') {
             section = ticked(line).and_then(|s| code.keys().copied().find(|k| *k == s));
@@ -192,21 +232,18 @@ fn tuning_md_defaults_are_the_code_defaults() {
         if names.len() != defaults.len() {
             continue;
         }
+        if let (Some(flag), [name]) = (flag_of(cells[1]), names.as_slice()) {
+            rows_by_flag
+                .entry(flag)
+                .or_default()
+                .push((i + 1, owner, *name));
+        }
         for (name, default) in names.iter().zip(&defaults) {
             let Some(doc) = documented(default) else {
                 continue;
             };
-            let fields = &code[owner];
-            let suffix = format!(".{name}");
-            let found = fields.get(*name).or_else(|| {
-                let mut hits = fields.iter().filter(|(k, _)| k.ends_with(&suffix));
-                match (hits.next(), hits.next()) {
-                    (Some((_, v)), None) => Some(v),
-                    _ => None,
-                }
-            });
             checked += 1;
-            match found {
+            match code_value(&code[owner], name) {
                 Some(v) if matches(&doc, v) => {}
                 Some(v) => wrong.push(format!(
                     "{}:{}: `{name}` documented as {default:?}, {owner}::default() has {v}",
@@ -221,6 +258,40 @@ fn tuning_md_defaults_are_the_code_defaults() {
             }
         }
     }
+    // The help of a flag that only says its default in prose ("Default 16MiB.", because the
+    // flag is optional and the struct decides) is compared through the row naming its field.
+    let help = flag_help();
+    let mut help_checked = 0;
+    for (flag, rows) in &rows_by_flag {
+        let [(line, owner, name)] = rows.as_slice() else {
+            continue;
+        };
+        for text in help.get(*flag).into_iter().flatten() {
+            let Some(said) = text
+                .split("Default ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(|w| w.trim_end_matches(['.', ',', ';', ':', ')']))
+            else {
+                continue;
+            };
+            let Some(doc) = documented(said) else {
+                continue;
+            };
+            help_checked += 1;
+            match code_value(&code[owner], name) {
+                Some(v) if matches(&doc, v) => {}
+                other => wrong.push(format!(
+                    "{flag}: its help says \"Default {said}\", {owner}::{name} (docs/tuning.md:{line}) has {other:?}"
+                )),
+            }
+        }
+    }
+    eprintln!("{help_checked} defaults stated in flag help compared");
+    assert!(
+        help_checked >= 5,
+        "only {help_checked} help defaults compared"
+    );
     eprintln!("{checked} defaults of {} compared", path.display());
     assert!(
         wrong.is_empty(),
