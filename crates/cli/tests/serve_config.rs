@@ -2,7 +2,7 @@
 //! and the file beats the defaults, mistakes refuse to start with the file, line and key, and
 //! `--print-config` prints a file that reads back to the same configuration.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn xfer(args: &[&str]) -> (i32, String, String) {
@@ -140,4 +140,20 @@ careful-resume-lifetime = "2h"
         line(&first, "careful-resume-lifetime"),
         "careful-resume-lifetime = \"2h\""
     );
+}
+
+#[test]
+fn the_example_in_operations_md_is_a_valid_config() {
+    let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+    let text = std::fs::read_to_string(&doc).expect("reading docs/operations.md");
+    let example = text
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a ```toml example in docs/operations.md");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(dir.path(), "serve.toml", example);
+    let (code, out, err) = xfer(&["serve", "--config", &config, "--print-config"]);
+    assert_eq!(code, 0, "the example does not load: {err}");
+    assert_eq!(line(&out, "memory-budget"), "memory-budget = \"2GiB\"");
 }
