@@ -287,11 +287,10 @@ fn push_given(arg: &Arg, given: &ArgMatches, out: &mut Vec<OsString>) {
         .unwrap_or_default();
     match arg.get_action() {
         ArgAction::SetTrue | ArgAction::SetFalse => {
-            if given.get_raw(id).is_some() {
-                let set = raw.first().is_some_and(|v| *v == "true");
-                if set == matches!(arg.get_action(), ArgAction::SetTrue) {
-                    out.push(format!("--{}", arg.get_long().unwrap_or_default()).into());
-                }
+            // A switch's value is what giving it stores: true for SetTrue, false for SetFalse.
+            let set = raw.first().is_some_and(|v| *v == "true");
+            if set == matches!(arg.get_action(), ArgAction::SetTrue) {
+                out.push(format!("--{}", arg.get_long().unwrap_or_default()).into());
             }
         }
         ArgAction::Count => {
