@@ -6,9 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use xfer_common::tls::{self, CertOrigin, SelfSigned, TlsError};
+use xfer_common::tls::{
+    self, CertOrigin, ReloadableCert, ReloadableClientVerifier, SelfSigned, TlsError,
+};
 use xfer_common::FaultInjection;
 use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
@@ -17,7 +20,10 @@ use xfer_service::{AccessControl, AccessFileError, KeyTimes, TpcConfig, UploadCo
 
 use crate::ClientConfig;
 
+pub use live_tls::LiveTls;
 pub use xfer_http::server::ServerConfig as HttpConfig;
+
+mod live_tls;
 
 /// Where the server's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,8 +65,9 @@ pub struct ServeConfig {
     pub anonymous_read: bool,
     /// How long the keys of the access file's JWT issuers are cached (docs/tokens.md).
     pub issuer_keys: KeyTimes,
-    /// Ask clients for a certificate signed by a CA in this PEM file; its subjectAltName
-    /// names map to scopes in the access file. Needs TLS.
+    /// Ask clients for a certificate signed by a CA in this PEM file, or in this OpenSSL
+    /// hashed directory (whose CRLs are honoured); its subjectAltName names map to scopes in
+    /// the access file. Needs TLS.
     pub client_ca: Option<PathBuf>,
     /// Accept uploads from callers the access file gives write access. Default off.
     pub uploads: Option<UploadConfig>,
@@ -122,6 +129,9 @@ pub struct Servers {
     pub cert_origin: Option<CertOrigin>,
     /// Whether HTTP connections start from their client's saved path (TCP resume), or why not.
     pub tcp_resume: TcpResumeStatus,
+    /// The certificate HTTP and QUIC present and the client CAs, reloaded on SIGHUP (or by
+    /// [`LiveTls::reload`]); `None` without TLS.
+    pub live_tls: Option<LiveTls>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -134,32 +144,35 @@ impl Servers {
         // The TLS key is the secret that survives a restart: QUIC's stateless-reset key is
         // derived from it, so clients of a restarted server learn at once that their
         // connections are gone.
-        let mut key_file = None;
-        let server_tls = match &cfg.tls {
-            ServerTls::Plain => None,
-            ServerTls::Files { cert, key } => {
-                key_file = Some(key.clone());
-                Some(Arc::new(tls::server_config_with_client_ca(
-                    cert,
-                    key,
-                    &[],
-                    cfg.client_ca.as_deref(),
-                )?))
-            }
+        let (cert_file, key_file) = match &cfg.tls {
+            ServerTls::Plain => (None, None),
+            ServerTls::Files { cert, key } => (Some(cert.clone()), Some(key.clone())),
             ServerTls::SelfSigned { dir, names } => {
                 let (made, origin) =
                     tls::reuse_or_generate_self_signed(names, dir, cfg.renew_self_signed)?;
-                let config = tls::server_config_with_client_ca(
-                    &made.cert_path,
-                    &made.key_path,
-                    &[],
-                    cfg.client_ca.as_deref(),
-                )?;
-                key_file = Some(made.key_path.clone());
+                let paths = (Some(made.cert_path.clone()), Some(made.key_path.clone()));
                 self_signed = Some(made);
                 cert_origin = Some(origin);
-                Some(Arc::new(config))
+                paths
             }
+        };
+        let live_tls = match (&cert_file, &key_file) {
+            (Some(cert), Some(key)) => Some(LiveTls {
+                cert: Arc::new(ReloadableCert::load(cert, key)?),
+                clients: match &cfg.client_ca {
+                    Some(ca) => Some(Arc::new(ReloadableClientVerifier::load(ca)?)),
+                    None => None,
+                },
+            }),
+            _ => None,
+        };
+        let server_tls = match &live_tls {
+            Some(live) => Some(Arc::new(tls::server_config_reloadable(
+                Arc::clone(&live.cert),
+                &[],
+                live.clients.clone(),
+            )?)),
+            None => None,
         };
         let access = Arc::new(match &cfg.access_file {
             Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?.with_key_source(
@@ -244,6 +257,19 @@ impl Servers {
         }
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move { http.serve(stopped(rx)).await }));
+        if let Some(live) = live_tls.clone() {
+            // Installed before `start` returns: a SIGHUP that found no handler would end the
+            // process.
+            match signal(SignalKind::hangup()) {
+                Ok(hup) => tasks.push(tokio::spawn(
+                    live.reload_on_hangup(hup, stopped(stop_rx.clone())),
+                )),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "no SIGHUP handler: the TLS certificate is not reloaded"
+                ),
+            }
+        }
         Ok(Self {
             http_addr,
             quic_addr,
@@ -251,6 +277,7 @@ impl Servers {
             self_signed,
             cert_origin,
             tcp_resume,
+            live_tls,
             stop,
             tasks,
         })

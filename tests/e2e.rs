@@ -94,6 +94,10 @@ mod wlcg;
 #[path = "e2e/load.rs"]
 mod load;
 
+#[path = "e2e/ca_dir.rs"]
+mod ca_dir;
+#[path = "e2e/cert_reload.rs"]
+mod cert_reload;
 #[path = "examples.rs"]
 mod examples;
 #[path = "guide.rs"]

@@ -142,7 +142,7 @@ fn client_pki(dir: &Path, name: &str) -> Result<(), crate::support::BoxError> {
     Ok(())
 }
 
-const CERT_ACCESS: &str = r#"
+pub(crate) const CERT_ACCESS: &str = r#"
 [[certificate]]
 name = "pipeline"
 dns = ["pipeline.example.org"]

@@ -19,6 +19,34 @@ pub fn size_arg(s: &str) -> Result<u64, String> {
     xfer::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// `bytes` in the size grammar, for a flag's default taken from the code: `64MiB`, `1500B`
+/// (the largest binary unit that divides exactly).
+pub fn size_text(bytes: u64) -> String {
+    for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+        let mult = 1u64 << shift;
+        if bytes >= mult && bytes % mult == 0 {
+            return format!("{}{unit}", bytes / mult);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// `d` in the duration grammar, for a flag's default taken from the code: `1h`, `90s`,
+/// `250ms` (the largest unit that divides exactly).
+pub fn duration_text(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, per) in [("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
+        if ms >= per && ms % per == 0 && d.subsec_nanos() % 1_000_000 == 0 {
+            return format!("{}{unit}", ms / per);
+        }
+    }
+    if d.subsec_nanos() % 1_000_000 == 0 {
+        format!("{ms}ms")
+    } else {
+        format!("{}us", d.as_micros())
+    }
+}
+
 /// A duration flag: `5s`, `250ms`, `1m`, `1.5s`, `100us`; a bare number is seconds.
 pub fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
     xfer::parse_duration(s).map_err(|e| e.to_string())
@@ -101,6 +129,10 @@ pub struct ClientArgs {
     /// Trust this CA (or self-signed server certificate) PEM instead of the built-in roots.
     #[arg(long, value_name = "PEM", env = "XFER_CA_CERT")]
     pub ca_cert: Vec<PathBuf>,
+    /// Trust the CAs of this OpenSSL hashed directory (`<hash>.0` certificates, `<hash>.r0`
+    /// CRLs, honoured), e.g. /etc/grid-security/certificates, instead of the built-in roots.
+    #[arg(long, value_name = "DIR", env = "XFER_CA_DIR")]
+    pub ca_dir: Option<PathBuf>,
     /// Accept any server certificate. Dangerous: anyone on the path can read and alter data.
     #[arg(long)]
     pub insecure: bool,
@@ -287,7 +319,7 @@ impl ClientArgs {
     fn build(&self) -> anyhow::Result<ClientConfig> {
         let mut c = ClientConfig::default()
             .with_tls(ClientTlsOptions {
-                ca_certs: self.ca_cert.clone(),
+                ca_certs: self.ca_cert.iter().chain(&self.ca_dir).cloned().collect(),
                 dangerous_insecure: self.insecure,
                 client_identity: match (&self.client_cert, &self.client_key) {
                     (Some(cert), Some(key)) => Some(xfer::crates::common::tls::ClientIdentity {
@@ -405,12 +437,45 @@ impl ClientArgs {
             t.udp_recv_buffer = Some(v);
         }
         q.validate().context("invalid QUIC client setting")?;
-        if self.insecure && !self.ca_cert.is_empty() {
-            bail!("--insecure and --ca-cert contradict each other: pick one");
+        if self.insecure && (!self.ca_cert.is_empty() || self.ca_dir.is_some()) {
+            bail!("--insecure and --ca-cert/--ca-dir contradict each other: pick one");
         }
         if let Some(token) = self.token()? {
             c = c.with_token(token);
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod default_text_tests {
+    use super::*;
+
+    #[test]
+    fn defaults_print_in_the_grammar_that_reads_them_back() {
+        for bytes in [0, 1500, 1 << 10, 32 << 20, 64 << 20, 3 << 30, (1 << 20) + 1] {
+            assert_eq!(
+                size_arg(&size_text(bytes)),
+                Ok(bytes),
+                "{}",
+                size_text(bytes)
+            );
+        }
+        assert_eq!(size_text(64 << 20), "64MiB");
+        for d in [
+            Duration::from_secs(3600),
+            Duration::from_secs(90),
+            Duration::from_millis(333),
+            Duration::from_micros(250),
+            Duration::ZERO,
+        ] {
+            assert_eq!(
+                duration_arg(&duration_text(d)),
+                Ok(d),
+                "{}",
+                duration_text(d)
+            );
+        }
+        assert_eq!(duration_text(Duration::from_secs(3600)), "1h");
     }
 }

@@ -67,7 +67,10 @@ fn write_pages(dir: &Path, cmd: clap::Command) -> anyhow::Result<Vec<PathBuf>> {
     let mut cmd = cmd;
     cmd.build();
     let mut written = vec![write_page(dir, &cmd, "xfer")?];
-    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+    {
         let name = format!("xfer-{}", sub.get_name());
         let sub = sub.clone().name(name.clone());
         written.push(write_page(dir, &sub, &name)?);

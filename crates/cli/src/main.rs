@@ -6,9 +6,11 @@
 mod bench;
 mod client_args;
 mod completions_cmd;
+mod config_file;
 mod demo_cmd;
 mod doctor;
 mod exit;
+mod flags_doc;
 mod get_cmd;
 mod interrupt;
 mod lab_cmd;
@@ -23,7 +25,7 @@ mod tree_progress;
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches as _, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -59,10 +61,18 @@ enum Command {
     Completions(completions_cmd::CompletionsArgs),
     /// Write man pages (xfer.1 and one per subcommand) into a directory.
     Man(completions_cmd::ManArgs),
+    /// Print the flag tables of docs/flags.md, generated from these definitions.
+    #[command(hide = true)]
+    Flags(flags_doc::FlagsArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Kept untyped too: `xfer serve` tells flags given from defaults to merge its config file.
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.format(&mut Cli::command()).exit(),
+    };
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -76,7 +86,13 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(a) => serve_cmd::run(a).await,
+            Command::Serve(a) => {
+                let serve = matches
+                    .subcommand_matches("serve")
+                    .cloned()
+                    .unwrap_or_default();
+                serve_cmd::run(a, &serve).await
+            }
             Command::Get(a) => get_cmd::run(a).await,
             Command::Put(a) => put_cmd::run(a).await,
             Command::Demo(a) => demo_cmd::run(a).await,
@@ -85,6 +101,7 @@ fn main() -> ExitCode {
             Command::Doctor(a) => doctor::run(a).await,
             Command::Completions(a) => completions_cmd::run_completions(a, Cli::command()),
             Command::Man(a) => completions_cmd::run_man(a, Cli::command()),
+            Command::Flags(a) => flags_doc::run(a, Cli::command()),
         }
     });
     match result {

@@ -5,24 +5,37 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::{ArgMatches, Args, FromArgMatches as _};
 use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::crates::http::server::tcp_resume::TcpResumeStatus;
+use xfer::crates::quic::CarefulResume;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{ChecksumAlgorithm, Http2Config, QuicTuning};
 
-use crate::client_args::{duration_arg, size_arg, QuicCongestion};
+use crate::client_args::{duration_arg, duration_text, size_arg, size_text, QuicCongestion};
+use crate::config_file;
 use crate::exit::UsageError;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Directory to serve. Written only with --allow-upload, where the access rules grant
     /// write scope. Also serves /.xfer/synthetic?size=SIZE&seed=N.
-    pub dir: PathBuf,
+    #[arg(required_unless_present_any = ["config", "print_config"])]
+    pub dir: Option<PathBuf>,
+    /// Read flags from this TOML file: each key is a long flag without its dashes
+    /// (`tcp-send-buffer = "32MiB"`, `no-quic = true`, `mirror = ["https://a", "https://b"]`),
+    /// DIR is `dir`. Flags on the command line win. See docs/operations.md.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration (command line, config file and defaults) as TOML,
+    /// secrets redacted, and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// TCP address for HTTP; QUIC listens on the same address over UDP.
     #[arg(short, long, default_value = "[::]:8443")]
     pub listen: SocketAddr,
-    /// TLS certificate chain (PEM).
+    /// TLS certificate chain (PEM). Read again, with the key, on SIGHUP: a renewed
+    /// certificate needs no restart, and one that does not load leaves the old in use.
     #[arg(long, requires = "tls_key", value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
     /// TLS private key (PEM).
@@ -96,9 +109,10 @@ pub struct ServeArgs {
     /// server sends), or `off` (the default) for QUIC's every second packet.
     #[arg(long, value_parser = crate::client_args::ack_threshold_arg, value_name = "PACKETS")]
     pub quic_ack_threshold: Option<crate::client_args::AckThreshold>,
-    /// QUIC send window: unacknowledged bytes per connection. Default 64MiB.
-    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
-    pub quic_send_window: Option<u64>,
+    /// QUIC send window: unacknowledged bytes per connection.
+    #[arg(long, value_parser = size_arg, value_name = "SIZE",
+          default_value = size_text(QuicTuning::for_server().send_window))]
+    pub quic_send_window: u64,
     /// Do not start QUIC connections from the path their client's last connection measured
     /// (Careful Resume, RFC 9959): every connection pays slow start.
     #[arg(long)]
@@ -107,16 +121,20 @@ pub struct ServeArgs {
     /// across restarts. Default: memory only.
     #[arg(long, value_name = "FILE", conflicts_with = "no_careful_resume")]
     pub path_cache: Option<PathBuf>,
-    /// How long saved QUIC path state stays usable. Default 1h.
-    #[arg(long, value_parser = duration_arg, value_name = "DURATION", conflicts_with = "no_careful_resume")]
-    pub careful_resume_lifetime: Option<std::time::Duration>,
+    /// How long saved QUIC path state stays usable.
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION", conflicts_with = "no_careful_resume",
+          default_value = duration_text(CarefulResume::default().lifetime))]
+    pub careful_resume_lifetime: std::time::Duration,
     /// Largest congestion window a resumed QUIC connection jumps to (at most half the saved
-    /// bandwidth-delay product in any case). Default 64MiB.
-    #[arg(long, value_parser = size_arg, value_name = "SIZE", conflicts_with = "no_careful_resume")]
-    pub careful_resume_max_jump: Option<u64>,
-    /// UDP socket send and receive buffers for QUIC. Default 32MiB.
-    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
-    pub udp_buffer: Option<u64>,
+    /// bandwidth-delay product in any case).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE", conflicts_with = "no_careful_resume",
+          default_value = size_text(CarefulResume::default().max_jump))]
+    pub careful_resume_max_jump: u64,
+    /// UDP socket send and receive buffers for QUIC (forced past net.core.rmem_max and
+    /// wmem_max when root).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE",
+          default_value = size_text(QuicTuning::for_server().udp_send_buffer.unwrap_or_default()))]
+    pub udp_buffer: u64,
     /// Most simultaneous connections, per protocol (HTTP over TCP; QUIC). When full, a
     /// connection idle for 2 s is closed to make room; otherwise newcomers are refused.
     #[arg(long, default_value_t = 1024)]
@@ -162,6 +180,12 @@ pub struct ServeArgs {
     /// its DNS names to scopes. Clients without one connect as anonymous.
     #[arg(long, value_name = "PEM", conflicts_with = "plain")]
     pub client_ca: Option<PathBuf>,
+    /// As --client-ca, with the CAs of an OpenSSL hashed directory (`<hash>.0` certificates,
+    /// `<hash>.r0` CRLs), e.g. /etc/grid-security/certificates: a revoked client certificate
+    /// fails the handshake; a CA without a CRL is not checked for revocation. Read again on
+    /// SIGHUP (after fetch-crl).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["plain", "client_ca"])]
+    pub client_ca_dir: Option<PathBuf>,
     /// Accept uploads (PUT, and xfer put's parallel uploads) from callers the access file
     /// gives write access.
     #[arg(long)]
@@ -180,6 +204,10 @@ pub struct ServeArgs {
     /// Mozilla roots. Repeatable.
     #[arg(long, value_name = "PEM")]
     pub tpc_ca_cert: Vec<PathBuf>,
+    /// Trust the CAs of this OpenSSL hashed directory (with its CRLs, honoured) when a
+    /// third-party copy connects to a remote, e.g. /etc/grid-security/certificates.
+    #[arg(long, value_name = "DIR")]
+    pub tpc_ca_dir: Option<PathBuf>,
     /// Largest number of lanes a third-party copy runs (X-Number-Of-Streams is capped here;
     /// without it a copy runs 8 HTTP/1.1 connections).
     #[arg(long, default_value_t = xfer::crates::service::TpcConfig::default().max_streams, value_name = "N")]
@@ -192,7 +220,30 @@ pub struct ServeArgs {
     pub tpc_allow: Vec<xfer::crates::service::tpc::Allowance>,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// `xfer serve`'s arguments as a command of their own: the config-file keys and the flag
+/// tables are read from it.
+pub fn command() -> clap::Command {
+    let mut cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+    cmd.build();
+    cmd
+}
+
+/// `given` is what the command line parsed into; `matches` the same, untyped.
+pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitCode> {
+    let cmd = command();
+    let effective = config_file::effective_matches(&cmd, matches, given.config.as_deref())?;
+    if given.print_config {
+        print!("{}", config_file::render(&cmd, &effective));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let args = ServeArgs::from_arg_matches(&effective)
+        .map_err(|e| UsageError(format!("configuration: {e}")))?;
+    let Some(dir) = args.dir.clone() else {
+        return Err(UsageError(
+            "no directory to serve: give DIR, or `dir` in the config file".into(),
+        )
+        .into());
+    };
     let tls = if args.plain {
         ServerTls::Plain
     } else if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -221,10 +272,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         )
         .into());
     };
-    let mut cfg = ServeConfig::new(&args.dir, tls);
+    let mut cfg = ServeConfig::new(&dir, tls);
     cfg.access_file = args.access.clone();
     cfg.anonymous_read = !args.no_anonymous_read;
-    cfg.client_ca = args.client_ca.clone();
+    // A hashed directory and a PEM file are read by the same loader.
+    cfg.client_ca = args.client_ca.clone().or(args.client_ca_dir.clone());
     if args.allow_upload {
         cfg.uploads = Some(xfer::crates::service::UploadConfig {
             expiry: args.upload_expiry,
@@ -243,9 +295,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tpc.validate().map_err(|e| UsageError(e.to_string()))?;
         Some(tpc)
     };
-    if !args.tpc_ca_cert.is_empty() {
+    if !args.tpc_ca_cert.is_empty() || args.tpc_ca_dir.is_some() {
         cfg.tpc_client = cfg.tpc_client.with_tls(xfer::ClientTlsOptions {
-            ca_certs: args.tpc_ca_cert.clone(),
+            ca_certs: args
+                .tpc_ca_cert
+                .iter()
+                .chain(&args.tpc_ca_dir)
+                .cloned()
+                .collect(),
             ..Default::default()
         });
     }
@@ -286,23 +343,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(crate::client_args::AckThreshold(v)) = args.quic_ack_threshold {
         quic.ack_eliciting_threshold = v;
     }
-    if let Some(v) = args.quic_send_window {
-        quic.send_window = v;
-    }
-    if let Some(v) = args.udp_buffer {
-        quic.udp_send_buffer = Some(v);
-        quic.udp_recv_buffer = Some(v);
-    }
+    quic.send_window = args.quic_send_window;
+    quic.udp_send_buffer = Some(args.udp_buffer);
+    quic.udp_recv_buffer = Some(args.udp_buffer);
     quic.validate().map_err(|e| UsageError(e.to_string()))?;
     cfg.quic_tuning = quic;
     cfg.quic_resume.enabled = !args.no_careful_resume;
     cfg.quic_resume.file = args.path_cache.clone();
-    if let Some(v) = args.careful_resume_lifetime {
-        cfg.quic_resume.lifetime = v;
-    }
-    if let Some(v) = args.careful_resume_max_jump {
-        cfg.quic_resume.max_jump = v;
-    }
+    cfg.quic_resume.lifetime = args.careful_resume_lifetime;
+    cfg.quic_resume.max_jump = args.careful_resume_max_jump;
     cfg.quic_resume
         .validate()
         .map_err(|e| UsageError(e.to_string()))?;
@@ -311,7 +360,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let servers = Servers::start(cfg)
         .await
-        .with_context(|| format!("serving {}", args.dir.display()))?;
+        .with_context(|| format!("serving {}", dir.display()))?;
     if let (Some(s), Some(origin)) = (&servers.self_signed, &servers.cert_origin) {
         let how = match origin {
             CertOrigin::Reused => "reusing".to_string(),
@@ -323,7 +372,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             s.sha256_fingerprint
         );
     }
-    eprintln!("serving {} at {}", args.dir.display(), servers.http_base());
+    eprintln!("serving {} at {}", dir.display(), servers.http_base());
     match servers.quic_base() {
         Some(q) => eprintln!("                 and {q}"),
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),

@@ -18,7 +18,7 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 const SIZE: u64 = 96 << 20;
 
 /// The server is killed when the test ends, however it ends.
-struct ChildGuard(Child);
+pub(crate) struct ChildGuard(pub(crate) Child);
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -35,7 +35,7 @@ fn start_serve(root: &Path) -> Result<(ChildGuard, String, mpsc::Receiver<String
 
 /// Starts `xfer serve` with `args` on an ephemeral port; returns it, the address printed
 /// after `marker` and a channel of its later stderr lines.
-fn start_serve_with(
+pub(crate) fn start_serve_with(
     root: &Path,
     args: &[&str],
     marker: &str,

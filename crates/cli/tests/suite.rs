@@ -5,6 +5,8 @@
 mod bench;
 #[path = "completions.rs"]
 mod completions;
+#[path = "docs_defaults.rs"]
+mod docs_defaults;
 #[path = "doctor.rs"]
 mod doctor;
 #[path = "doctor_lab.rs"]
@@ -25,5 +27,9 @@ mod lab_tree;
 mod output;
 #[path = "resume.rs"]
 mod resume;
+#[path = "serve_config.rs"]
+mod serve_config;
+#[path = "serve_reload.rs"]
+mod serve_reload;
 #[path = "serve_signal.rs"]
 mod serve_signal;

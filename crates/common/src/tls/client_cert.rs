@@ -10,25 +10,32 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, SignatureScheme};
 
+use super::ca_dir::Trust;
 use super::{load_certs, load_key, provider, ClientIdentity, TlsError};
 
-/// Verify client certificates against the CAs in `ca` (PEM). Clients without a certificate
-/// are let through, as anonymous.
+/// Verify client certificates against the CAs in `ca`: a PEM file, or an OpenSSL hashed
+/// directory whose CRLs are honoured (`ca_dir`). Clients without a certificate are let
+/// through, as anonymous; a revoked one fails the handshake.
 pub(crate) fn client_verifier(ca: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let trust = Trust::load(&[ca])?;
     let mut roots = RootCertStore::empty();
-    for cert in load_certs(ca)? {
+    for (path, cert) in trust.certs {
         roots.add(cert).map_err(|e| TlsError::BadCa {
-            path: ca.to_path_buf(),
+            path,
             message: e.to_string(),
         })?;
     }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| TlsError::BadCa {
-            path: ca.to_path_buf(),
-            message: e.to_string(),
-        })
+    let mut builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated();
+    if !trust.crls.is_empty() {
+        builder = builder
+            .with_crls(trust.crls)
+            .allow_unknown_revocation_status();
+    }
+    builder.build().map_err(|e| TlsError::BadCa {
+        path: ca.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 /// Always the same certificate, whatever CAs the server names.

@@ -4,7 +4,8 @@
 //! (`builder_with_provider`), so no process-wide default provider has to be installed and
 //! nothing depends on which rustls features another crate turned on.
 //!
-//! - [`server_config`]: certificate chain and key from PEM files, ALPN list.
+//! - [`server_config`]: certificate chain and key from PEM files, ALPN list;
+//!   [`server_config_reloadable`] with a [`ReloadableCert`] that a reload swaps (`reloadable`).
 //! - [`self_signed`]: a new certificate for tests and quick starts (rcgen);
 //!   [`reuse_or_generate_self_signed`] keeps the one already in its directory (`identity`).
 //! - [`client_config`]: webpki roots by default, or the given CA files (a configured
@@ -24,12 +25,15 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest as _, Sha256};
 
+mod ca_dir;
 mod client_cert;
 mod configured_cert;
 mod identity;
+mod reloadable;
 mod validity;
 
 pub use identity::{default_cert_names, host_name, reuse_or_generate_self_signed, CertOrigin};
+pub use reloadable::{ReloadableCert, ReloadableClientVerifier};
 pub use validity::{validity, Validity};
 
 /// What went wrong setting up TLS. Each variant names the file involved.
@@ -55,6 +59,8 @@ pub enum TlsError {
     BadPem { path: PathBuf, message: String },
     #[error("private key {key} does not belong to the certificate {cert}")]
     KeyMismatch { cert: PathBuf, key: PathBuf },
+    #[error("certificate {path} is not valid now (before its notBefore or after its notAfter)")]
+    OutsideValidity { path: PathBuf },
     #[error("CA certificate in {path} is unusable: {message}")]
     BadCa { path: PathBuf, message: String },
     #[error("TLS set-up failed ({context})")]
@@ -123,8 +129,8 @@ pub fn server_config(
     server_config_with_client_ca(cert_pem, key_pem, alpn, None)
 }
 
-/// [`server_config`], asking clients for a certificate signed by a CA in `client_ca` (PEM)
-/// when given. A client without one may still connect, as anonymous: what it may do is the
+/// [`server_config`], asking clients for a certificate signed by a CA in `client_ca` (a PEM
+/// file, or an OpenSSL hashed directory whose CRLs are honoured) when given. A client without one may still connect, as anonymous: what it may do is the
 /// access rules' decision, not the handshake's.
 pub fn server_config_with_client_ca(
     cert_pem: &Path,
@@ -132,34 +138,33 @@ pub fn server_config_with_client_ca(
     alpn: &[&[u8]],
     client_ca: Option<&Path>,
 ) -> Result<rustls::ServerConfig, TlsError> {
-    let certs = load_certs(cert_pem)?;
-    let key = load_key(key_pem)?;
+    let cert = ReloadableCert::load(cert_pem, key_pem)?;
+    let clients = match client_ca {
+        Some(ca) => Some(Arc::new(ReloadableClientVerifier::load(ca)?)),
+        None => None,
+    };
+    server_config_reloadable(Arc::new(cert), alpn, clients)
+}
+
+/// [`server_config_with_client_ca`] serving whatever `cert` holds at each handshake and
+/// verifying client certificates with whatever `clients` holds, so that a reload of either
+/// reaches every listener built from this configuration (and from its clones).
+pub fn server_config_reloadable(
+    cert: Arc<ReloadableCert>,
+    alpn: &[&[u8]],
+    clients: Option<Arc<ReloadableClientVerifier>>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| TlsError::Rustls {
             context: "protocol versions".into(),
             source,
         })?;
-    let builder = match client_ca {
-        Some(ca) => builder.with_client_cert_verifier(client_cert::client_verifier(ca)?),
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
         None => builder.with_no_client_auth(),
     };
-    let mut cfg = builder
-        .with_single_cert(certs, key)
-        .map_err(|source| match source {
-            rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
-                cert: cert_pem.to_path_buf(),
-                key: key_pem.to_path_buf(),
-            },
-            source => TlsError::Rustls {
-                context: format!(
-                    "certificate {} with key {}",
-                    cert_pem.display(),
-                    key_pem.display()
-                ),
-                source,
-            },
-        })?;
+    let mut cfg = builder.with_cert_resolver(cert);
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(cfg)
 }
@@ -243,8 +248,10 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
 /// How a client decides whom to trust.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientTlsOptions {
-    /// PEM files of CA (or self-signed server) certificates. When non-empty they are the only
-    /// roots; when empty the Mozilla roots from `webpki-roots` are used.
+    /// PEM files of CA (or self-signed server) certificates, or OpenSSL hashed directories
+    /// (`/etc/grid-security/certificates`: `<hash>.0` CAs, `<hash>.r0` CRLs, which are
+    /// honoured; `ca_dir`). When non-empty they are the only roots; when empty the Mozilla
+    /// roots from `webpki-roots` are used.
     pub ca_certs: Vec<PathBuf>,
     /// Accept any server certificate, for any name, expired or not. **Footgun**: it removes
     /// all protection against an active attacker and is meant only for labs and tests. The
@@ -285,22 +292,26 @@ pub fn client_config(
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             builder.with_root_certificates(roots).with_no_client_auth()
         } else {
+            let paths: Vec<&Path> = opts.ca_certs.iter().map(PathBuf::as_path).collect();
+            let trust = ca_dir::Trust::load(&paths)?;
             let mut configured = Vec::new();
-            for path in &opts.ca_certs {
-                for cert in load_certs(path)? {
-                    roots.add(cert.clone()).map_err(|e| TlsError::BadCa {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?;
-                    configured.push(cert);
-                }
+            for (path, cert) in trust.certs {
+                roots.add(cert.clone()).map_err(|e| TlsError::BadCa {
+                    path,
+                    message: e.to_string(),
+                })?;
+                configured.push(cert);
             }
-            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            let mut webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider.clone(),
-            )
-            .build()
-            .map_err(|e| TlsError::BadCa {
+            );
+            if !trust.crls.is_empty() {
+                webpki = webpki
+                    .with_crls(trust.crls)
+                    .allow_unknown_revocation_status();
+            }
+            let webpki = webpki.build().map_err(|e| TlsError::BadCa {
                 path: opts.ca_certs[0].clone(),
                 message: e.to_string(),
             })?;
