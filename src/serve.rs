@@ -13,8 +13,11 @@ use xfer_common::FaultInjection;
 use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{CarefulResume, QuicServer, QuicServerConfig, QuicTuning};
-use xfer_service::{AccessControl, AccessFileError, KeyTimes, TpcConfig, UploadConfig, Uploads};
+use xfer_service::{
+    AccessControl, AccessFileError, AccessLogTarget, KeyTimes, TpcConfig, UploadConfig, Uploads,
+};
 
+use crate::metrics_endpoint::MetricsEndpoint;
 use crate::ClientConfig;
 
 pub use xfer_http::server::ServerConfig as HttpConfig;
@@ -70,6 +73,10 @@ pub struct ServeConfig {
     /// How third-party copies reach remotes: which CAs to trust (default the Mozilla roots),
     /// TCP tuning, protocol.
     pub tpc_client: ClientConfig,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (docs/monitoring.md). Default off.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Write one JSON line per finished request here (docs/monitoring.md). Default off.
+    pub access_log: Option<AccessLogTarget>,
 }
 
 impl ServeConfig {
@@ -91,6 +98,8 @@ impl ServeConfig {
             uploads: None,
             tpc: Some(TpcConfig::default()),
             tpc_client: ClientConfig::default(),
+            metrics_listen: None,
+            access_log: None,
         }
     }
 }
@@ -106,6 +115,9 @@ pub enum ServeError {
     Quic(#[from] xfer_quic::ServerError),
     #[error(transparent)]
     Access(#[from] AccessFileError),
+    /// The metrics listener or the access log could not be opened.
+    #[error(transparent)]
+    Monitoring(#[from] std::io::Error),
 }
 
 /// Running servers. Dropping this does not stop them; call [`Servers::shutdown`].
@@ -122,6 +134,8 @@ pub struct Servers {
     pub cert_origin: Option<CertOrigin>,
     /// Whether HTTP connections start from their client's saved path (TCP resume), or why not.
     pub tcp_resume: TcpResumeStatus,
+    /// The TCP address of the metrics listener, when it runs.
+    pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -161,6 +175,17 @@ impl Servers {
                 Some(Arc::new(config))
             }
         };
+        // Opened before anything listens, so that a bad path stops the start.
+        let metrics = match cfg.metrics_listen {
+            Some(addr) => Some(MetricsEndpoint::bind(addr).await?),
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().map(|m| m.local_addr()).transpose()?;
+        if let Some(target) = &cfg.access_log {
+            xfer_service::access_log::start(target)?;
+        }
+        xfer_common::metrics::global().watch_memory_budget(cfg.http.memory_budget.clone());
+        xfer_service::status_page::spawn_sampler();
         let access = Arc::new(match &cfg.access_file {
             Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?.with_key_source(
                 Arc::new(crate::issuer_keys::IssuerKeyFetcher),
@@ -244,6 +269,9 @@ impl Servers {
         }
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move { http.serve(stopped(rx)).await }));
+        if let Some(m) = metrics {
+            tasks.push(tokio::spawn(m.serve(stop_rx.clone())));
+        }
         Ok(Self {
             http_addr,
             quic_addr,
@@ -251,6 +279,7 @@ impl Servers {
             self_signed,
             cert_origin,
             tcp_resume,
+            metrics_addr,
             stop,
             tasks,
         })

@@ -92,6 +92,9 @@ mod wlcg;
 #[path = "e2e/load.rs"]
 mod load;
 
+#[path = "e2e/monitoring.rs"]
+mod monitoring;
+
 #[path = "examples.rs"]
 mod examples;
 #[path = "guide.rs"]

@@ -14,6 +14,7 @@ mod interrupt;
 mod lab_cmd;
 mod lab_upload_cmd;
 mod lanes_arg;
+mod monitoring_args;
 mod progress_bar;
 mod put_cmd;
 mod serve_cmd;
@@ -63,7 +64,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    let log_format = match &cli.command {
+        Command::Serve(a) => a.monitoring.log_format,
+        _ => monitoring_args::LogFormat::Text,
+    };
+    init_tracing(cli.verbose, log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -96,7 +101,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: u8) {
+fn init_tracing(verbose: u8, format: monitoring_args::LogFormat) {
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -107,9 +112,12 @@ fn init_tracing(verbose: u8) {
     // Colour only for a person at a terminal: escape codes in a log file or a CI transcript
     // are noise, and NO_COLOR (no-color.org) turns them off everywhere.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        monitoring_args::LogFormat::Text => builder.with_ansi(ansi).try_init(),
+        // JSON for a collector: never escape codes, and one line per event.
+        monitoring_args::LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
 }

@@ -190,6 +190,8 @@ pub struct ServeArgs {
     /// Repeatable.
     #[arg(long, value_name = "HOST|CIDR", value_parser = |s: &str| s.parse::<xfer::crates::service::tpc::Allowance>())]
     pub tpc_allow: Vec<xfer::crates::service::tpc::Allowance>,
+    #[command(flatten)]
+    pub monitoring: crate::monitoring_args::MonitoringArgs,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -222,6 +224,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .into());
     };
     let mut cfg = ServeConfig::new(&args.dir, tls);
+    args.monitoring.apply(&mut cfg);
     cfg.access_file = args.access.clone();
     cfg.anonymous_read = !args.no_anonymous_read;
     cfg.client_ca = args.client_ca.clone();

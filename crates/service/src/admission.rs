@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use xfer_common::metrics;
 
 /// A connection that moved no bytes for this long may be closed to make room.
 pub const IDLE_FOR_EVICTION: Duration = Duration::from_secs(2);
@@ -52,6 +53,8 @@ struct State {
 /// The server's slots.
 #[derive(Debug)]
 pub struct Admission {
+    /// Index in [`xfer_common::metrics::TRANSPORTS`], for the metrics.
+    transport: usize,
     max_total: usize,
     max_per_address: usize,
     state: Mutex<State>,
@@ -68,6 +71,7 @@ pub struct Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        metrics::global().add_connections(self.admission.transport, -1);
         let mut s = self.admission.lock();
         if let Some(c) = s.conns.remove(&self.id) {
             if let Some(n) = s.per_address.get_mut(&c.addr) {
@@ -82,9 +86,19 @@ impl Drop for Ticket {
 
 impl Admission {
     /// At most `max_total` connections, `max_per_address` of them from one address (both at
-    /// least 1).
+    /// least 1), over TCP.
     pub fn new(max_total: usize, max_per_address: usize) -> Arc<Self> {
+        Self::with_transport(0, max_total, max_per_address)
+    }
+
+    /// As [`Admission::new`], for QUIC connections.
+    pub fn new_quic(max_total: usize, max_per_address: usize) -> Arc<Self> {
+        Self::with_transport(1, max_total, max_per_address)
+    }
+
+    fn with_transport(transport: usize, max_total: usize, max_per_address: usize) -> Arc<Self> {
         Arc::new(Self {
+            transport,
             max_total: max_total.max(1),
             max_per_address: max_per_address.max(1),
             state: Mutex::new(State::default()),
@@ -100,6 +114,7 @@ impl Admission {
         let now = Instant::now();
         let mut s = self.lock();
         if s.per_address.get(&addr).copied().unwrap_or(0) >= self.max_per_address {
+            metrics::global().count_refusal(self.transport, 0);
             return Admit::Refuse("per-address connection limit");
         }
         // Connections already asked to close still count until they have: the total stays
@@ -124,7 +139,10 @@ impl Admission {
                     c.evicting = true;
                     c.evict.cancel();
                 }
-                None => return Admit::Refuse("connection limit, every connection busy"),
+                None => {
+                    metrics::global().count_refusal(self.transport, 1);
+                    return Admit::Refuse("connection limit, every connection busy");
+                }
             }
         }
         let id = s.next;
@@ -142,6 +160,7 @@ impl Admission {
             },
         );
         *s.per_address.entry(addr).or_insert(0) += 1;
+        metrics::global().add_connections(self.transport, 1);
         Admit::Serve(Ticket {
             admission: Arc::clone(self),
             id,

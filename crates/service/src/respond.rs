@@ -15,11 +15,12 @@ use crate::access::{AccessControl, Denied, Identity, Operation};
 use crate::body::{BodyStream, ChecksumsOnSend, StreamPlan};
 use crate::checksums::{self, ChecksumCache};
 use crate::dav_write::{self, Change};
+use crate::exchange::Exchange;
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
 use crate::tpc::{self, Tpc};
 use crate::upload::{self, resumable, NoBody, UploadBody, UploadConfig, Uploads};
-use crate::{dav, directory, macaroon};
+use crate::{dav, directory, macaroon, status_page};
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
 /// numbers, so `xfer_core::error::is_transient_status` classifies both).
@@ -188,6 +189,19 @@ impl Service {
         req: &Request,
         body: &mut dyn UploadBody,
     ) -> ResponsePlan {
+        let exchange = Exchange::begin(req);
+        let (mut plan, who) = if status_page::is_request(req) {
+            (status_page::answer(req), Identity::Anonymous)
+        } else {
+            self.answer(req, &mut exchange.counting(body)).await
+        };
+        log(req, &plan, &who);
+        exchange.attach(req, &mut plan, who);
+        plan
+    }
+
+    /// The plan for `req`, and who asked.
+    async fn answer(&self, req: &Request, body: &mut dyn UploadBody) -> (ResponsePlan, Identity) {
         if macaroon::is_request(req) {
             // Answered before anything else, whoever asks; the identity is for the log only.
             let plan =
@@ -198,8 +212,7 @@ impl Service {
                 .policy()
                 .check(&req.credentials, Operation::Read, &req.path)
                 .unwrap_or(Identity::Anonymous);
-            log(req, &plan, &who);
-            return plan;
+            return (plan, who);
         }
         if let (Some(up), Some(id)) = (&self.cfg.uploads, resumable::resource_id(&req.path)) {
             return self.upload_resource(req, up, id, body).await;
@@ -218,7 +231,7 @@ impl Service {
             ) => Operation::Read,
             _ => operation(req, &self.cfg.root).await,
         };
-        let (plan, who) = match self
+        match self
             .cfg
             .access
             .authorize(&req.credentials, op, &req.path)
@@ -232,9 +245,7 @@ impl Service {
             }
             Ok(who) => (self.decide(req, body).await, who),
             Err(denied) => denial(denied),
-        };
-        log(req, &plan, &who);
-        plan
+        }
     }
 
     /// A request on a resumable upload's resource: the caller needs write access to the file
@@ -246,7 +257,7 @@ impl Service {
         up: &UploadConfig,
         id: &str,
         body: &mut dyn UploadBody,
-    ) -> ResponsePlan {
+    ) -> (ResponsePlan, Identity) {
         let cfg = &self.cfg;
         let found = resumable::lookup(&cfg.root, &cfg.upload_state, up, id).await;
         let path = found
@@ -258,7 +269,7 @@ impl Service {
             Err(Denied::OutOfScope { identity, .. }) if found.is_none() => Ok(identity),
             other => other,
         };
-        let (plan, who) = match checked {
+        match checked {
             Ok(who) => {
                 let ctx = resumable::Ctx {
                     root: &cfg.root,
@@ -272,9 +283,7 @@ impl Service {
                 )
             }
             Err(denied) => denial(denied),
-        };
-        log(req, &plan, &who);
-        plan
+        }
     }
 
     /// `COPY`: third-party copy when it is on; a pull also needs uploads on, as it writes.

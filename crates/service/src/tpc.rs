@@ -44,6 +44,7 @@ use xfer_core::digest::Sha256Digest;
 use xfer_core::journal;
 use xfer_core::progress::Progress;
 
+use crate::exchange::CopyReport;
 use crate::listing_body::ListingStream;
 use crate::plan::ResponsePlan;
 use crate::request::Request;
@@ -483,7 +484,14 @@ async fn start(
     tracing::info!(peer = %req.peer, path = %req.path, remote = %url, pull, lanes = ?lanes, verify_checksum = head.require_checksum, "third-party copy starting");
     let running = tpc.runner.start(job);
     let (tx, rx) = mpsc::channel(4);
+    let report = Arc::new(CopyReport::default());
     tokio::spawn(drive(Driven {
+        report: Arc::clone(&report),
+        direction: if pull {
+            xfer_common::metrics::CopyDirection::Pull
+        } else {
+            xfer_common::metrics::CopyDirection::Push
+        },
         running,
         tx,
         stop: stop_tx,
@@ -496,6 +504,7 @@ async fn start(
     plan.content_type = CONTENT_TYPE_PERF_MARKERS;
     plan.content_length = None;
     plan.body = crate::plan::Body::Listing(ListingStream::from_channel(rx));
+    plan.copy_report = Some(report);
     Ok(plan)
 }
 
@@ -671,6 +680,8 @@ struct Driven {
     /// Held until the copy is over and cleaned up.
     _permit: OwnedSemaphorePermit,
     what: String,
+    report: Arc<CopyReport>,
+    direction: xfer_common::metrics::CopyDirection,
 }
 
 /// Run the copy, send a marker every interval, then the last line. A marker that cannot be
@@ -684,6 +695,8 @@ async fn drive(d: Driven) {
         interval,
         _permit,
         what,
+        report,
+        direction,
     } = d;
     let RunningCopy { progress, done } = running;
     let mut done = done;
@@ -718,6 +731,10 @@ async fn drive(d: Driven) {
         )),
         Err(e) => Err(e),
     };
+    match &result {
+        Ok(outcome) => report.finish(direction, outcome.bytes, true),
+        Err(_) => report.finish(direction, progress.snapshot().verified, false),
+    }
     let last = match &result {
         Ok(outcome) => {
             tracing::info!(copy = %what, bytes = outcome.bytes, "third-party copy complete");

@@ -746,6 +746,7 @@ async fn run<C: Graceful>(
             _ = stall_ticker.tick(), if stall.is_some() => {
                 if clock.sample() {
                     tracing::info!(%peer, after = ?stall, "HTTP/1.1 response sent nothing for the stall timeout; closing its connection");
+                    xfer_common::metrics::global().count_stall_reset("http/1.1");
                     return;
                 }
             }
