@@ -552,7 +552,7 @@ async fn via_quic(
     })
 }
 
-fn split_head(all: &[u8]) -> Result<(ResponseHead, &[u8]), BoxError> {
+pub(crate) fn split_head(all: &[u8]) -> Result<(ResponseHead, &[u8]), BoxError> {
     let prefix: [u8; 2] = all.get(..2).ok_or("short head")?.try_into()?;
     let len = ResponseHead::decode_len(prefix)?;
     let head = all.get(2..2 + len).ok_or("short head")?;
@@ -580,7 +580,14 @@ async fn etag_of(conn: &quinn::Connection) -> Result<String, BoxError> {
 
 async fn quic_connection(rig: &Rig) -> Result<(quinn::Endpoint, quinn::Connection), BoxError> {
     let addr = rig.tls.quic_addr.ok_or("no quic server")?;
-    let mut tls = rig.client_tls.clone();
+    quic_connect(addr, rig.client_tls.clone()).await
+}
+
+/// An `xfer/1` connection to `addr` with `tls`.
+pub(crate) async fn quic_connect(
+    addr: SocketAddr,
+    mut tls: rustls::ClientConfig,
+) -> Result<(quinn::Endpoint, quinn::Connection), BoxError> {
     tls.alpn_protocols = vec![wire::ALPN.to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls))?;
     let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))?;

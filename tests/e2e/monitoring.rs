@@ -582,3 +582,75 @@ async fn the_status_page_in_chromium_shows_a_running_transfer() -> TestResult {
     assert!(got > 0);
     Ok(())
 }
+
+/// The core answers the status page, so `xfer/1` over QUIC serves the same documents as HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_is_served_over_quic_too() -> TestResult {
+    use xfer::serve::{ServeConfig, ServerTls, Servers};
+    use xfer_quic::wire;
+
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root)?;
+    let mut cfg = ServeConfig::new(
+        root,
+        ServerTls::SelfSigned {
+            dir: dir.path().join("cert"),
+            names: vec!["127.0.0.1".into()],
+        },
+    );
+    cfg.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    cfg.quic_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let servers = Servers::start(cfg).await?;
+    let ca = servers
+        .self_signed
+        .as_ref()
+        .ok_or("no self-signed certificate")?
+        .cert_path
+        .clone();
+    let tls = xfer_common::tls::client_config(
+        &xfer_common::tls::ClientTlsOptions {
+            client_identity: None,
+            ca_certs: vec![ca],
+            dangerous_insecure: false,
+        },
+        &[],
+    )?;
+    let quic_addr = servers.quic_addr.ok_or("QUIC is not running")?;
+    let (_endpoint, conn) = crate::parity::quic_connect(quic_addr, tls).await?;
+    let get = |path: &'static str| {
+        let conn = conn.clone();
+        async move {
+            let req = wire::Request {
+                upload: None,
+                token: None,
+                method: wire::Method::Get,
+                path: path.into(),
+                range: None,
+                want_digest: false,
+                checksums: Vec::new(),
+                validator: None,
+            };
+            let (mut send, mut recv) = conn.open_bi().await?;
+            send.write_all(&req.encode()?).await?;
+            send.finish()?;
+            let all = recv.read_to_end(1 << 20).await?;
+            let (head, body) = crate::parity::split_head(&all)?;
+            Ok::<_, BoxError>((head.status, String::from_utf8(body.to_vec())?))
+        }
+    };
+    let (status, json) = get("/.well-known/xfer/status.json").await?;
+    assert_eq!(status, 200, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json)?;
+    for key in ["time", "transfers", "errors", "throughput", "totals"] {
+        assert!(v.get(key).is_some(), "no {key} in the QUIC status: {json}");
+    }
+    let (status, html) = get("/.well-known/xfer/status").await?;
+    assert_eq!(status, 200);
+    assert!(
+        html.starts_with("<!DOCTYPE html>") && html.contains("id=\"transfers\""),
+        "not the status page over QUIC: {html}"
+    );
+    servers.shutdown().await;
+    Ok(())
+}

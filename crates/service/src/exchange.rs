@@ -90,6 +90,40 @@ impl CopyReport {
     }
 }
 
+/// What an upload request is to the upload it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UploadPart {
+    /// Not an upload.
+    None,
+    /// The whole file in one request (a plain `PUT`).
+    Whole,
+    /// The request that completes a parallel or resumable upload.
+    Last,
+    /// One part of many: counted as bytes and a request, not as an upload.
+    Part,
+}
+
+impl UploadPart {
+    fn of(req: &Request) -> Self {
+        let up = &req.upload;
+        match req.method {
+            Method::Put | Method::Post | Method::Patch => {}
+            _ => return Self::None,
+        }
+        let draft_last = up.draft.upload_complete.as_deref().map(str::trim) == Some("?1");
+        let draft = up.draft.upload_complete.is_some() || up.draft.upload_offset.is_some();
+        if up.complete || draft_last {
+            Self::Last
+        } else if up.id.is_some() || draft || up.content_range.is_some() {
+            Self::Part
+        } else if req.method == Method::Put {
+            Self::Whole
+        } else {
+            Self::None
+        }
+    }
+}
+
 /// A request begun.
 pub(crate) struct Exchange {
     id: u64,
@@ -167,6 +201,7 @@ impl Exchange {
                 .or_else(|| req.copy.destination.clone()),
             checksum,
             copy: plan.copy_report.take(),
+            upload: UploadPart::of(req),
             detail: plan.detail.clone(),
             streamed: false,
             complete: false,
@@ -220,6 +255,7 @@ pub struct Finish {
     remote: Option<String>,
     checksum: Option<Checksum>,
     copy: Option<Arc<CopyReport>>,
+    upload: UploadPart,
     detail: Option<String>,
     /// The body is a stream or a listing, which says whether it was sent to its end.
     streamed: bool,
@@ -270,10 +306,13 @@ impl Drop for Finish {
             c.success.get().copied().unwrap_or(false)
         });
         let aborted = self.streamed && !self.complete;
-        let upload = matches!(method, Method::Put | Method::Post | Method::Patch)
-            && !matches!(self.status, 401 | 403 | 405);
-        if upload {
+        // A refusal for credentials or method never began an upload.
+        let refused = matches!(self.status, 401 | 403 | 405);
+        if matches!(self.upload, UploadPart::Whole | UploadPart::Last) && !refused {
             m.count_upload(self.status < 400);
+        }
+        if self.upload == UploadPart::Whole && self.status < 400 {
+            // One request is the whole transfer only for a plain PUT.
             m.observe_transfer(TransferDirection::Upload, elapsed.as_secs_f64(), bytes_in);
         } else if method == Method::Get && matches!(self.status, 200 | 206) && self.streamed {
             m.observe_transfer(
@@ -321,5 +360,81 @@ impl Drop for Finish {
             };
             access_log::write(&line);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Service, ServiceConfig};
+
+    fn live_paths() -> Vec<String> {
+        lock(&activity().live)
+            .values()
+            .map(|l| l.path.clone())
+            .collect()
+    }
+
+    fn failed_paths() -> Vec<String> {
+        lock(&activity().errors)
+            .iter()
+            .map(|e| e.path.clone())
+            .collect()
+    }
+
+    #[test]
+    fn which_requests_are_uploads() {
+        let peer = "127.0.0.1:1".parse().expect("address");
+        let req = |m: Method| Request::new(m, "/f", peer, "h2");
+        assert_eq!(UploadPart::of(&req(Method::Get)), UploadPart::None);
+        assert_eq!(UploadPart::of(&req(Method::Put)), UploadPart::Whole);
+        let mut part = req(Method::Put);
+        part.upload.id = Some("u1".into());
+        assert_eq!(UploadPart::of(&part), UploadPart::Part);
+        part.upload.complete = true;
+        assert_eq!(UploadPart::of(&part), UploadPart::Last);
+        let mut append = req(Method::Patch);
+        append.upload.draft.upload_offset = Some("10".into());
+        assert_eq!(UploadPart::of(&append), UploadPart::Part);
+        append.upload.draft.upload_complete = Some("?1".into());
+        assert_eq!(UploadPart::of(&append), UploadPart::Last);
+    }
+
+    /// A body is listed while it is sent; one dropped half-way is a failure, a HEAD is not.
+    #[tokio::test]
+    async fn a_request_is_live_until_its_body_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("root");
+        std::fs::write(root.join("exchange-live.bin"), vec![7u8; 3 << 20]).expect("write");
+        let service = Service::new(ServiceConfig::new(root));
+        let peer = "127.0.0.1:1".parse().expect("address");
+        let path = "/exchange-live.bin";
+
+        let head = service
+            .respond(&Request::new(Method::Head, path, peer, "h2"))
+            .await;
+        assert_eq!(head.status, 200);
+        drop(head);
+        assert!(!live_paths().iter().any(|p| p == path));
+        assert!(!failed_paths().iter().any(|p| p == path), "a HEAD failed");
+
+        let plan = service
+            .respond(&Request::new(Method::Get, path, peer, "h2"))
+            .await;
+        let Body::Stream(mut body) = plan.body else {
+            panic!("a file's GET has no stream body");
+        };
+        let first = body.next().await.expect("a block").expect("read");
+        assert!(matches!(first, crate::BodyEvent::Data(_)));
+        assert!(
+            live_paths().iter().any(|p| p == path),
+            "not listed while sent"
+        );
+        drop(body);
+        assert!(!live_paths().iter().any(|p| p == path));
+        assert!(
+            failed_paths().iter().any(|p| p == path),
+            "a body dropped half-way is not a failure"
+        );
     }
 }
