@@ -641,3 +641,52 @@ async fn the_status_page_is_served_over_quic_too() -> TestResult {
     servers.shutdown().await;
     Ok(())
 }
+
+/// `--log-format json`: the diagnostic events on stderr are JSON objects, with no escape codes
+/// (stderr is a file here, not a terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_format_json_writes_json_events() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let err_path = dir.path().join("stderr");
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let mut child = Command::new(xfer_bin())
+        .arg("serve")
+        .arg(dir.path())
+        .args([
+            "--plain",
+            "--listen",
+            &addr.to_string(),
+            "--log-format",
+            "json",
+            "-v",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path)?)
+        .spawn()?;
+    crate::support::wait_listening(addr, &mut child, Duration::from_secs(30))?;
+    let _child = ChildGuard(child);
+    // The port may accept a moment before the "listening" event is written: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&err_path)?;
+        assert!(!text.contains('\u{1b}'), "escape codes in a file:\n{text}");
+        let events: Vec<serde_json::Value> = text
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()?;
+        if events
+            .iter()
+            .any(|e| e["level"] == "INFO" && e["fields"]["message"].is_string())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no JSON event on stderr:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
