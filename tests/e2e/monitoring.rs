@@ -504,6 +504,17 @@ async fn the_status_page_in_chromium_shows_a_running_transfer() -> TestResult {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // The download's connection is open, and counted so.
+    let (_, exposition) = http_get(server.metrics, "/metrics")?;
+    let open = exposition
+        .lines()
+        .find_map(|l| l.strip_prefix("xfer_connections_active{protocol=\"http/1.1\"} "))
+        .and_then(|v| v.parse::<i64>().ok());
+    assert!(
+        open >= Some(1),
+        "no open HTTP/1.1 connection counted:\n{exposition}"
+    );
+
     let page = server.url("/.well-known/xfer/status");
     let dom = chromium(&browser, &["--dump-dom", &page])?;
     let dom = String::from_utf8_lossy(&dom.stdout).into_owned();

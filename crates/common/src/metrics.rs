@@ -123,7 +123,8 @@ pub struct Metrics {
     bytes: Vec<AtomicU64>,
     /// [method][status class]
     requests: Vec<AtomicU64>,
-    connections: [AtomicI64; 2],
+    /// Per application protocol.
+    connections: Vec<AtomicI64>,
     /// [transport][reason]
     refusals: Vec<AtomicU64>,
     uploads: Vec<AtomicU64>,
@@ -149,7 +150,7 @@ impl Metrics {
         Self {
             bytes: counters(PROTOCOLS.len() * 2),
             requests: counters(METHODS.len() * STATUS_CLASSES.len()),
-            connections: [AtomicI64::new(0), AtomicI64::new(0)],
+            connections: (0..PROTOCOLS.len()).map(|_| AtomicI64::new(0)).collect(),
             refusals: counters(TRANSPORTS.len() * REFUSAL_REASONS.len()),
             uploads: counters(RESULTS.len()),
             copies: counters(COPY_DIRECTIONS.len() * RESULTS.len()),
@@ -193,10 +194,12 @@ impl Metrics {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A connection opened (`+1`) or closed (`-1`) on `transport` (index in [`TRANSPORTS`]).
-    pub fn add_connections(&self, transport: usize, delta: i64) {
-        if let Some(g) = self.connections.get(transport) {
-            g.fetch_add(delta, Ordering::Relaxed);
+    /// A client connection admitted over `protocol`, counted as open until the guard drops.
+    pub fn open_connection(&'static self, protocol: &str) -> OpenConnection {
+        let i = protocol_index(protocol);
+        self.connections[i].fetch_add(1, Ordering::Relaxed);
+        OpenConnection {
+            gauge: &self.connections[i],
         }
     }
 
@@ -287,14 +290,11 @@ impl Metrics {
             &mut out,
             "xfer_connections_active",
             "gauge",
-            "Client connections open, by transport.",
+            "Client connections open, by application protocol.",
         );
-        for (t, transport) in TRANSPORTS.iter().enumerate() {
-            let v = self.connections[t].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "xfer_connections_active{{transport=\"{transport}\"}} {v}"
-            );
+        for (p, proto) in PROTOCOLS.iter().enumerate() {
+            let v = self.connections[p].load(Ordering::Relaxed);
+            let _ = writeln!(out, "xfer_connections_active{{protocol=\"{proto}\"}} {v}");
         }
         header(
             &mut out,
@@ -426,6 +426,18 @@ impl Metrics {
     }
 }
 
+/// An open connection, as counted in `xfer_connections_active`.
+#[derive(Debug)]
+pub struct OpenConnection {
+    gauge: &'static AtomicI64,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -467,5 +479,11 @@ mod tests {
             out.contains("xfer_transferred_bytes_total{protocol=\"h2\",direction=\"out\"} 10\n")
         );
         assert_eq!(m.bytes_totals(), (0, 11));
+        let g = global();
+        let open = g.open_connection("quic");
+        assert!(g
+            .render()
+            .contains("xfer_connections_active{protocol=\"quic\"} "));
+        drop(open);
     }
 }

@@ -519,6 +519,7 @@ struct Slot {
 
 async fn handle_connection(incoming: quinn::Incoming, state: Arc<State>, slot: Slot) {
     let peer = incoming.remote_address();
+    let _open = xfer_common::metrics::global().open_connection("quic");
     // Counted while it is open and acknowledged: concurrent connections from one client split
     // a jump.
     let open = state

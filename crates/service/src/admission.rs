@@ -71,7 +71,6 @@ pub struct Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        metrics::global().add_connections(self.admission.transport, -1);
         let mut s = self.admission.lock();
         if let Some(c) = s.conns.remove(&self.id) {
             if let Some(n) = s.per_address.get_mut(&c.addr) {
@@ -160,7 +159,6 @@ impl Admission {
             },
         );
         *s.per_address.entry(addr).or_insert(0) += 1;
-        metrics::global().add_connections(self.transport, 1);
         Admit::Serve(Ticket {
             admission: Arc::clone(self),
             id,

@@ -609,6 +609,8 @@ async fn drive<I>(
         Admitted::Refusing { .. } => (None, true, Some(Duration::from_secs(5))),
     };
     tracing::debug!(%peer, protocol, client_certificate = client_certificate.is_some(), "connection");
+    // Counted while served; one kept only to be told 503 is not.
+    let _open = (!refusing).then(|| xfer_common::metrics::global().open_connection(protocol));
     let cfg = &shared.cfg;
     let idle = idle_override.unwrap_or(cfg.idle_timeout);
     // Every block this connection's responses read counts against its share of the budget
