@@ -444,7 +444,7 @@ fn slow_download(
         if s.write_all(request.as_bytes()).is_err() {
             return got;
         }
-        let mut buf = vec![0u8; 32 * 1024];
+        let mut buf = vec![0u8; 16 * 1024];
         while !stop.load(Ordering::Relaxed) {
             match s.read(&mut buf) {
                 Ok(0) | Err(_) => break,
