@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone openssl:openssl ping:iputils-ping ip:iproute2; do
+for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone openssl:openssl ping:iputils-ping ip:iproute2 prometheus:prometheus chromium:chromium; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
 # WLCG interop (tests/e2e/wlcg.rs and tests/e2e/tpc.rs, docs/wlcg.md): gfal2 with its HTTP plugin and scripts, XRootD

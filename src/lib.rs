@@ -66,6 +66,7 @@
 #![forbid(unsafe_code)]
 
 pub mod issuer_keys;
+mod metrics_endpoint;
 mod plain_put;
 pub mod put_tree;
 pub mod serve;

@@ -16,8 +16,11 @@ use xfer_common::FaultInjection;
 use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{CarefulResume, QuicServer, QuicServerConfig, QuicTuning};
-use xfer_service::{AccessControl, AccessFileError, KeyTimes, TpcConfig, UploadConfig, Uploads};
+use xfer_service::{
+    AccessControl, AccessFileError, AccessLogTarget, KeyTimes, TpcConfig, UploadConfig, Uploads,
+};
 
+use crate::metrics_endpoint::MetricsEndpoint;
 use crate::ClientConfig;
 
 pub use live_tls::LiveTls;
@@ -77,6 +80,10 @@ pub struct ServeConfig {
     /// How third-party copies reach remotes: which CAs to trust (default the Mozilla roots),
     /// TCP tuning, protocol.
     pub tpc_client: ClientConfig,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (docs/monitoring.md). Default off.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Write one JSON line per finished request here (docs/monitoring.md). Default off.
+    pub access_log: Option<AccessLogTarget>,
 }
 
 impl ServeConfig {
@@ -98,6 +105,8 @@ impl ServeConfig {
             uploads: None,
             tpc: Some(TpcConfig::default()),
             tpc_client: ClientConfig::default(),
+            metrics_listen: None,
+            access_log: None,
         }
     }
 }
@@ -113,6 +122,9 @@ pub enum ServeError {
     Quic(#[from] xfer_quic::ServerError),
     #[error(transparent)]
     Access(#[from] AccessFileError),
+    /// The metrics listener or the access log could not be opened.
+    #[error(transparent)]
+    Monitoring(#[from] std::io::Error),
 }
 
 /// Running servers. Dropping this does not stop them; call [`Servers::shutdown`].
@@ -132,6 +144,8 @@ pub struct Servers {
     /// The certificate HTTP and QUIC present and the client CAs, reloaded on SIGHUP (or by
     /// [`LiveTls::reload`]); `None` without TLS.
     pub live_tls: Option<LiveTls>,
+    /// The TCP address of the metrics listener, when it runs.
+    pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -174,6 +188,17 @@ impl Servers {
             )?)),
             None => None,
         };
+        // Opened before anything listens, so that a bad path stops the start.
+        let metrics = match cfg.metrics_listen {
+            Some(addr) => Some(MetricsEndpoint::bind(addr).await?),
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().map(|m| m.local_addr()).transpose()?;
+        if let Some(target) = &cfg.access_log {
+            xfer_service::access_log::start(target)?;
+        }
+        xfer_common::metrics::global().watch_memory_budget(cfg.http.memory_budget.clone());
+        xfer_service::status_page::spawn_sampler();
         let access = Arc::new(match &cfg.access_file {
             Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?.with_key_source(
                 Arc::new(crate::issuer_keys::IssuerKeyFetcher),
@@ -270,6 +295,9 @@ impl Servers {
                 ),
             }
         }
+        if let Some(m) = metrics {
+            tasks.push(tokio::spawn(m.serve(stop_rx.clone())));
+        }
         Ok(Self {
             http_addr,
             quic_addr,
@@ -278,6 +306,7 @@ impl Servers {
             cert_origin,
             tcp_resume,
             live_tls,
+            metrics_addr,
             stop,
             tasks,
         })

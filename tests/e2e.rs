@@ -98,6 +98,9 @@ mod load;
 mod ca_dir;
 #[path = "e2e/cert_reload.rs"]
 mod cert_reload;
+#[path = "e2e/monitoring.rs"]
+mod monitoring;
+
 #[path = "examples.rs"]
 mod examples;
 #[path = "guide.rs"]

@@ -552,7 +552,7 @@ async fn via_quic(
     })
 }
 
-fn split_head(all: &[u8]) -> Result<(ResponseHead, &[u8]), BoxError> {
+pub(crate) fn split_head(all: &[u8]) -> Result<(ResponseHead, &[u8]), BoxError> {
     let prefix: [u8; 2] = all.get(..2).ok_or("short head")?.try_into()?;
     let len = ResponseHead::decode_len(prefix)?;
     let head = all.get(2..2 + len).ok_or("short head")?;
@@ -561,11 +561,22 @@ fn split_head(all: &[u8]) -> Result<(ResponseHead, &[u8]), BoxError> {
 
 /// The current ETag of `/f.bin`, asked over QUIC with STAT.
 async fn etag_of(conn: &quinn::Connection) -> Result<String, BoxError> {
+    let all = quic_plain(conn, wire::Method::Stat, "/f.bin").await?;
+    Ok(split_head(&all)?.0.etag.ok_or("no etag")?)
+}
+
+/// A plain `xfer/1` request (no range, digest or validator) and the whole answer, head and
+/// body, up to 1 MiB.
+pub(crate) async fn quic_plain(
+    conn: &quinn::Connection,
+    method: wire::Method,
+    path: &str,
+) -> Result<Vec<u8>, BoxError> {
     let req = wire::Request {
         upload: None,
         token: None,
-        method: wire::Method::Stat,
-        path: "/f.bin".into(),
+        method,
+        path: path.into(),
         range: None,
         want_digest: false,
         checksums: Vec::new(),
@@ -574,13 +585,19 @@ async fn etag_of(conn: &quinn::Connection) -> Result<String, BoxError> {
     let (mut send, mut recv) = conn.open_bi().await?;
     send.write_all(&req.encode()?).await?;
     send.finish()?;
-    let all = recv.read_to_end(1 << 16).await?;
-    Ok(split_head(&all)?.0.etag.ok_or("no etag")?)
+    Ok(recv.read_to_end(1 << 20).await?)
 }
 
 async fn quic_connection(rig: &Rig) -> Result<(quinn::Endpoint, quinn::Connection), BoxError> {
     let addr = rig.tls.quic_addr.ok_or("no quic server")?;
-    let mut tls = rig.client_tls.clone();
+    quic_connect(addr, rig.client_tls.clone()).await
+}
+
+/// An `xfer/1` connection to `addr` with `tls`.
+pub(crate) async fn quic_connect(
+    addr: SocketAddr,
+    mut tls: rustls::ClientConfig,
+) -> Result<(quinn::Endpoint, quinn::Connection), BoxError> {
     tls.alpn_protocols = vec![wire::ALPN.to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls))?;
     let mut endpoint = quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))?;

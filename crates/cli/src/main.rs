@@ -16,6 +16,7 @@ mod interrupt;
 mod lab_cmd;
 mod lab_upload_cmd;
 mod lanes_arg;
+mod monitoring_args;
 mod progress_bar;
 mod put_cmd;
 mod serve_cmd;
@@ -73,7 +74,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.format(&mut Cli::command()).exit(),
     };
-    init_tracing(cli.verbose);
+    let log_format = match &cli.command {
+        Command::Serve(a) => serve_cmd::log_format(a, matches.subcommand_matches("serve")),
+        _ => monitoring_args::LogFormat::Text,
+    };
+    init_tracing(cli.verbose, log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -113,7 +118,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(verbose: u8) {
+fn init_tracing(verbose: u8, format: monitoring_args::LogFormat) {
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -124,9 +129,12 @@ fn init_tracing(verbose: u8) {
     // Colour only for a person at a terminal: escape codes in a log file or a CI transcript
     // are noise, and NO_COLOR (no-color.org) turns them off everywhere.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        monitoring_args::LogFormat::Text => builder.with_ansi(ansi).try_init(),
+        // JSON for a collector: never escape codes, and one line per event.
+        monitoring_args::LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
 }

@@ -12,6 +12,8 @@ use xfer::crates::quic::CarefulResume;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer::{ChecksumAlgorithm, Http2Config, QuicTuning};
 
+use crate::monitoring_args::LogFormat;
+
 use crate::client_args::{duration_arg, duration_text, size_arg, size_text, QuicCongestion};
 use crate::config_file;
 use crate::exit::UsageError;
@@ -218,6 +220,8 @@ pub struct ServeArgs {
     /// Repeatable.
     #[arg(long, value_name = "HOST|CIDR", value_parser = |s: &str| s.parse::<xfer::crates::service::tpc::Allowance>())]
     pub tpc_allow: Vec<xfer::crates::service::tpc::Allowance>,
+    #[command(flatten)]
+    pub monitoring: crate::monitoring_args::MonitoringArgs,
 }
 
 /// `xfer serve`'s arguments as a command of their own: the config-file keys and the flag
@@ -226,6 +230,18 @@ pub fn command() -> clap::Command {
     let mut cmd = ServeArgs::augment_args(clap::Command::new("serve"));
     cmd.build();
     cmd
+}
+
+/// The log format in force, config file included, for setting up logging before [`run`]. A
+/// file that does not load is reported by `run`; until then the command line's choice holds.
+pub fn log_format(given: &ServeArgs, matches: Option<&ArgMatches>) -> LogFormat {
+    let (Some(file), Some(matches)) = (given.config.as_deref(), matches) else {
+        return given.monitoring.log_format;
+    };
+    config_file::effective_matches(&command(), matches, Some(file))
+        .ok()
+        .and_then(|m| ServeArgs::from_arg_matches(&m).ok())
+        .map_or(given.monitoring.log_format, |a| a.monitoring.log_format)
 }
 
 /// `given` is what the command line parsed into; `matches` the same, untyped.
@@ -273,6 +289,7 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
         .into());
     };
     let mut cfg = ServeConfig::new(&dir, tls);
+    args.monitoring.apply(&mut cfg);
     cfg.access_file = args.access.clone();
     cfg.anonymous_read = !args.no_anonymous_read;
     // A hashed directory and a PEM file are read by the same loader.

@@ -184,9 +184,12 @@ impl DigestCache {
     pub fn get(&self, resource: &Resource) -> Option<Sha256Digest> {
         let key = resource.content_key();
         if let Some(d) = self.get_by_key(&key) {
+            crate::metrics::global().count_digest_lookup(true);
             return Some(d);
         }
-        let stored = resource.stored_sha256()?;
+        let stored = resource.stored_sha256();
+        crate::metrics::global().count_digest_lookup(stored.is_some());
+        let stored = stored?;
         record(&mut self.shared.lock(), &self.shared.config, key, stored);
         Some(stored)
     }

@@ -33,6 +33,7 @@ pub mod dir_walk;
 pub mod fault;
 pub mod listing;
 pub mod memory;
+pub mod metrics;
 pub mod path_mtu;
 pub mod path_share;
 pub mod paths;

@@ -370,7 +370,7 @@ impl QuicServer {
             .resume
             .as_ref()
             .and_then(crate::resume::spawn_saver);
-        let admission = Admission::new(
+        let admission = Admission::new_quic(
             self.state.max_connections,
             self.state.max_connections_per_address,
         );
@@ -519,6 +519,7 @@ struct Slot {
 
 async fn handle_connection(incoming: quinn::Incoming, state: Arc<State>, slot: Slot) {
     let peer = incoming.remote_address();
+    let _open = xfer_common::metrics::global().open_connection("quic");
     // Counted while it is open and acknowledged: concurrent connections from one client split
     // a jump.
     let open = state
@@ -711,6 +712,7 @@ async fn handle_stream(
             }
             SendError::Stalled(after) => {
                 tracing::info!(%peer, path = %request.path, ?after, "client took nothing for the stall timeout; resetting stream");
+                xfer_common::metrics::global().count_stall_reset("quic");
                 let _ = send.reset(ErrorCode::Stalled.varint());
             }
         }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use xfer_common::metrics;
 
 /// A connection that moved no bytes for this long may be closed to make room.
 pub const IDLE_FOR_EVICTION: Duration = Duration::from_secs(2);
@@ -52,6 +53,8 @@ struct State {
 /// The server's slots.
 #[derive(Debug)]
 pub struct Admission {
+    /// Index in [`xfer_common::metrics::TRANSPORTS`], for the metrics.
+    transport: usize,
     max_total: usize,
     max_per_address: usize,
     state: Mutex<State>,
@@ -82,9 +85,19 @@ impl Drop for Ticket {
 
 impl Admission {
     /// At most `max_total` connections, `max_per_address` of them from one address (both at
-    /// least 1).
+    /// least 1), over TCP.
     pub fn new(max_total: usize, max_per_address: usize) -> Arc<Self> {
+        Self::with_transport(0, max_total, max_per_address)
+    }
+
+    /// As [`Admission::new`], for QUIC connections.
+    pub fn new_quic(max_total: usize, max_per_address: usize) -> Arc<Self> {
+        Self::with_transport(1, max_total, max_per_address)
+    }
+
+    fn with_transport(transport: usize, max_total: usize, max_per_address: usize) -> Arc<Self> {
         Arc::new(Self {
+            transport,
             max_total: max_total.max(1),
             max_per_address: max_per_address.max(1),
             state: Mutex::new(State::default()),
@@ -100,6 +113,7 @@ impl Admission {
         let now = Instant::now();
         let mut s = self.lock();
         if s.per_address.get(&addr).copied().unwrap_or(0) >= self.max_per_address {
+            metrics::global().count_refusal(self.transport, 0);
             return Admit::Refuse("per-address connection limit");
         }
         // Connections already asked to close still count until they have: the total stays
@@ -124,7 +138,10 @@ impl Admission {
                     c.evicting = true;
                     c.evict.cancel();
                 }
-                None => return Admit::Refuse("connection limit, every connection busy"),
+                None => {
+                    metrics::global().count_refusal(self.transport, 1);
+                    return Admit::Refuse("connection limit, every connection busy");
+                }
             }
         }
         let id = s.next;

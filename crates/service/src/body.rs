@@ -67,6 +67,8 @@ pub struct BodyStream {
     hashing: Hashing,
     plan: StreamPlan,
     done: bool,
+    /// The request's record, ended when this body is.
+    pub(crate) finish: Option<Box<crate::exchange::Finish>>,
 }
 
 /// Where the running SHA-256 of the sent bytes (and the checksums to cache) are.
@@ -137,6 +139,7 @@ impl BodyStream {
             hashing,
             plan,
             done: false,
+            finish: None,
         }
     }
 
@@ -157,6 +160,28 @@ impl BodyStream {
 
     /// Next block, then the trailer if hashed, then `None`. An error ends the stream.
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<BodyEvent>>> {
+        let next = self.poll_event(cx);
+        if let (Some(finish), Poll::Ready(event)) = (&mut self.finish, &next) {
+            match event {
+                Some(Ok(BodyEvent::Data(block))) => {
+                    finish.sent(block.len() as u64);
+                    // Codecs may end an unhashed body at its length without asking again.
+                    if !self.plan.hash && self.blocks.remaining() == 0 {
+                        finish.completed();
+                    }
+                }
+                Some(Ok(BodyEvent::Trailer(digest))) => {
+                    finish.trailer(digest.to_hex());
+                    finish.completed();
+                }
+                Some(Err(_)) => {}
+                None => finish.completed(),
+            }
+        }
+        next
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<BodyEvent>>> {
         if self.done {
             return Poll::Ready(None);
         }

@@ -32,18 +32,21 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod access_log;
 pub mod admission;
 mod body;
 mod checksums;
 mod dav;
 mod dav_write;
 mod directory;
+mod exchange;
 mod listing_body;
 mod macaroon;
 mod plan;
 mod request;
 mod respond;
 mod stale_staging;
+pub mod status_page;
 pub mod tpc;
 pub mod upload;
 
@@ -51,6 +54,7 @@ pub use access::{
     AccessControl, AccessFileError, Credentials, Denied, HttpsGet, Identity, KeyTimes, Operation,
     Policy, Secret, TokenError,
 };
+pub use access_log::AccessLogTarget;
 pub use body::{BodyEvent, BodyStream};
 pub use checksums::ChecksumCache;
 pub use dav::{UPLOAD_PROTOCOL, UPLOAD_PROTOCOL_VERSION};

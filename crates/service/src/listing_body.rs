@@ -33,6 +33,11 @@ const FIRST_CHUNK_BYTES: usize = 4 * 1024;
 pub struct ListingStream {
     rx: mpsc::Receiver<io::Result<Bytes>>,
     done: bool,
+    /// The request's record, ended when this body is.
+    pub(crate) finish: Option<Box<crate::exchange::Finish>>,
+    /// The body is one chunk: sent once it is yielded (codecs that know the length stop
+    /// there, without asking for the end).
+    single: bool,
 }
 
 impl fmt::Debug for ListingStream {
@@ -67,12 +72,32 @@ impl ListingStream {
                 }
             }
         });
-        Self { rx, done: false }
+        Self {
+            rx,
+            done: false,
+            finish: None,
+            single: false,
+        }
+    }
+
+    /// A body already in memory (the status page), streamed so that every codec sends it.
+    pub(crate) fn ready(body: Bytes) -> Self {
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.try_send(Ok(body));
+        Self {
+            single: true,
+            ..Self::from_channel(rx)
+        }
     }
 
     /// The bytes another task sends into `rx`, as they come; an error ends the stream.
     pub(crate) fn from_channel(rx: mpsc::Receiver<io::Result<Bytes>>) -> Self {
-        Self { rx, done: false }
+        Self {
+            rx,
+            done: false,
+            finish: None,
+            single: false,
+        }
     }
 
     /// Next chunk; `None` once the listing is complete. After an error the stream ends.
@@ -84,13 +109,24 @@ impl ListingStream {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {
                 self.done = true;
+                if let Some(f) = &mut self.finish {
+                    f.completed();
+                }
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
                 self.done = true;
                 Poll::Ready(Some(Err(e)))
             }
-            Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(b))),
+            Poll::Ready(Some(Ok(b))) => {
+                if let Some(f) = &mut self.finish {
+                    f.sent(b.len() as u64);
+                    if self.single {
+                        f.completed();
+                    }
+                }
+                Poll::Ready(Some(Ok(b)))
+            }
         }
     }
 

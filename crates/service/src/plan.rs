@@ -63,6 +63,10 @@ pub struct ResponsePlan {
     /// Why a request was refused, in more detail than the status (never file contents).
     pub detail: Option<String>,
     pub body: Body,
+    /// A third-party copy's outcome, filled in when it ends, for its record.
+    pub(crate) copy_report: Option<std::sync::Arc<crate::exchange::CopyReport>>,
+    /// The request's record, when the body does not carry it: ended with the plan.
+    pub(crate) finish: Option<Box<crate::exchange::Finish>>,
 }
 
 /// Where the body bytes come from.
@@ -113,6 +117,8 @@ impl ResponsePlan {
             headers: Vec::new(),
             detail: None,
             body: Body::Empty,
+            copy_report: None,
+            finish: None,
         }
     }
 }

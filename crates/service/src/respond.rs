@@ -15,11 +15,16 @@ use crate::access::{AccessControl, Denied, Identity, Operation};
 use crate::body::{BodyStream, ChecksumsOnSend, StreamPlan};
 use crate::checksums::{self, ChecksumCache};
 use crate::dav_write::{self, Change};
+use crate::exchange::Exchange;
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
 use crate::tpc::{self, Tpc};
 use crate::upload::{self, resumable, NoBody, Replace, UploadBody, UploadConfig, Uploads};
-use crate::{dav, directory, macaroon};
+use crate::{dav, directory, macaroon, status_page};
+
+/// How long a macaroon refusal waits to name its caller in the log (a JWT whose issuer's keys
+/// must first be fetched is logged as anonymous past it).
+const MACAROON_IDENTITY_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
 /// numbers, so `xfer_core::error::is_transient_status` classifies both).
@@ -188,17 +193,32 @@ impl Service {
         req: &Request,
         body: &mut dyn UploadBody,
     ) -> ResponsePlan {
+        let exchange = Exchange::begin(req);
+        let (mut plan, who) = if status_page::is_request(req) {
+            (status_page::answer(req), Identity::Anonymous)
+        } else {
+            self.answer(req, &mut exchange.counting(body)).await
+        };
+        log(req, &plan, &who);
+        exchange.attach(req, &mut plan, who);
+        plan
+    }
+
+    /// The plan for `req`, and who asked.
+    async fn answer(&self, req: &Request, body: &mut dyn UploadBody) -> (ResponsePlan, Identity) {
         if macaroon::is_request(req) {
-            // Answered before anything else, whoever asks. The identity is for the log only:
-            // found in a task of its own, since a JWT may need its issuer's keys fetched and
-            // the answer must not wait for that.
-            let allow = allowed(self.cfg.uploads.is_some(), self.cfg.tpc.is_some());
-            let (access, req) = (Arc::clone(&self.cfg.access), req.clone());
-            tokio::spawn(async move {
-                let who = access.identify(&req.credentials, &req.path).await;
-                log(&req, &macaroon::refusal(allow), &who);
-            });
-            return macaroon::refusal(allow);
+            // Answered before anything else, whoever asks. The identity is for the log only,
+            // and the answer waits for it only briefly: a JWT whose issuer's keys are not at
+            // hand logs as anonymous rather than hold the refusal up.
+            let plan =
+                macaroon::refusal(allowed(self.cfg.uploads.is_some(), self.cfg.tpc.is_some()));
+            let who = tokio::time::timeout(
+                MACAROON_IDENTITY_WAIT,
+                self.cfg.access.identify(&req.credentials, &req.path),
+            )
+            .await
+            .unwrap_or(Identity::Anonymous);
+            return (plan, who);
         }
         if let (Some(up), Some(id)) = (&self.cfg.uploads, resumable::resource_id(&req.path)) {
             return self.upload_resource(req, up, id, body).await;
@@ -217,7 +237,7 @@ impl Service {
             ) => Operation::Read,
             _ => operation(req, &self.cfg.root).await,
         };
-        let (plan, who) = match self
+        match self
             .cfg
             .access
             .authorize_write(&req.credentials, op, &req.path)
@@ -233,9 +253,7 @@ impl Service {
             }
             Ok((who, may_modify)) => (self.decide(req, replace(may_modify), body).await, who),
             Err(denied) => denial(denied),
-        };
-        log(req, &plan, &who);
-        plan
+        }
     }
 
     /// A request on a resumable upload's resource: the caller needs write access to the file
@@ -247,7 +265,7 @@ impl Service {
         up: &UploadConfig,
         id: &str,
         body: &mut dyn UploadBody,
-    ) -> ResponsePlan {
+    ) -> (ResponsePlan, Identity) {
         let cfg = &self.cfg;
         let found = resumable::lookup(&cfg.root, &cfg.upload_state, up, id).await;
         let path = found
@@ -259,7 +277,7 @@ impl Service {
             Err(Denied::OutOfScope { identity, .. }) if found.is_none() => Ok((identity, false)),
             other => other,
         };
-        let (plan, who) = match checked {
+        match checked {
             Ok((who, may_modify)) => {
                 let ctx = resumable::Ctx {
                     root: &cfg.root,
@@ -274,9 +292,7 @@ impl Service {
                 )
             }
             Err(denied) => denial(denied),
-        };
-        log(req, &plan, &who);
-        plan
+        }
     }
 
     /// `COPY`: third-party copy when it is on; a pull also needs uploads on, as it writes.

@@ -44,6 +44,7 @@ use xfer_core::digest::Sha256Digest;
 use xfer_core::journal;
 use xfer_core::progress::Progress;
 
+use crate::exchange::CopyReport;
 use crate::listing_body::ListingStream;
 use crate::plan::ResponsePlan;
 use crate::request::Request;
@@ -582,7 +583,14 @@ async fn start(
     };
     let running = tpc.runner.start(job);
     let (tx, rx) = mpsc::channel(4);
+    let report = Arc::new(CopyReport::default());
     tokio::spawn(drive(Driven {
+        report: Arc::clone(&report),
+        direction: if pull {
+            xfer_common::metrics::CopyDirection::Pull
+        } else {
+            xfer_common::metrics::CopyDirection::Push
+        },
         running,
         tx,
         stop: stop_tx,
@@ -596,6 +604,7 @@ async fn start(
     plan.content_type = CONTENT_TYPE_PERF_MARKERS;
     plan.content_length = None;
     plan.body = crate::plan::Body::Listing(ListingStream::from_channel(rx));
+    plan.copy_report = Some(report);
     Ok(plan)
 }
 
@@ -783,6 +792,8 @@ struct Driven {
     _permit: OwnedSemaphorePermit,
     what: String,
     labels: Labels,
+    report: Arc<CopyReport>,
+    direction: xfer_common::metrics::CopyDirection,
 }
 
 /// What the caller said the copy belongs to, for the log lines of its end.
@@ -805,6 +816,8 @@ async fn drive(d: Driven) {
         _permit,
         what,
         labels,
+        report,
+        direction,
     } = d;
     let RunningCopy {
         progress,
@@ -843,6 +856,10 @@ async fn drive(d: Driven) {
         )),
         Err(e) => Err(e),
     };
+    match &result {
+        Ok(outcome) => report.finish(direction, outcome.bytes, true),
+        Err(_) => report.finish(direction, progress.snapshot().verified, false),
+    }
     let last = match &result {
         Ok(outcome) => {
             tracing::info!(copy = %what, bytes = outcome.bytes, client_info = %labels.client_info, scitag = ?labels.scitag, "third-party copy complete");

@@ -609,6 +609,8 @@ async fn drive<I>(
         Admitted::Refusing { .. } => (None, true, Some(Duration::from_secs(5))),
     };
     tracing::debug!(%peer, protocol, client_certificate = client_certificate.is_some(), "connection");
+    // Counted while served; one kept only to be told 503 is not.
+    let _open = (!refusing).then(|| xfer_common::metrics::global().open_connection(protocol));
     let cfg = &shared.cfg;
     let idle = idle_override.unwrap_or(cfg.idle_timeout);
     // Every block this connection's responses read counts against its share of the budget
@@ -746,6 +748,7 @@ async fn run<C: Graceful>(
             _ = stall_ticker.tick(), if stall.is_some() => {
                 if clock.sample() {
                     tracing::info!(%peer, after = ?stall, "HTTP/1.1 response sent nothing for the stall timeout; closing its connection");
+                    xfer_common::metrics::global().count_stall_reset("http/1.1");
                     return;
                 }
             }

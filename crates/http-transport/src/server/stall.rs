@@ -155,6 +155,7 @@ impl<F: Future<Output = ()>> Future for Watched<F> {
         while this.timer.as_mut().poll(cx).is_ready() {
             if this.clock.sample() {
                 tracing::info!(peer = %this.peer, after = ?this.stall, "HTTP/2 response sent nothing for the stall timeout; resetting its stream");
+                xfer_common::metrics::global().count_stall_reset("h2");
                 return Poll::Ready(());
             }
             let next = Instant::now() + this.period;

@@ -1,0 +1,440 @@
+//! One request from its arrival to the last byte of its answer: counted in the metrics,
+//! listed on the status page while it runs, and written to the access log when it ends.
+//!
+//! ```text
+//!  Service::respond ─ Exchange::begin ──▶ live table (status page)
+//!        │ upload body ─ CountingBody ──▶ bytes in
+//!        └ plan decided ─ Exchange::attach ─▶ Finish rides in the body (stream, listing)
+//!                                               or in the plan (no body)
+//!  body sent / dropped ─▶ Finish::drop ──▶ metrics, live table out, last errors, access log
+//! ```
+//!
+//! The record ends when the body ends, whichever codec sends it, so every protocol is
+//! recorded by the same code once.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use xfer_common::metrics::{self, CopyDirection, TransferDirection};
+
+use crate::access::Identity;
+use crate::access_log::{self, Checksum};
+use crate::plan::{Body, ResponsePlan};
+use crate::request::{Method, Request};
+use crate::upload::UploadBody;
+
+/// Errors kept for the status page.
+const LAST_ERRORS: usize = 20;
+
+/// A request in progress, as the status page shows it.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub method: String,
+    pub path: String,
+    pub protocol: &'static str,
+    pub peer: SocketAddr,
+    pub started: Instant,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// The size of the resource or the upload, once known; 0 when unknown.
+    pub size: AtomicU64,
+}
+
+/// A finished request that failed, for the status page.
+#[derive(Debug, Clone)]
+pub(crate) struct FailedRequest {
+    pub time: SystemTime,
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    pub detail: String,
+}
+
+/// What runs now and what failed lately, for the whole process.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    next: AtomicU64,
+    pub live: Mutex<HashMap<u64, Arc<Live>>>,
+    pub errors: Mutex<VecDeque<FailedRequest>>,
+}
+
+pub(crate) fn activity() -> &'static Activity {
+    static ACTIVITY: OnceLock<Activity> = OnceLock::new();
+    ACTIVITY.get_or_init(Activity::default)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The outcome of a third-party copy, filled in by its driver when it ends.
+#[derive(Debug, Default)]
+pub struct CopyReport {
+    pub(crate) bytes: AtomicU64,
+    pub(crate) success: OnceLock<bool>,
+}
+
+impl CopyReport {
+    /// Record the outcome, and count it in the metrics.
+    pub(crate) fn finish(&self, direction: CopyDirection, bytes: u64, success: bool) {
+        self.bytes.store(bytes, Ordering::Relaxed);
+        let _ = self.success.set(success);
+        metrics::global().count_copy(direction, success);
+    }
+}
+
+/// What an upload request is to the upload it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UploadPart {
+    /// Not an upload.
+    None,
+    /// The whole file in one request (a plain `PUT`).
+    Whole,
+    /// The request that completes a parallel or resumable upload.
+    Last,
+    /// One part of many: counted as bytes and a request, not as an upload.
+    Part,
+}
+
+impl UploadPart {
+    fn of(req: &Request) -> Self {
+        let up = &req.upload;
+        match req.method {
+            Method::Put | Method::Post | Method::Patch => {}
+            _ => return Self::None,
+        }
+        let draft_last = up.draft.upload_complete.as_deref().map(str::trim) == Some("?1");
+        let draft = up.draft.upload_complete.is_some() || up.draft.upload_offset.is_some();
+        if up.complete || draft_last {
+            Self::Last
+        } else if up.id.is_some() || draft || up.content_range.is_some() {
+            Self::Part
+        } else if req.method == Method::Put {
+            Self::Whole
+        } else {
+            Self::None
+        }
+    }
+}
+
+/// A request begun.
+pub(crate) struct Exchange {
+    id: u64,
+    live: Arc<Live>,
+    time: SystemTime,
+}
+
+impl Exchange {
+    pub fn begin(req: &Request) -> Self {
+        let a = activity();
+        let id = a.next.fetch_add(1, Ordering::Relaxed);
+        let live = Arc::new(Live {
+            method: req.method.as_str().to_string(),
+            path: req.path.clone(),
+            protocol: req.protocol,
+            peer: req.peer,
+            started: Instant::now(),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            size: AtomicU64::new(req.upload.content_length.unwrap_or(0)),
+        });
+        lock(&a.live).insert(id, Arc::clone(&live));
+        Self {
+            id,
+            live,
+            time: SystemTime::now(),
+        }
+    }
+
+    /// `body`, with the bytes read from it counted.
+    pub fn counting<'a>(&self, body: &'a mut dyn UploadBody) -> CountingBody<'a> {
+        CountingBody {
+            inner: body,
+            live: Arc::clone(&self.live),
+        }
+    }
+
+    /// Hand the record to the plan's body, which ends it when it is sent or dropped.
+    pub fn attach(self, req: &Request, plan: &mut ResponsePlan, who: Identity) {
+        if let Some(size) = plan.size {
+            self.live.size.store(size, Ordering::Relaxed);
+        }
+        let checksum = plan
+            .digest
+            .as_ref()
+            .map(|c| Checksum {
+                algorithm: c.algorithm.rfc3230_name().to_ascii_lowercase(),
+                value: c.to_hex(),
+                of: "resource",
+            })
+            .or_else(|| {
+                plan.repr_digest.map(|d| Checksum {
+                    algorithm: "sha-256".into(),
+                    value: d.to_hex(),
+                    of: "resource",
+                })
+            })
+            .or_else(|| {
+                plan.content_digest.map(|d| Checksum {
+                    algorithm: "sha-256".into(),
+                    value: d.to_hex(),
+                    of: "body",
+                })
+            });
+        let mut finish = Finish {
+            id: self.id,
+            live: self.live,
+            time: self.time,
+            identity: who,
+            status: plan.status,
+            remote: req
+                .copy
+                .source
+                .clone()
+                .or_else(|| req.copy.destination.clone()),
+            checksum,
+            copy: plan.copy_report.take(),
+            upload: UploadPart::of(req),
+            detail: plan.detail.clone(),
+            streamed: false,
+            complete: false,
+        };
+        match &mut plan.body {
+            // A HEAD's body is never sent: the answer is over with its head.
+            _ if req.method == Method::Head => plan.finish = Some(Box::new(finish)),
+            Body::Stream(s) => {
+                finish.streamed = true;
+                s.finish = Some(Box::new(finish));
+            }
+            Body::Listing(l) => {
+                finish.streamed = true;
+                l.finish = Some(Box::new(finish));
+            }
+            Body::Empty | Body::Message(_) => plan.finish = Some(Box::new(finish)),
+        }
+    }
+}
+
+/// An upload body whose bytes are counted as they are read.
+pub(crate) struct CountingBody<'a> {
+    inner: &'a mut dyn UploadBody,
+    live: Arc<Live>,
+}
+
+impl UploadBody for CountingBody<'_> {
+    fn next_chunk(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = Option<io::Result<Bytes>>> + Send + '_>> {
+        Box::pin(async move {
+            let chunk = self.inner.next_chunk().await;
+            if let Some(Ok(b)) = &chunk {
+                let n = b.len() as u64;
+                self.live.bytes_in.fetch_add(n, Ordering::Relaxed);
+                metrics::global().add_bytes_in(self.live.protocol, n);
+            }
+            chunk
+        })
+    }
+}
+
+/// Ends the record of a request when dropped: with the plan for a body-less answer, with the
+/// body otherwise.
+pub struct Finish {
+    id: u64,
+    live: Arc<Live>,
+    time: SystemTime,
+    identity: Identity,
+    status: u16,
+    remote: Option<String>,
+    checksum: Option<Checksum>,
+    copy: Option<Arc<CopyReport>>,
+    upload: UploadPart,
+    detail: Option<String>,
+    /// The body is a stream or a listing, which says whether it was sent to its end.
+    streamed: bool,
+    complete: bool,
+}
+
+impl std::fmt::Debug for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Finish").field("id", &self.id).finish()
+    }
+}
+
+impl Finish {
+    /// Body bytes handed to the codec.
+    pub(crate) fn sent(&self, n: u64) {
+        self.live.bytes_out.fetch_add(n, Ordering::Relaxed);
+        metrics::global().add_bytes_out(self.live.protocol, n);
+    }
+
+    /// The SHA-256 a body's trailer carried.
+    pub(crate) fn trailer(&mut self, hex: String) {
+        self.checksum.get_or_insert(Checksum {
+            algorithm: "sha-256".into(),
+            value: hex,
+            of: "body",
+        });
+    }
+
+    /// The body went out to its end.
+    pub(crate) fn completed(&mut self) {
+        self.complete = true;
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let live = &self.live;
+        let a = activity();
+        lock(&a.live).remove(&self.id);
+        let elapsed = live.started.elapsed();
+        let bytes_in = live.bytes_in.load(Ordering::Relaxed);
+        let mut bytes_out = live.bytes_out.load(Ordering::Relaxed);
+        let m = metrics::global();
+        m.count_request(&live.method, self.status);
+        let method = Method::from_name(&live.method);
+        let copy = self.copy.as_ref().map(|c| {
+            bytes_out = c.bytes.load(Ordering::Relaxed);
+            c.success.get().copied().unwrap_or(false)
+        });
+        let aborted = self.streamed && !self.complete;
+        // A refusal for credentials or method never began an upload.
+        let refused = matches!(self.status, 401 | 403 | 405);
+        if matches!(self.upload, UploadPart::Whole | UploadPart::Last) && !refused {
+            m.count_upload(self.status < 400);
+        }
+        if self.upload == UploadPart::Whole && self.status < 400 {
+            // One request is the whole transfer only for a plain PUT.
+            m.observe_transfer(TransferDirection::Upload, elapsed.as_secs_f64(), bytes_in);
+        } else if method == Method::Get && matches!(self.status, 200 | 206) && self.streamed {
+            m.observe_transfer(
+                TransferDirection::Download,
+                elapsed.as_secs_f64(),
+                bytes_out,
+            );
+        }
+        let failed = self.status >= 400 || aborted || copy == Some(false);
+        if failed {
+            let detail = match (&self.detail, aborted, copy) {
+                (_, _, Some(false)) => "third-party copy failed".to_string(),
+                (_, true, _) => "the body was not sent to its end".to_string(),
+                (Some(d), _, _) => d.clone(),
+                (None, _, _) => String::new(),
+            };
+            let mut errors = lock(&a.errors);
+            if errors.len() == LAST_ERRORS {
+                errors.pop_front();
+            }
+            errors.push_back(FailedRequest {
+                time: SystemTime::now(),
+                method: live.method.clone(),
+                path: live.path.clone(),
+                status: self.status,
+                detail,
+            });
+        }
+        if access_log::is_on() {
+            let line = access_log::Line {
+                time: self.time,
+                identity: &self.identity,
+                method: &live.method,
+                path: &live.path,
+                status: self.status,
+                bytes_in,
+                bytes_out,
+                seconds: elapsed.as_secs_f64(),
+                protocol: live.protocol,
+                client: live.peer,
+                remote: self.remote.as_deref(),
+                copy_result: copy,
+                complete: !aborted,
+                checksum: self.checksum.as_ref(),
+            };
+            access_log::write(&line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Service, ServiceConfig};
+
+    fn live_paths() -> Vec<String> {
+        lock(&activity().live)
+            .values()
+            .map(|l| l.path.clone())
+            .collect()
+    }
+
+    fn failed_paths() -> Vec<String> {
+        lock(&activity().errors)
+            .iter()
+            .map(|e| e.path.clone())
+            .collect()
+    }
+
+    #[test]
+    fn which_requests_are_uploads() {
+        let peer = "127.0.0.1:1".parse().expect("address");
+        let req = |m: Method| Request::new(m, "/f", peer, "h2");
+        assert_eq!(UploadPart::of(&req(Method::Get)), UploadPart::None);
+        assert_eq!(UploadPart::of(&req(Method::Put)), UploadPart::Whole);
+        let mut part = req(Method::Put);
+        part.upload.id = Some("u1".into());
+        assert_eq!(UploadPart::of(&part), UploadPart::Part);
+        part.upload.complete = true;
+        assert_eq!(UploadPart::of(&part), UploadPart::Last);
+        let mut append = req(Method::Patch);
+        append.upload.draft.upload_offset = Some("10".into());
+        assert_eq!(UploadPart::of(&append), UploadPart::Part);
+        append.upload.draft.upload_complete = Some("?1".into());
+        assert_eq!(UploadPart::of(&append), UploadPart::Last);
+    }
+
+    /// A body is listed while it is sent; one dropped half-way is a failure, a HEAD is not.
+    #[tokio::test]
+    async fn a_request_is_live_until_its_body_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("root");
+        std::fs::write(root.join("exchange-live.bin"), vec![7u8; 3 << 20]).expect("write");
+        let service = Service::new(ServiceConfig::new(root));
+        let peer = "127.0.0.1:1".parse().expect("address");
+        let path = "/exchange-live.bin";
+
+        let head = service
+            .respond(&Request::new(Method::Head, path, peer, "h2"))
+            .await;
+        assert_eq!(head.status, 200);
+        drop(head);
+        assert!(!live_paths().iter().any(|p| p == path));
+        assert!(!failed_paths().iter().any(|p| p == path), "a HEAD failed");
+
+        let plan = service
+            .respond(&Request::new(Method::Get, path, peer, "h2"))
+            .await;
+        let Body::Stream(mut body) = plan.body else {
+            panic!("a file's GET has no stream body");
+        };
+        let first = body.next().await.expect("a block").expect("read");
+        assert!(matches!(first, crate::BodyEvent::Data(_)));
+        assert!(
+            live_paths().iter().any(|p| p == path),
+            "not listed while sent"
+        );
+        drop(body);
+        assert!(!live_paths().iter().any(|p| p == path));
+        assert!(
+            failed_paths().iter().any(|p| p == path),
+            "a body dropped half-way is not a failure"
+        );
+    }
+}
