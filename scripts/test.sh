@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone openssl:openssl ping:iputils-ping ip:iproute2 prometheus:prometheus chromium:chromium; do
+for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone openssl:openssl ping:iputils-ping ip:iproute2 prometheus:prometheus chromium:chromium lintian:lintian; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
 # WLCG interop (tests/e2e/wlcg.rs and tests/e2e/tpc.rs, docs/wlcg.md): gfal2 with its HTTP plugin and scripts, XRootD
@@ -33,6 +33,13 @@ if ! python3 -c "import scitokens" >/dev/null 2>&1; then
   python3 -m pip install --quiet --user scitokens 2>/dev/null \
     || python3 -m pip install --quiet scitokens 2>/dev/null \
     || python3 -m pip install --quiet --user --break-system-packages scitokens
+fi
+
+# The package test (tests/e2e/package.rs) builds the .deb with the cargo-deb that
+# scripts/package.sh pins, about 40 s to compile once.
+if ! cargo deb --version >/dev/null 2>&1; then
+  echo "installing: cargo-deb (cargo install)"
+  cargo install --locked --quiet cargo-deb --version 3.8.0
 fi
 
 # The versions the interop tests ran against, for the record.

@@ -74,6 +74,8 @@ mod multi_source;
 
 #[path = "e2e/adaptive.rs"]
 mod adaptive;
+#[path = "e2e/package.rs"]
+mod package;
 #[path = "e2e/resumable.rs"]
 mod resumable;
 #[path = "e2e/tpc.rs"]
