@@ -22,7 +22,7 @@ use xfer::{transport_for, ClientConfig};
 use crate::support::{xfer_bin, BoxError, TestResult};
 
 /// What the listing server sends for one request.
-enum Answer {
+pub(crate) enum Answer {
     Whole(String),
     /// `head`, `prefix`, `len` bytes of `fill` written 64 KiB at a time (never held whole),
     /// then `suffix`; `Content-Length` covers them all.
@@ -43,14 +43,14 @@ enum Answer {
     },
 }
 
-fn whole(status: &str, content_type: &str, body: &str) -> Answer {
+pub(crate) fn whole(status: &str, content_type: &str, body: &str) -> Answer {
     Answer::Whole(format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     ))
 }
 
-fn not_found() -> Answer {
+pub(crate) fn not_found() -> Answer {
     whole("404 Not Found", "text/plain", "")
 }
 
@@ -65,7 +65,7 @@ fn request_line(head: &[u8]) -> (String, String) {
 
 /// An HTTP/1.1 server on loopback answering each request head with `answer(method, path)`.
 /// Returns the URL of `/run/` and the task (aborted by the caller).
-async fn listing_server(
+pub(crate) async fn listing_server(
     answer: impl Fn(&str, &str) -> Answer + Send + Sync + 'static,
 ) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -201,7 +201,9 @@ impl Row {
 struct Base {
     scheme: String,
     authority: String,
+    /// Decoded, to compare with; and as the page's URL has them, to resolve against.
     dir: Vec<String>,
+    raw_dir: Vec<String>,
 }
 
 impl Base {
@@ -211,10 +213,13 @@ impl Base {
         let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
         // A page at `/a/b` (no slash) resolves links against `/a/`, as a browser does.
         let dir_path = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-        let dir = raw_segments(dir_path)
-            .map(|s| decode(s).unwrap_or_else(|_| s.to_string()))
+        let raw_dir: Vec<String> = raw_segments(dir_path).map(str::to_string).collect();
+        let dir = raw_dir
+            .iter()
+            .map(|s| decode(s).unwrap_or_else(|_| s.clone()))
             .collect();
         Some(Self {
+            raw_dir,
             scheme: scheme.to_ascii_lowercase(),
             authority: authority.to_ascii_lowercase(),
             dir,
@@ -252,7 +257,7 @@ impl Base {
         let mut segments: Vec<String> = if path.starts_with('/') {
             Vec::new()
         } else {
-            self.dir.clone()
+            self.raw_dir.clone()
         };
         let raw: Vec<&str> = raw_segments(path).collect();
         let is_dir = path.ends_with('/');
@@ -409,6 +414,8 @@ mod tests {
     use super::*;
 
     const BASE: &str = "http://127.0.0.1:8080/data/run%2042/";
+    /// A directory whose name holds an encoded `%`: relative links resolve against it as sent.
+    const PERCENT_BASE: &str = "http://127.0.0.1:8080/d%2520e/";
 
     fn read(body: &str) -> Result<Vec<ListingEntry>, ListingError> {
         let mut out = Vec::new();
@@ -469,6 +476,18 @@ mod tests {
         assert!(entries
             .iter()
             .all(|e| e.size.is_none() && e.modified.is_none()));
+    }
+
+    #[test]
+    fn a_directory_named_with_a_percent_keeps_its_links() {
+        let mut out = Vec::new();
+        let page = "<a href=\"x\">x</a><a href=\"/d%2520e/y\">y</a><a href=\"/d%20e/z\">z</a>";
+        read_html_index(page.as_bytes(), PERCENT_BASE, MAX_PAGE_BYTES, |e| {
+            out.push(e);
+            Ok(())
+        })
+        .expect("valid");
+        assert_eq!(names(&out), ["x", "y"]);
     }
 
     #[test]
