@@ -395,5 +395,10 @@ async fn keep_going_finishes_the_rest_and_exits_7_with_the_failures() -> TestRes
     // Without it the same run is a remote failure, exit 3.
     let (code, _, _) = get(&url, &dir.path().join("again"), &[]).await?;
     assert_eq!(code, 3);
+
+    // A listing that fails as a whole leaves nothing known in place: 3 even with it.
+    let missing = format!("{url}no-such-dir/");
+    let (code, report, _) = get(&missing, &dir.path().join("none"), &["--keep-going"]).await?;
+    assert_eq!(code, 3, "{report}");
     Ok(())
 }

@@ -9,7 +9,7 @@
 //! | 4 | verification failed: the whole-file SHA-256 differs from what was expected |
 //! | 5 | local file problem: destination exists, disk full, unreadable journal, a link at a part file or journal |
 //! | 6 | `xfer doctor`: something on this host limits the path (see its findings) |
-//! | 7 | a tree with `--keep-going`: some paths failed (listed at the end), the rest are in place |
+//! | 7 | a tree with `--keep-going`: some paths failed (listed at the end), the rest are in place; a listing that failed as a whole is 3 |
 //! | 130 | interrupted (Ctrl-C); run the same command again to resume |
 
 use xfer::crates::core::put::PutError;

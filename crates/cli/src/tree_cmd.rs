@@ -41,7 +41,8 @@ pub struct SyncArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Tree: go past failed files and directories (as a tree always does) and end with the
-    /// list of failures and exit code 7 when there were any.
+    /// list of failures and exit code 7 when there were any (unless the listing itself
+    /// failed: 3).
     #[arg(long)]
     pub keep_going: bool,
 }
@@ -148,7 +149,10 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         Ok(report) => {
             let code = match code_for(&report) {
                 0 => 0,
-                _ if args.sync.keep_going => exit::PARTIAL,
+                // The listing's own failure (named "") leaves nothing known to be in place.
+                _ if args.sync.keep_going && !report.failed.iter().any(|f| f.path.is_empty()) => {
+                    exit::PARTIAL
+                }
                 c => c,
             };
             (report, code)
