@@ -540,10 +540,6 @@ impl Driver {
         )
         .share_hash_budget(self.hash_budget.clone());
         let known = self.known_remote(&job, &url);
-        // The listing said no time (an HTML index without one): the file's first answer says
-        // it, and the local copy gets it, so that a re-run can compare.
-        let head_for_time =
-            job.modified.is_none() && self.format.get() == Some(&ListingFormat::HtmlIndex);
         let progress = download.progress();
         let (id, modified) = (job.id, job.modified);
         self.s.progress.update(|c| c.running.push((id, progress)));
@@ -552,8 +548,7 @@ impl Driver {
         tracing::debug!(file = %path, lanes = lanes.len(), "starting");
         self.tasks.spawn(async move {
             let mut info = known;
-            let wants_head = head_for_time || matches!(check, Some(LocalCheck::Remote { .. }));
-            if info.is_none() && wants_head {
+            if info.is_none() && matches!(check, Some(LocalCheck::Remote { .. })) {
                 // A failure here is the download's to report, with its own retries.
                 info = mapped.stat().await.ok();
             }
@@ -575,10 +570,6 @@ impl Driver {
                     true
                 }
             };
-            let modified = modified.or_else(|| {
-                let t = info.as_ref()?.last_modified.as_deref()?;
-                httpdate::parse_http_date(t).ok()
-            });
             if let Some(i) = info {
                 download = download.with_known_remote(i);
             }
@@ -590,6 +581,14 @@ impl Driver {
                         report: Box::new(r),
                         not_compared,
                     });
+            // A listing without times (an HTML index that shows none): the file's first
+            // answer said it, and the local copy gets it, so that a re-run can compare.
+            let modified = modified.or_else(|| match &result {
+                Ok(FileOutcome::Fetched { report, .. }) => {
+                    httpdate::parse_http_date(report.last_modified.as_deref()?).ok()
+                }
+                _ => None,
+            });
             if let (Ok(_), Some(t)) = (&result, modified) {
                 if let Err(source) = set_mtime(&local, t) {
                     result = Err(GetError::Io {
