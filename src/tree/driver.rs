@@ -868,9 +868,9 @@ fn compare_remote(
     }
 }
 
-/// `--compare checksum`: the local file's digest against the listing's SHA-256, else the
-/// server's `Repr-Digest` sha-256 (from the `HEAD` already made, or asked now), else its
-/// adler32 (`Want-Digest`). With none of them the file is fetched and the reason says why.
+/// `--compare checksum`: the local file's digest against the listing's SHA-256 (or one the
+/// server already sent), else the server's sha-256 asked with a `HEAD` (`Want-Repr-Digest` and
+/// `Want-Digest`), else its adler32 the same way. With none of them the file is fetched and the reason says why.
 async fn compare_checksum(
     transport: &dyn Transport,
     local: &Path,

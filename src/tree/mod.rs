@@ -3,7 +3,9 @@
 //! The tree is listed as it is fetched (`lister`); every name is checked ([`RelPath`]) and
 //! reached in the destination without following links (`dest`); `filter` applies
 //! `--include`/`--exclude`; a name listed twice is one entry, or refused when the two
-//! differ; files already complete locally are skipped (`journal`); the rest run as
+//! differ; files already complete locally (by `--compare`: size, mtime or checksum) are
+//! skipped (`journal`); `prune` removes what a complete listing no longer names (`--delete`);
+//! a dry run plans all of it and writes nothing; the rest run as
 //! single-file [`Download`]s, several at once, over one transport whose connections they all
 //! share (`driver`), with their part files and journals in a staging directory no listed
 //! name can reach (`staging`).
