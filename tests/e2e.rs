@@ -50,8 +50,14 @@ mod tree;
 
 #[path = "e2e/listing_limits.rs"]
 mod listing_limits;
+
+#[path = "e2e/html_index.rs"]
+mod html_index;
+
 #[path = "e2e/staging.rs"]
 mod staging;
+#[path = "e2e/tree_sync.rs"]
+mod tree_sync;
 
 #[path = "e2e/access.rs"]
 mod access;

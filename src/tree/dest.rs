@@ -95,6 +95,11 @@ impl DestRoot {
         &self.staging
     }
 
+    /// The root's descriptor, for walks that must stay below it (`prune`).
+    pub(super) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
     /// Create the directory `rel` and every missing parent, without following links.
     pub fn create_dir(&self, rel: &RelPath) -> Result<PathBuf, DestError> {
         self.walk(rel.segments(), true)?;

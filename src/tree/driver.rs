@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xfer_common::listing::{CaseFold, ListingEntry, RelPath};
 use xfer_core::adapt::AdaptConfig;
+use xfer_core::checksum::{Checksum, ChecksumAlgorithm, Checksummer};
 use xfer_core::error::error_chain;
 use xfer_core::get::GetError;
 use xfer_core::kept::Budget;
@@ -26,8 +27,9 @@ use super::lane_map::LaneMap;
 use super::lister::{self, url_of, ListError, Listed, ListingFormat};
 use super::staging::{self, STAGING_DIR};
 use super::{
-    file_download, DestRoot, FailedFile, FailureKind, FileJob, FileRecord, PathFilter, TreeConfig,
-    TreeError, TreeJournal, TreeProgress, TreeReport,
+    file_download, prune, Compare, DestRoot, FailedFile, FailureKind, FileJob, FileRecord,
+    LocalCheck, PathFilter, PlanEntry, TreeConfig, TreeError, TreeJournal, TreeProgress,
+    TreeReport,
 };
 
 /// Entries buffered between the listing and the driver.
@@ -54,9 +56,23 @@ struct Running {
 
 /// How a file's task ended well.
 enum FileOutcome {
-    Fetched(Box<Report>),
-    /// `--checksum`: the local copy already had the server's digest.
-    AlreadyComplete,
+    /// Fetched; `not_compared` when `--compare checksum` found no digest to compare with.
+    Fetched {
+        report: Box<Report>,
+        not_compared: bool,
+    },
+    /// The local copy already is the server's, for this reason.
+    AlreadyComplete(String),
+    /// A dry run: it would be fetched, for this reason.
+    WouldFetch(String),
+}
+
+/// What a file's check decided.
+enum Decision {
+    Skip(String),
+    Fetch(String),
+    /// `--compare checksum` with no digest to compare: fetched, and said so.
+    NotCompared(String),
 }
 
 type Finished = (u64, Result<FileOutcome, GetError>);
@@ -91,6 +107,8 @@ struct Driver {
     /// Every path listed so far, by [`Seen::key`]: a name listed twice is one entry when
     /// the two agree and refused when they differ, never two downloads into one file.
     listed: HashMap<[u8; 16], Seen>,
+    /// The listing ended whole: no cap, no failed directory, no error. `--delete` needs it.
+    listing_complete: bool,
 }
 
 /// What the listing said of a path, reduced to a fingerprint (16 bytes a path, whatever
@@ -166,7 +184,10 @@ pub(super) async fn run(
         sampler: None,
         started,
         listed: HashMap::new(),
+        listing_complete: false,
     };
+    d.report.compare = d.s.config.compare;
+    d.report.dry_run = d.s.config.dry_run;
     let (mut listing_open, mut lister_done) = (true, false);
     tokio::pin!(shutdown);
     loop {
@@ -204,11 +225,14 @@ pub(super) async fn run(
     }
     d.report.adaptive_lanes = d.sampler.as_ref().map(|s| s.report(d.budget));
     d.s.progress.update(|c| c.listing_done = true);
-    if !d.interrupted {
+    if !d.interrupted && !d.s.config.dry_run {
         d.set_dir_times();
         if d.report.failed.is_empty() {
             d.remove_staging_leftovers();
         }
+    }
+    if !d.interrupted && d.s.config.delete {
+        d.delete_unlisted();
     }
     let r = &mut d.report;
     r.protocol = d.s.transport.protocol();
@@ -263,6 +287,10 @@ impl Driver {
                 return;
             }
         }
+        if e.is_dir() && self.s.config.dry_run {
+            self.report.directories += 1;
+            return;
+        }
         if e.is_dir() {
             match self.s.root.create_dir(&e.path) {
                 Ok(_) => {
@@ -281,14 +309,20 @@ impl Driver {
             c.files_total += 1;
             c.bytes_total += size;
         });
-        let compare_local = match self.local_state(&e) {
-            LocalState::Complete => {
+        let check = match self.local_state(&e) {
+            LocalState::Complete(reason) => {
                 self.report.skipped += 1;
                 self.s.progress.update(|c| c.files_done += 1);
+                self.plan("skip", &path, reason);
                 return;
             }
-            LocalState::Missing => false,
-            LocalState::HashToCompare => true,
+            LocalState::Fetch(reason) if self.s.config.dry_run => {
+                self.s.progress.update(|c| c.files_done += 1);
+                self.plan("fetch", &path, reason);
+                return;
+            }
+            LocalState::Fetch(_) => None,
+            LocalState::Check(check) => Some(check),
         };
         self.next_id += 1;
         self.queue.push_back(FileJob {
@@ -299,40 +333,57 @@ impl Driver {
             etag: e.etag,
             sha256: e.sha256,
             attempts: 0,
-            compare_local,
+            check,
         });
     }
 
-    /// Whether the local file already is the listed one: same size and mtime (xfer gives a
-    /// fetched file the listed mtime), or when the listing has no mtime the size and ETag
-    /// recorded when it was fetched. With `--checksum` and a digest in the listing, a file of
-    /// the right size is hashed and compared instead (in the file's task, off this one).
+    /// A dry run's plan entry; nothing in a real run.
+    fn plan(&mut self, action: &'static str, path: &str, reason: impl Into<String>) {
+        if self.s.config.dry_run {
+            self.report.plan.push(PlanEntry {
+                action,
+                path: path.to_string(),
+                reason: reason.into(),
+            });
+        }
+    }
+
+    /// Whether the local file already is the listed one, by `--compare`: its size; its size
+    /// and mtime (xfer gives a fetched file the listed mtime), or when the listing has no mtime
+    /// the size and ETag recorded when it was fetched; its checksum. What the listing does not
+    /// say is left to the file's task, which asks the server (`LocalState::Check`).
     /// The local file is looked at from the destination's root without following a link
     /// (`DestRoot::stat_file`): a link in the way is fetched, and refused then.
     fn local_state(&self, e: &ListingEntry) -> LocalState {
         let Ok(Some(local)) = self.s.root.stat_file(&e.path) else {
-            return LocalState::Missing;
+            return LocalState::Fetch("not in the destination");
         };
         if e.size.is_some_and(|s| s != local.len) {
-            return LocalState::Missing;
+            return LocalState::Fetch("size differs from the listing");
         }
-        if self.s.config.checksum && e.sha256.is_some() {
-            return LocalState::HashToCompare;
-        }
-        let local_mtime = local.mtime_ns;
-        let complete = match e.modified {
-            Some(t) => local_mtime.is_some() && local_mtime == nanos(t),
-            None => self.s.journal.record(e.path.as_str()).is_some_and(|r| {
+        let fetched_alike = || {
+            self.s.journal.record(e.path.as_str()).is_some_and(|r| {
                 r.size == local.len
-                    && r.mtime_ns == local_mtime
+                    && r.mtime_ns == local.mtime_ns
                     && r.etag.is_some()
                     && r.etag == e.etag
-            }),
+            })
         };
-        if complete {
-            LocalState::Complete
-        } else {
-            LocalState::Missing
+        let remote = LocalState::Check(LocalCheck::Remote { local });
+        match self.s.config.compare {
+            Compare::Checksum => LocalState::Check(LocalCheck::Checksum),
+            Compare::Size if e.size.is_some() => LocalState::Complete("same size as listed"),
+            Compare::Size | Compare::Mtime if fetched_alike() => {
+                LocalState::Complete("same size and ETag as when it was fetched")
+            }
+            Compare::Size => remote,
+            Compare::Mtime => match e.modified {
+                Some(t) if local.mtime_ns.is_some() && local.mtime_ns == nanos(t) => {
+                    LocalState::Complete("same size and modification time as listed")
+                }
+                Some(_) => LocalState::Fetch("modification time differs from the listing"),
+                None => remote,
+            },
         }
     }
 
@@ -412,7 +463,12 @@ impl Driver {
             if self.interrupted || self.running.len() >= self.s.config.max_files {
                 return;
             }
-            let need = self.lanes_for(job.size);
+            // A dry run's task asks the server one question at most.
+            let need = if self.s.config.dry_run {
+                1
+            } else {
+                self.lanes_for(job.size)
+            };
             if self.free_lanes.len() < need {
                 return;
             }
@@ -447,7 +503,14 @@ impl Driver {
 
     fn start(&mut self, job: FileJob, lanes: Vec<usize>) {
         let path = job.path.as_str().to_string();
-        let local = match self.s.root.prepare_file(&job.path) {
+        let dry_run = self.s.config.dry_run;
+        // A dry run creates nothing; the file was found through `stat_file`, without links.
+        let prepared = if dry_run {
+            Ok(self.s.root.path().join(job.path.as_str()))
+        } else {
+            self.s.root.prepare_file(&job.path)
+        };
+        let local = match prepared {
             Ok(p) => p,
             Err(e) => {
                 self.release(&lanes);
@@ -462,12 +525,12 @@ impl Driver {
                 return self.fail(path, FailureKind::Remote, e.to_string(), true);
             }
         };
-        let mapped: Arc<dyn Transport> = Arc::new(LaneMap {
+        let mapped: Arc<LaneMap> = Arc::new(LaneMap {
             inner: transport,
             lanes: lanes.clone(),
         });
         let mut download = file_download(
-            mapped,
+            mapped.clone(),
             &url,
             &local,
             self.s.root.staging().for_file(&job.path),
@@ -476,35 +539,56 @@ impl Driver {
             job.sha256,
         )
         .share_hash_budget(self.hash_budget.clone());
-        if let Some(info) = self.known_remote(&job, &url) {
-            download = download.with_known_remote(info);
-        }
+        let known = self.known_remote(&job, &url);
         let progress = download.progress();
         let (id, modified) = (job.id, job.modified);
         self.s.progress.update(|c| c.running.push((id, progress)));
         let stop = self.stop.clone();
-        let compare = job.sha256.filter(|_| job.compare_local);
+        let (check, listed_sha256, compare) = (job.check, job.sha256, self.s.config.compare);
         tracing::debug!(file = %path, lanes = lanes.len(), "starting");
         self.tasks.spawn(async move {
-            let already = match compare {
-                Some(want) => {
-                    let at = local.clone();
-                    let have = tokio::task::spawn_blocking(move || {
-                        Sha256Digest::of_reader(nofollow::open_read(&at)?)
-                    })
-                    .await;
-                    matches!(have, Ok(Ok(d)) if d == want)
+            let mut info = known;
+            if info.is_none() && matches!(check, Some(LocalCheck::Remote { .. })) {
+                // A failure here is the download's to report, with its own retries.
+                info = mapped.stat().await.ok();
+            }
+            let decision = match check {
+                None => Decision::Fetch("not in the destination".into()),
+                Some(LocalCheck::Remote { local }) => compare_remote(compare, local, info.as_ref()),
+                Some(LocalCheck::Checksum) => {
+                    compare_checksum(mapped.as_ref(), &local, listed_sha256, info.as_ref()).await
                 }
-                None => false,
             };
-            let mut result = if already {
-                Ok(FileOutcome::AlreadyComplete)
-            } else {
+            let not_compared = match decision {
+                Decision::Skip(why) => return (id, Ok(FileOutcome::AlreadyComplete(why))),
+                Decision::Fetch(why) | Decision::NotCompared(why) if dry_run => {
+                    return (id, Ok(FileOutcome::WouldFetch(why)))
+                }
+                Decision::Fetch(_) => false,
+                Decision::NotCompared(why) => {
+                    tracing::warn!(file = %local.display(), "{why}; fetching it");
+                    true
+                }
+            };
+            if let Some(i) = info {
+                download = download.with_known_remote(i);
+            }
+            let mut result =
                 download
                     .run_until(stop.cancelled_owned())
                     .await
-                    .map(|r| FileOutcome::Fetched(Box::new(r)))
-            };
+                    .map(|r| FileOutcome::Fetched {
+                        report: Box::new(r),
+                        not_compared,
+                    });
+            // A listing without times (an HTML index that shows none): the file's first
+            // answer said it, and the local copy gets it, so that a re-run can compare.
+            let modified = modified.or_else(|| match &result {
+                Ok(FileOutcome::Fetched { report, .. }) => {
+                    httpdate::parse_http_date(report.last_modified.as_deref()?).ok()
+                }
+                _ => None,
+            });
             if let (Ok(_), Some(t)) = (&result, modified) {
                 if let Err(source) = set_mtime(&local, t) {
                     result = Err(GetError::Io {
@@ -552,11 +636,22 @@ impl Driver {
             .update(|c| c.running.retain(|(i, _)| *i != id));
         let path = job.path.as_str().to_string();
         match result {
-            Ok(FileOutcome::AlreadyComplete) => {
+            Ok(FileOutcome::AlreadyComplete(why)) => {
                 self.report.skipped += 1;
                 self.s.progress.update(|c| c.files_done += 1);
+                self.plan("skip", &path, why);
             }
-            Ok(FileOutcome::Fetched(report)) => {
+            Ok(FileOutcome::WouldFetch(why)) => {
+                self.s.progress.update(|c| c.files_done += 1);
+                self.plan("fetch", &path, why);
+            }
+            Ok(FileOutcome::Fetched {
+                report,
+                not_compared,
+            }) => {
+                if not_compared {
+                    self.report.not_compared.push(path.clone());
+                }
                 let new = report.size.saturating_sub(report.resumed_bytes);
                 self.report.fetched += 1;
                 self.report.bytes += new;
@@ -620,6 +715,7 @@ impl Driver {
         match listed {
             Ok(Ok(listed)) => {
                 self.report.listing = Some(listed.format);
+                self.listing_complete = listed.failed_dirs.is_empty();
                 // Named by the directory, as a file would be: what is below it was not listed.
                 for (dir, e) in listed.failed_dirs {
                     self.fail(
@@ -661,6 +757,56 @@ impl Driver {
         }
     }
 
+    /// `--delete`: remove what the listing no longer names, only after a listing that ended
+    /// whole and a run in which nothing failed; otherwise say why nothing was removed.
+    fn delete_unlisted(&mut self) {
+        let why_not = if !self.listing_complete {
+            Some("the listing did not complete (failed, capped or cut short)")
+        } else if !self.report.failed.is_empty() {
+            Some("some paths failed; a re-run that succeeds deletes")
+        } else {
+            None
+        };
+        if let Some(why) = why_not {
+            tracing::warn!("--delete: nothing deleted: {why}");
+            self.report.delete_skipped = Some(why.to_string());
+            return;
+        }
+        let (listed, filter) = (&self.listed, &self.s.filter);
+        let keep = |path: &str, is_dir: bool| -> bool {
+            let Ok(rel) = RelPath::parse(path) else {
+                return true;
+            };
+            // Paths the filters leave out are not the listing's to judge.
+            let filtered_out =
+                filter.excluded(path, is_dir) || (!is_dir && !filter.keeps_file(path));
+            filtered_out
+                || staging::is_reserved(&rel)
+                || match listed.get(&Seen::key(&rel)) {
+                    Some(Seen::Directory) => is_dir,
+                    Some(Seen::File(_)) => !is_dir,
+                    None => false,
+                }
+        };
+        let dry_run = self.s.config.dry_run;
+        let pruned = prune::prune(self.s.root.fd(), &keep, dry_run);
+        for path in pruned.removed {
+            if dry_run {
+                self.plan("delete", &path, "no longer listed");
+            } else {
+                self.report.deleted.push(path);
+            }
+        }
+        for (path, error) in pruned.errors {
+            self.fail(
+                path,
+                FailureKind::Local,
+                format!("--delete: {error}"),
+                false,
+            );
+        }
+    }
+
     /// Once every listed file is complete, part files and journals still staged belong to
     /// files the listing no longer names.
     fn remove_staging_leftovers(&self) {
@@ -690,9 +836,84 @@ impl Driver {
 
 /// What the destination holds for a listed file.
 enum LocalState {
-    Complete,
-    Missing,
-    HashToCompare,
+    Complete(&'static str),
+    Fetch(&'static str),
+    Check(LocalCheck),
+}
+
+/// `--compare size|mtime` against the server's answer to a `HEAD`, for a listing that did
+/// not say the size or time.
+fn compare_remote(
+    compare: Compare,
+    local: super::dest::LocalFile,
+    info: Option<&RemoteInfo>,
+) -> Decision {
+    let Some(info) = info else {
+        return Decision::Fetch("the server's size and time are unknown".into());
+    };
+    if info.size != local.len {
+        return Decision::Fetch("size differs from the server's".into());
+    }
+    let remote_time = info
+        .last_modified
+        .as_deref()
+        .and_then(|t| httpdate::parse_http_date(t).ok())
+        .and_then(nanos);
+    match compare {
+        Compare::Size => Decision::Skip("same size as the server's".into()),
+        _ if remote_time.is_some() && remote_time == local.mtime_ns => {
+            Decision::Skip("same size and modification time as the server's".into())
+        }
+        _ => Decision::Fetch("modification time differs from the server's".into()),
+    }
+}
+
+/// `--compare checksum`: the local file's digest against the listing's SHA-256 (or one the
+/// server already sent), else the server's sha-256 asked with a `HEAD` (`Want-Repr-Digest` and
+/// `Want-Digest`), else its adler32 the same way. With none of them the file is fetched and the reason says why.
+async fn compare_checksum(
+    transport: &dyn Transport,
+    local: &Path,
+    listed: Option<Sha256Digest>,
+    info: Option<&RemoteInfo>,
+) -> Decision {
+    let known = listed.or_else(|| info.and_then(|i| i.sha256));
+    let mut want = known.and_then(|d| Checksum::from_bytes(ChecksumAlgorithm::Sha256, &d.0));
+    for algorithm in [ChecksumAlgorithm::Sha256, ChecksumAlgorithm::Adler32] {
+        if want.is_some() {
+            break;
+        }
+        match transport.checksum(algorithm).await {
+            Ok(Some(c)) if c.algorithm == algorithm => want = Some(c),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, %algorithm, "asking the server for a checksum"),
+        }
+    }
+    let Some(want) = want else {
+        return Decision::NotCompared(
+            "cannot compare by checksum: the server offers no Repr-Digest sha-256 and no adler32 digest".into(),
+        );
+    };
+    let (at, algorithm) = (local.to_path_buf(), want.algorithm);
+    let have = tokio::task::spawn_blocking(move || -> std::io::Result<Checksum> {
+        let mut file = nofollow::open_read(&at)?;
+        let mut hasher = Checksummer::new(algorithm);
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = std::io::Read::read(&mut file, &mut buf)?;
+            if n == 0 {
+                return Ok(hasher.finish());
+            }
+            hasher.update(&buf[..n]);
+        }
+    })
+    .await;
+    match have {
+        Ok(Ok(have)) if have == want => Decision::Skip(format!("same {algorithm} as the server's")),
+        Ok(Ok(_)) => Decision::Fetch(format!("{algorithm} differs from the server's")),
+        Ok(Err(e)) => Decision::Fetch(format!("cannot read the local copy to hash it: {e}")),
+        Err(e) => Decision::Fetch(format!("hashing the local copy failed: {e}")),
+    }
 }
 
 fn classify(e: &GetError) -> FailureKind {

@@ -49,6 +49,13 @@ impl Transport for LaneMap {
         self.inner.list(dir_url, request)
     }
 
+    fn checksum(
+        &self,
+        algorithm: xfer_core::checksum::ChecksumAlgorithm,
+    ) -> BoxFuture<'_, Result<Option<xfer_core::checksum::Checksum>, TransferError>> {
+        self.inner.checksum(algorithm)
+    }
+
     fn sibling(&self, url: &str) -> Result<Arc<dyn Transport>, TransferError> {
         self.inner.sibling(url)
     }

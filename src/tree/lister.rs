@@ -17,7 +17,7 @@
 //! arrives; the first bound reached ends the listing with [`ListError::Cap`]. A subdirectory
 //! whose listing fails is reported ([`Listed::failed_dirs`]) and the rest of the tree goes on.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::io::{self, BufReader, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::mpsc;
+use xfer_common::listing::html_index::{read_html_index, MAX_PAGE_BYTES};
 use xfer_common::listing::manifest::{read_manifest, MANIFEST_MEDIA_TYPE};
 use xfer_common::listing::name::MAX_DEPTH;
 use xfer_common::listing::{autoindex, propfind, ListingEntry, ListingError, RelPath};
@@ -143,6 +144,19 @@ pub enum ListingFormat {
     XferManifest,
     Propfind,
     NginxJson,
+    /// The links of an HTML index page (nginx, Apache, Python's `http.server`, rclone).
+    HtmlIndex,
+}
+
+impl ListingFormat {
+    /// The format an index answer (`GET <dir>/`) is in, by its media type.
+    fn of_index(media_type: Option<&str>) -> Option<Self> {
+        match media_type {
+            Some("application/json") => Some(Self::NginxJson),
+            Some("text/html" | "application/xhtml+xml") => Some(Self::HtmlIndex),
+            _ => None,
+        }
+    }
 }
 
 /// Why a tree could not be listed.
@@ -160,8 +174,10 @@ pub enum ListError {
         #[source]
         source: ListingError,
     },
-    #[error("{url} offers no listing xfer reads (xfer manifest, WebDAV PROPFIND, nginx autoindex JSON); the last answer was {last}")]
+    #[error("{url} offers no listing xfer reads (xfer manifest, WebDAV PROPFIND, nginx autoindex JSON, an HTML index); the last answer was {last}")]
     NoFormat { url: String, last: String },
+    #[error("listing {url}: it leads to {to}, a directory already listed (a loop through a link or a redirect); not listed again")]
+    Revisit { url: String, to: String },
     #[error("listing {url} stopped at {limit}; raise {flag} to list more", flag = cap.flag())]
     Cap {
         url: String,
@@ -312,17 +328,14 @@ pub async fn list_tree(
                 {
                     match list_once(t, &root, ListRequest::Index, &tally, &mut clock).await {
                         Err(e @ ListError::Cap { .. }) => return Err(e),
-                        Ok(r) if r.media_type.as_deref() == Some("application/json") => {
-                            (ListingFormat::NginxJson, r)
-                        }
-                        other => {
-                            let last = if other.is_ok() {
-                                describe(&other)
-                            } else {
-                                last
-                            };
-                            return Err(ListError::NoFormat { url: root, last });
-                        }
+                        Ok(r) => match ListingFormat::of_index(r.media_type.as_deref()) {
+                            Some(f) => (f, r),
+                            None => {
+                                let last = describe(&Ok(r));
+                                return Err(ListError::NoFormat { url: root, last });
+                            }
+                        },
+                        Err(_) => return Err(ListError::NoFormat { url: root, last }),
                     }
                 }
                 Err(e) => return Err(e),
@@ -348,6 +361,9 @@ pub async fn list_tree(
     let mut failed_dirs = Vec::new();
     let mut pending: Option<(Option<RelPath>, ListResponse)> = Some((None, response));
     let mut dirs: VecDeque<RelPath> = VecDeque::new();
+    // Where each listed directory's answer came from after redirects: a directory that leads
+    // back to one already listed (a redirect loop) is not listed twice.
+    let mut visited: HashSet<String> = HashSet::new();
     loop {
         let Some((prefix, response)) = pending.take() else {
             let Some(dir) = dirs.pop_front() else {
@@ -362,6 +378,10 @@ pub async fn list_tree(
                 _ => ListRequest::Index,
             };
             match list_once(t, &url, request, &tally, &mut clock).await {
+                Ok(r) if visited.contains(&r.url) => {
+                    let to = r.url.clone();
+                    subdir_failed(&mut failed_dirs, dir, ListError::Revisit { url, to });
+                }
                 Ok(r) => pending = Some((Some(dir), r)),
                 Err(e) if e.ends_listing() => return Err(e),
                 Err(e) => subdir_failed(&mut failed_dirs, dir, e),
@@ -371,6 +391,8 @@ pub async fn list_tree(
         let (tx, counted) = (out.clone(), Arc::clone(&tally));
         let base = url_path(&response.url).to_string();
         let listed = response.url.clone();
+        visited.insert(listed.clone());
+        let page_url = listed.clone();
         let dir = prefix.clone();
         let found = parse(response, &listed, &mut clock, move |input| {
             let mut subdirs = Vec::new();
@@ -383,6 +405,9 @@ pub async fn list_tree(
             match format {
                 ListingFormat::Propfind => {
                     propfind::read_multistatus(BufReader::new(input), &base, &mut on_entry)?
+                }
+                ListingFormat::HtmlIndex => {
+                    read_html_index(input, &page_url, MAX_PAGE_BYTES, &mut on_entry)?
                 }
                 _ => autoindex::read_autoindex(input, &mut on_entry)?,
             };

@@ -3,7 +3,9 @@
 //! The tree is listed as it is fetched (`lister`); every name is checked ([`RelPath`]) and
 //! reached in the destination without following links (`dest`); `filter` applies
 //! `--include`/`--exclude`; a name listed twice is one entry, or refused when the two
-//! differ; files already complete locally are skipped (`journal`); the rest run as
+//! differ; files already complete locally (by `--compare`: size, mtime or checksum) are
+//! skipped (`journal`); `prune` removes what a complete listing no longer names (`--delete`);
+//! a dry run plans all of it and writes nothing; the rest run as
 //! single-file [`Download`]s, several at once, over one transport whose connections they all
 //! share (`driver`), with their part files and journals in a staging directory no listed
 //! name can reach (`staging`).
@@ -33,6 +35,7 @@ mod filter;
 mod journal;
 mod lane_map;
 mod lister;
+mod prune;
 mod staging;
 
 use std::path::{Path, PathBuf};
@@ -71,10 +74,15 @@ pub struct TreeConfig {
     /// Attempts per file; a failed file is queued again (resuming its chunks) until then.
     /// Default 3.
     pub file_attempts: u32,
-    /// Decide whether a local file is complete by hashing it and comparing with the server's
-    /// SHA-256, when the listing has one (xfer's manifest, for files its server has hashed),
-    /// instead of by size and mtime.
-    pub checksum: bool,
+    /// How a re-run decides that a local file is already the listed one ([`Compare`]).
+    pub compare: Compare,
+    /// Remove local files and directories the listing no longer names, once the listing is
+    /// complete and every file is in place (never otherwise, never the staging directory,
+    /// never a path the filters leave out).
+    pub delete: bool,
+    /// List and compare, then report what would be fetched, skipped and deleted
+    /// ([`TreeReport::plan`]); nothing is written, created or removed.
+    pub dry_run: bool,
     /// Fetch only paths matching one of these globs (all when empty).
     pub include: Vec<String>,
     /// Skip paths matching any of these globs, and everything below a matching directory.
@@ -98,7 +106,9 @@ impl Default for TreeConfig {
             lanes: 256,
             http1_lanes: 64,
             file_attempts: 3,
-            checksum: false,
+            compare: Compare::default(),
+            delete: false,
+            dry_run: false,
             include: Vec::new(),
             exclude: Vec::new(),
             case_insensitive: None,
@@ -106,6 +116,32 @@ impl Default for TreeConfig {
             listing: ListingLimits::default(),
         }
     }
+}
+
+/// How a re-run decides that a local file is already the listed one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compare {
+    /// The same size.
+    Size,
+    /// The same size and modification time (xfer gives a fetched file the listed time, or the
+    /// server's `Last-Modified` when the listing has none; failing both, the size and ETag
+    /// recorded when it was fetched).
+    #[default]
+    Mtime,
+    /// The same content: the local file hashed and compared with the listing's SHA-256, else
+    /// the server's `Repr-Digest` sha-256, else its adler32 (`Want-Digest`); a server that
+    /// offers none is said so and the file fetched.
+    Checksum,
+}
+
+/// What a dry run would do with one path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlanEntry {
+    /// `fetch`, `skip` or `delete`.
+    pub action: &'static str,
+    pub path: String,
+    pub reason: String,
 }
 
 /// Why a tree transfer could not run at all. Failures of single files and of the listing are
@@ -170,6 +206,23 @@ pub struct TreeReport {
     /// Every file that failed, with its reason; a failure of the whole listing is named `""`,
     /// a subdirectory whose listing failed by its path.
     pub failed: Vec<FailedFile>,
+    /// How local files were compared with the listing.
+    pub compare: Compare,
+    /// Whether this was a dry run: nothing written, [`TreeReport::plan`] says what would be.
+    pub dry_run: bool,
+    /// A dry run's plan: every file to fetch or skip, with the reason, and every path
+    /// `--delete` would remove.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<PlanEntry>,
+    /// Paths removed because the listing no longer names them (`--delete`).
+    pub deleted: Vec<String>,
+    /// Why `--delete` removed nothing, when it was asked and did not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delete_skipped: Option<String>,
+    /// Files fetched because `--compare checksum` could not compare them: the server offers
+    /// no digest xfer can check a local file against.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_compared: Vec<String>,
     /// The lane budget the controller chose and why, when it adapted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive_lanes: Option<AdaptReport>,
@@ -177,6 +230,16 @@ pub struct TreeReport {
 
 impl TreeReport {
     pub fn summary(&self) -> String {
+        if self.dry_run {
+            let count = |a| self.plan.iter().filter(|p| p.action == a).count();
+            return format!(
+                "dry run: {} files listed, {} to fetch, {} to skip, {} to delete; nothing changed",
+                self.files,
+                count("fetch"),
+                count("skip"),
+                count("delete")
+            );
+        }
         let mut s = format!(
             "{} files ({} fetched, {} already complete), {} in {:.2} s, {} over {}",
             self.files,
@@ -187,6 +250,9 @@ impl TreeReport {
             xfer_core::progress::format_bps(self.goodput_bps),
             self.protocol
         );
+        if !self.deleted.is_empty() {
+            s.push_str(&format!(", {} deleted", self.deleted.len()));
+        }
         if !self.failed.is_empty() {
             s.push_str(&format!(", {} failed", self.failed.len()));
         }
@@ -317,15 +383,25 @@ impl TreeDownload {
             )));
         }
         let filter = PathFilter::new(&cfg.include, &cfg.exclude)?;
-        let root = DestRoot::open(&self.dest)?;
+        // A dry run into a destination that does not exist yet creates none: an empty
+        // directory of its own stands in (everything is then to fetch) and goes at the end.
+        let stand_in = (cfg.dry_run && !self.dest.exists()).then(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            std::env::temp_dir().join(format!("xfer-dry-run-{}-{nanos}", std::process::id()))
+        });
+        let root = DestRoot::open(stand_in.as_deref().unwrap_or(&self.dest))?;
         let case_insensitive = match cfg.case_insensitive {
             Some(v) => v,
             None => root.is_case_insensitive()?,
         };
-        root.staging()
-            .adopt_legacy_journal(&legacy_journal_path(&self.dest)?)?;
+        if !cfg.dry_run {
+            root.staging()
+                .adopt_legacy_journal(&legacy_journal_path(&self.dest)?)?;
+        }
         let journal = TreeJournal::open(&root.staging().tree_journal())?;
-        driver::run(
+        let result = driver::run(
             driver::Setup {
                 transport: self.transport,
                 root_url: self.root_url,
@@ -338,7 +414,14 @@ impl TreeDownload {
             },
             shutdown,
         )
-        .await
+        .await;
+        if let Some(dir) = stand_in {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        result.map(|mut r| {
+            r.dest = self.dest.display().to_string();
+            r
+        })
     }
 }
 
@@ -374,8 +457,18 @@ struct FileJob {
     etag: Option<String>,
     sha256: Option<xfer_core::Sha256Digest>,
     attempts: u32,
-    /// `--checksum`: hash the local copy and fetch only if it differs from `sha256`.
-    compare_local: bool,
+    /// A local file is there but whether it is current needs the server or a hash.
+    check: Option<LocalCheck>,
+}
+
+/// What a file's task must look at before it knows whether to fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LocalCheck {
+    /// Compare the local file's size (and time, under `--compare mtime`) with the server's
+    /// answer to a `HEAD`: the listing did not say them.
+    Remote { local: dest::LocalFile },
+    /// Hash the local file and compare with the listing's SHA-256 or the server's digest.
+    Checksum,
 }
 
 /// Build one file's download.

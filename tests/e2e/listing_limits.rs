@@ -22,7 +22,7 @@ use xfer::{transport_for, ClientConfig};
 use crate::support::{xfer_bin, BoxError, TestResult};
 
 /// What the listing server sends for one request.
-enum Answer {
+pub(crate) enum Answer {
     Whole(String),
     /// `head`, `prefix`, `len` bytes of `fill` written 64 KiB at a time (never held whole),
     /// then `suffix`; `Content-Length` covers them all.
@@ -43,14 +43,14 @@ enum Answer {
     },
 }
 
-fn whole(status: &str, content_type: &str, body: &str) -> Answer {
+pub(crate) fn whole(status: &str, content_type: &str, body: &str) -> Answer {
     Answer::Whole(format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     ))
 }
 
-fn not_found() -> Answer {
+pub(crate) fn not_found() -> Answer {
     whole("404 Not Found", "text/plain", "")
 }
 
@@ -65,7 +65,7 @@ fn request_line(head: &[u8]) -> (String, String) {
 
 /// An HTTP/1.1 server on loopback answering each request head with `answer(method, path)`.
 /// Returns the URL of `/run/` and the task (aborted by the caller).
-async fn listing_server(
+pub(crate) async fn listing_server(
     answer: impl Fn(&str, &str) -> Answer + Send + Sync + 'static,
 ) -> Result<(String, tokio::task::JoinHandle<()>), BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -240,12 +240,12 @@ const RSS_LIMIT_KIB: u64 = 64 * 1024;
 /// Output a refusal may print: the report and a few short lines, nothing of the name.
 const OUTPUT_LIMIT: usize = 16 * 1024;
 
-/// A 400 MB name in a `PROPFIND` answer and in an nginx JSON index, streamed by the server and
+/// A 400 MB name in a `PROPFIND` answer, an nginx JSON index and an HTML index's link, streamed by the server and
 /// never held: `xfer get --json` refuses it with exit 3, a peak RSS under 64 MB, and a report
 /// and messages of a few hundred bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_400_mb_record_is_refused_in_bounded_memory() -> TestResult {
-    for format in ["propfind", "nginx"] {
+    for format in ["propfind", "nginx", "html"] {
         let (url, server) = listing_server(move |method, path| match (format, method) {
             ("propfind", "PROPFIND") => Answer::Huge {
                 content_type: "application/xml",
@@ -262,6 +262,15 @@ async fn a_400_mb_record_is_refused_in_bounded_memory() -> TestResult {
                 fill: b'x',
                 len: HUGE,
                 suffix: r#"","type":"file","size":1}]"#.into(),
+            },
+            ("html", "PROPFIND") => whole("405 Method Not Allowed", "text/plain", ""),
+            ("html", "GET") if path == "/run/" => Answer::Huge {
+                content_type: "text/html",
+                status: "200 OK",
+                prefix: r#"<html><body><a href=""#.into(),
+                fill: b'x',
+                len: HUGE,
+                suffix: r#"">x</a></body></html>"#.into(),
             },
             _ => not_found(),
         })

@@ -784,7 +784,7 @@ async fn checksum_finds_a_local_copy_damaged_in_place() -> TestResult {
         &fx,
         &dest,
         TreeConfig {
-            checksum: true,
+            compare: xfer::tree::Compare::Checksum,
             ..config()
         },
     )

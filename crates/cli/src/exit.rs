@@ -9,6 +9,7 @@
 //! | 4 | verification failed: the whole-file SHA-256 differs from what was expected |
 //! | 5 | local file problem: destination exists, disk full, unreadable journal, a link at a part file or journal |
 //! | 6 | `xfer doctor`: something on this host limits the path (see its findings) |
+//! | 7 | a tree with `--keep-going`: some paths failed (listed at the end), the rest are in place; a listing that failed as a whole is 3 |
 //! | 130 | interrupted (Ctrl-C); run the same command again to resume |
 
 use xfer::crates::core::put::PutError;
@@ -20,6 +21,7 @@ pub const REMOTE: u8 = 3;
 pub const VERIFY: u8 = 4;
 pub const LOCAL: u8 = 5;
 pub const LIMITED: u8 = 6;
+pub const PARTIAL: u8 = 7;
 pub const INTERRUPTED: u8 = 130;
 
 /// The exit code for an error that reached the top.

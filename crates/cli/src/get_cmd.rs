@@ -68,8 +68,8 @@ pub struct GetArgs {
     /// Compare whole-file checksums with the server's. One file: ask the server for its
     /// ALG (adler32, md5 or sha256; `Want-Digest`, as gfal2 does), compute the same over the
     /// bytes received and fail (exit 4, part file kept) unless they match. A tree: skip a
-    /// local file of the listed size only if its SHA-256 matches the server's manifest, rather
-    /// than trusting size and mtime (sha256 only). ALG defaults to sha256.
+    /// local file only if its checksum matches the server's (`--compare checksum`; sha256
+    /// only). ALG defaults to sha256.
     #[arg(
         long,
         value_name = "ALG",
@@ -92,6 +92,9 @@ pub struct GetArgs {
     /// Tree: caps on the listing. Boxed: `Command::Get` stays near the other commands' size.
     #[command(flatten)]
     pub listing: Box<ListingArgs>,
+    /// Tree: how a re-run compares, deletes, plans and goes past failures.
+    #[command(flatten)]
+    pub sync: Box<crate::tree_cmd::SyncArgs>,
     /// Chunk size: the unit of scheduling, verification and resume.
     #[arg(long, value_parser = size_arg, default_value = "16MiB")]
     pub chunk_size: u64,

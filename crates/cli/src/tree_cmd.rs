@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use clap::{Args, ValueEnum};
 use percent_encoding::percent_decode_str;
-use xfer::tree::{FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
+use xfer::tree::{Compare, FailureKind, TreeConfig, TreeDownload, TreeError, TreeReport};
 use xfer::{ChecksumAlgorithm, GetConfig};
 
 use crate::exit::{self, UsageError};
@@ -20,6 +21,38 @@ const TREE_AUTO: xfer::AdaptConfig = xfer::AdaptConfig {
     max_lanes: 128,
     ..xfer::AdaptConfig::DEFAULT
 };
+
+/// `xfer get` of a tree: sync semantics.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// Tree: how a re-run decides a local file is up to date: `size`; `mtime` (size and
+    /// modification time, the default); `checksum` (the local file hashed against the
+    /// listing's SHA-256, the server's Repr-Digest sha-256 or its adler32; a file the server
+    /// offers none for is fetched and named in the report).
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub compare: Option<CompareArg>,
+    /// Tree: remove local files and directories the listing no longer names. Only after a
+    /// listing that completed and a run in which nothing failed; never the staging directory,
+    /// never paths --include/--exclude leave out.
+    #[arg(long)]
+    pub delete: bool,
+    /// Tree: list and compare, print what would be fetched, skipped (with the reason) and
+    /// deleted, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Tree: go past failed files and directories (as a tree always does) and end with the
+    /// list of failures and exit code 7 when there were any (unless the listing itself
+    /// failed: 3).
+    #[arg(long)]
+    pub keep_going: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CompareArg {
+    Size,
+    Mtime,
+    Checksum,
+}
 
 pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
     // Many small files want many requests in flight over few connections: HTTP/2 where the
@@ -75,7 +108,14 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         lanes: tree_lanes.unwrap_or(defaults.lanes),
         http1_lanes: tree_lanes.unwrap_or(defaults.http1_lanes),
         adapt,
-        checksum,
+        compare: match args.sync.compare {
+            _ if checksum => Compare::Checksum,
+            Some(CompareArg::Size) => Compare::Size,
+            Some(CompareArg::Checksum) => Compare::Checksum,
+            Some(CompareArg::Mtime) | None => Compare::Mtime,
+        },
+        delete: args.sync.delete,
+        dry_run: args.sync.dry_run,
         include: args.include.clone(),
         exclude: args.exclude.clone(),
         listing: xfer::tree::ListingLimits {
@@ -107,7 +147,14 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
     display.finish();
     let (report, code) = match result {
         Ok(report) => {
-            let code = code_for(&report);
+            let code = match code_for(&report) {
+                0 => 0,
+                // The listing's own failure (named "") leaves nothing known to be in place.
+                _ if args.sync.keep_going && !report.failed.iter().any(|f| f.path.is_empty()) => {
+                    exit::PARTIAL
+                }
+                c => c,
+            };
             (report, code)
         }
         Err(TreeError::Interrupted { report }) => (*report, exit::INTERRUPTED),
@@ -127,12 +174,34 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
     let status = match code {
         0 => "ok",
         exit::INTERRUPTED => "interrupted",
+        exit::PARTIAL => "partial",
         _ => "failed",
     };
     if args.json {
         print_json(&report, status, None, code);
-    } else if !args.quiet {
-        eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
+    } else {
+        // The plan is the output a dry run was asked for, even with --quiet.
+        for p in &report.plan {
+            println!("{}\t{}\t{}", p.action, p.path, p.reason);
+        }
+        if !args.quiet {
+            for path in &report.deleted {
+                eprintln!("deleted {path}");
+            }
+            eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());
+        }
+    }
+    if let Some(why) = &report.delete_skipped {
+        eprintln!("xfer: --delete removed nothing: {why}");
+    }
+    if !report.not_compared.is_empty() {
+        eprintln!(
+            "xfer: {} files could not be compared by checksum (the server offers no Repr-Digest sha-256 and no adler32 digest) and were fetched",
+            report.not_compared.len()
+        );
+    }
+    if args.sync.keep_going && !report.failed.is_empty() {
+        eprintln!("xfer: {} paths failed:", report.failed.len());
     }
     for f in &report.failed {
         let what = if f.path.is_empty() {

@@ -199,6 +199,10 @@ pub struct Report {
     /// The lane count the controller chose and why, when it ran (`--lanes auto`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive_lanes: Option<crate::adapt::AdaptReport>,
+    /// The server's `Last-Modified` (or QUIC mtime) of what was fetched, when it said: a tree
+    /// whose listing has no times gives it to the local copy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<String>,
 }
 
 /// What one source of a multi-source download delivered.

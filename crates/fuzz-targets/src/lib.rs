@@ -19,8 +19,8 @@ use std::ops::Range;
 use std::path::{Component, Path};
 
 use xfer_common::listing::{
-    autoindex::read_autoindex, manifest::read_manifest, manifest::ManifestWriter,
-    propfind::read_multistatus, ListingEntry, RelPath,
+    autoindex::read_autoindex, html_index::read_html_index, manifest::read_manifest,
+    manifest::ManifestWriter, propfind::read_multistatus, ListingEntry, RelPath,
 };
 use xfer_common::ranges::{content_range, parse_content_range, parse_range, RangeOutcome};
 use xfer_core::checksum::{
@@ -43,6 +43,7 @@ pub const TARGETS: &[Target] = &[
     ("quic_wire", quic_wire),
     ("listing_propfind", listing_propfind),
     ("listing_autoindex", listing_autoindex),
+    ("listing_html", listing_html),
     ("listing_manifest", listing_manifest),
     ("listing_name", listing_name),
     ("jwt", jwt),
@@ -176,6 +177,18 @@ pub fn listing_autoindex(data: &[u8]) {
         assert!(
             !e.path.as_str().contains('/'),
             "a nested name in a flat index"
+        );
+        Ok(())
+    });
+}
+
+/// An HTML index page of `http://h/d/`, read within a 1 MiB page bound.
+pub fn listing_html(data: &[u8]) {
+    let _ = read_html_index(data, "http://h/d/", 1 << 20, |e| {
+        assert_inside(&e);
+        assert!(
+            !e.path.as_str().contains('/'),
+            "a nested name in a one-level index"
         );
         Ok(())
     });

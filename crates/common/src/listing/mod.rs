@@ -5,7 +5,9 @@
 //!   `resourcetype`, `getcontentlength`, `getlastmodified`, `getetag`; what davix, gfal2,
 //!   rclone's webdav backend and every WebDAV server speak.
 //! - [`autoindex`]: nginx's `autoindex_format json`.
-//! - [`html`]: a plain HTML index for browsers (written only).
+//! - [`html`]: a plain HTML index for browsers (written).
+//! - [`html_index`]: the HTML index pages of nginx, Apache, Python's `http.server` and
+//!   `rclone serve http` (read: their links).
 //! - [`manifest`]: xfer's own streamed, recursive manifest (one JSON object per line, with an
 //!   end record so a truncated listing is never taken for a complete one).
 //!
@@ -20,6 +22,7 @@
 
 pub mod autoindex;
 pub mod html;
+pub mod html_index;
 pub mod limit;
 pub mod manifest;
 pub mod name;
@@ -81,6 +84,8 @@ pub enum ListingError {
     Name(#[from] NameError),
     #[error("{format} listing has a record longer than {MAX_RECORD_BYTES} bytes")]
     RecordTooLong { format: &'static str },
+    #[error("{format} listing is longer than {limit} bytes")]
+    PageTooLarge { format: &'static str, limit: u64 },
     #[error("{format} listing ended before its end record: truncated")]
     Truncated { format: &'static str },
     #[error("cannot read the listing")]

@@ -56,7 +56,11 @@ pub(crate) async fn list(
             (method, base, vec![depth, xml], StatusCode::MULTI_STATUS)
         }
         ListRequest::Index => {
-            let accept = (header::ACCEPT, HeaderValue::from_static("application/json"));
+            // nginx's JSON when the server has it, else the HTML page every index server has.
+            let accept = (
+                header::ACCEPT,
+                HeaderValue::from_static("application/json, text/html;q=0.5"),
+            );
             (Method::GET, base, vec![accept], StatusCode::OK)
         }
     };
