@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
+use xfer::crates::common::mechanisms::{self, Setting, Switches};
 use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::crates::http::server::tcp_resume::TcpResumeStatus;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
@@ -18,6 +19,11 @@ use crate::exit::UsageError;
 pub struct ServeArgs {
     /// Directory to serve. Written only with --allow-upload, where the access rules grant
     /// write scope. Also serves /.xfer/synthetic?size=SIZE&seed=N.
+    #[arg(
+        required_unless_present = "mechanisms",
+        default_value = ".",
+        hide_default_value = true
+    )]
     pub dir: PathBuf,
     /// TCP address for HTTP; QUIC listens on the same address over UDP.
     #[arg(short, long, default_value = "[::]:8443")]
@@ -63,15 +69,15 @@ pub struct ServeArgs {
     /// once and other requests get 425 Too Early). Off anyway with --client-ca.
     #[arg(long)]
     pub no_early_data: bool,
-    /// Do not start a returning client's first TCP connection from the path its last visit
-    /// measured (TCP resume: a sock_ops BPF program sets the initial window; needs root).
+    /// Turn a speed mechanism on or off (repeatable); `xfer serve --mechanisms` lists them.
+    /// Those that load kernel programs or change live sockets (tcp-resume, probe-rtt-skip)
+    /// are off unless asked for. A --no-* flag of one mechanism is the same as NAME=off.
+    #[arg(long = "mechanism", value_name = "NAME=on|off")]
+    pub mechanism: Vec<Setting>,
+    /// Print every server-side speed mechanism, whether it runs here and why (after the
+    /// --mechanism settings given), and exit.
     #[arg(long)]
-    pub no_tcp_resume: bool,
-    /// Let BBR enter ProbeRTT as usual. By default a connection's BBR is restarted every 8 s
-    /// while the client's receive window bounds what is in flight, so that a transfer's
-    /// connections do not all drop to 4 packets together 10 s in.
-    #[arg(long)]
-    pub no_probe_rtt_skip: bool,
+    pub mechanisms: bool,
     /// TCP congestion control for served connections.
     #[arg(long, value_name = "NAME")]
     pub congestion: Option<String>,
@@ -192,7 +198,24 @@ pub struct ServeArgs {
     pub tpc_allow: Vec<xfer::crates::service::tpc::Allowance>,
 }
 
+impl ServeArgs {
+    /// The mechanisms asked for, the older --no-* flags folded in.
+    fn switches(&self) -> Switches {
+        Switches::new(self.mechanism.iter().copied()).turn_off_flagged(&[
+            (self.no_tcp_fastopen, mechanisms::TCP_FASTOPEN),
+            (self.no_early_data, mechanisms::EARLY_DATA),
+            (self.no_quic_loss_bound, mechanisms::QUIC_LOSS_BOUND),
+            (self.no_careful_resume, mechanisms::CAREFUL_RESUME),
+        ])
+    }
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let sw = args.switches();
+    if args.mechanisms {
+        print!("{}", sw.report(mechanisms::Side::Server));
+        return Ok(ExitCode::SUCCESS);
+    }
     let tls = if args.plain {
         ServerTls::Plain
     } else if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -251,13 +274,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.http.listen = args.listen;
     cfg.http.tcp.send_buffer = Some(args.tcp_send_buffer);
+    if !sw.is_on(mechanisms::TCP_BBR) {
+        cfg.http.tcp.congestion = None;
+    }
     if let Some(cc) = &args.congestion {
         cfg.http.tcp.congestion = Some(cc.clone());
     }
-    cfg.http.tcp.fast_open = !args.no_tcp_fastopen;
-    cfg.http.tcp_resume.enabled = !args.no_tcp_resume;
-    cfg.http.skip_probe_rtt = !args.no_probe_rtt_skip;
-    if args.no_early_data {
+    cfg.http.tcp.fast_open = sw.is_on(mechanisms::TCP_FASTOPEN);
+    cfg.http.tcp_resume.enabled = sw.is_on(mechanisms::TCP_RESUME);
+    cfg.http.skip_probe_rtt = sw.is_on(mechanisms::PROBE_RTT_SKIP);
+    if !sw.is_on(mechanisms::EARLY_DATA) {
         cfg.http.max_early_data_size = 0;
     }
     if let Some(v) = args.h2_frame_size {
@@ -282,7 +308,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(cc) = args.quic_congestion {
         quic.congestion = cc.into();
     }
-    quic.loss_bound = !args.no_quic_loss_bound;
+    quic.loss_bound = sw.is_on(mechanisms::QUIC_LOSS_BOUND);
     if let Some(crate::client_args::AckThreshold(v)) = args.quic_ack_threshold {
         quic.ack_eliciting_threshold = v;
     }
@@ -295,7 +321,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     quic.validate().map_err(|e| UsageError(e.to_string()))?;
     cfg.quic_tuning = quic;
-    cfg.quic_resume.enabled = !args.no_careful_resume;
+    cfg.quic_resume.enabled = sw.is_on(mechanisms::CAREFUL_RESUME);
     cfg.quic_resume.file = args.path_cache.clone();
     if let Some(v) = args.careful_resume_lifetime {
         cfg.quic_resume.lifetime = v;
@@ -334,8 +360,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             eprintln!("TCP resume on: a returning client's connections start from its saved path")
         }
         TcpResumeStatus::Unavailable(why) => eprintln!(
-            "TCP resume unavailable ({why}): every TCP connection pays slow start \
-             (it needs root; --no-tcp-resume silences this)"
+            "TCP resume asked for but unavailable ({why}): every TCP connection pays slow start"
         ),
         TcpResumeStatus::Off => {}
     }

@@ -18,7 +18,7 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 const SIZE: u64 = 96 << 20;
 
 /// The server is killed when the test ends, however it ends.
-struct ChildGuard(Child);
+pub(crate) struct ChildGuard(pub(crate) Child);
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -35,7 +35,7 @@ fn start_serve(root: &Path) -> Result<(ChildGuard, String, mpsc::Receiver<String
 
 /// Starts `xfer serve` with `args` on an ephemeral port; returns it, the address printed
 /// after `marker` and a channel of its later stderr lines.
-fn start_serve_with(
+pub(crate) fn start_serve_with(
     root: &Path,
     args: &[&str],
     marker: &str,
@@ -75,7 +75,7 @@ fn start_serve_with(
 }
 
 /// Sends `GET path` on a new connection and returns it with the response head read.
-fn get(addr: &str, path: &str) -> Result<(BufReader<TcpStream>, u64), String> {
+pub(crate) fn get(addr: &str, path: &str) -> Result<(BufReader<TcpStream>, u64), String> {
     let mut s = TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| e.to_string())?;

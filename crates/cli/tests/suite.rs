@@ -25,5 +25,7 @@ mod lab_tree;
 mod output;
 #[path = "resume.rs"]
 mod resume;
+#[path = "safe_defaults.rs"]
+mod safe_defaults;
 #[path = "serve_signal.rs"]
 mod serve_signal;

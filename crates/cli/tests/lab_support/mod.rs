@@ -59,9 +59,13 @@ pub fn serve(lab: &Lab, dir: &Path, addr: SocketAddr, args: &[&OsStr]) -> Server
     server
 }
 
-/// As [`serve`], with `RUST_LOG=filter` and the server's stderr written to `log`.
-#[allow(dead_code)] // not every lab test reads the server's log
-pub fn serve_logged(
+/// As [`serve`], with `RUST_LOG=filter`, the server's stderr written to `log`, and a cgroup2
+/// file system mounted on `/sys/fs/cgroup` first, as an
+/// operator who asks for TCP resume provides: `ip netns exec` remounts `/sys` without one, and
+/// xfer never mounts file systems itself. The mount lives in the command's own mount
+/// namespace and goes with it.
+#[allow(dead_code)] // for the tests of TCP resume only
+pub fn serve_logged_with_cgroup2(
     lab: &Lab,
     dir: &Path,
     addr: SocketAddr,
@@ -69,10 +73,16 @@ pub fn serve_logged(
     log: &Path,
     filter: &str,
 ) -> Server {
+    let mut cmd = lab.command_in_server("sh");
+    cmd.args([
+        "-c",
+        "mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec \"$@\"",
+        "sh",
+        env!("CARGO_BIN_EXE_xfer"),
+    ]);
     let file =
         std::fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
-    let child = lab
-        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
+    let child = cmd
         .env("RUST_LOG", filter)
         .arg("serve")
         .arg(dir)

@@ -356,7 +356,9 @@ fn start_tcp_resume(
 /// Whether BBR may be restarted here ([`probe_rtt`]); logs why not.
 fn probe_rtt_available() -> bool {
     #[cfg(target_os = "linux")]
-    let r = probe_rtt::available();
+    let r = xfer_common::mechanisms::host_allows(
+        xfer_common::mechanisms::Requirement::CongestionSwitch,
+    );
     #[cfg(not(target_os = "linux"))]
     let r: Result<(), String> = Err("needs Linux".into());
     r.map_err(|why| tracing::info!(why, "BBR's ProbeRTT is not skipped"))

@@ -87,27 +87,6 @@ impl RestartPolicy {
     }
 }
 
-/// Whether this process may restart BBR on its sockets: it must be allowed to set `reno` and
-/// `bbr` again (`net.ipv4.tcp_allowed_congestion_control`, or CAP_NET_ADMIN, which root
-/// stands for here), or a restart could leave a socket on `reno`.
-#[cfg(target_os = "linux")]
-pub(crate) fn available() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
-    }
-    let path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-    let allowed = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let names: Vec<&str> = allowed.split_whitespace().collect();
-    if names.contains(&"bbr") && names.contains(&"reno") {
-        Ok(())
-    } else {
-        Err(format!(
-            "{path} lacks bbr or reno and the server is not root"
-        ))
-    }
-}
-
 /// Restarts one accepted connection's BBR when [`RestartPolicy`] says so; fed by the
 /// connection's I/O wrapper, which reads the socket every
 /// [`super::tcp_resume::SAMPLE_INTERVAL`] (100 ms) as it writes.
