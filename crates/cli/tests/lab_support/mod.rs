@@ -60,10 +60,7 @@ pub fn serve(lab: &Lab, dir: &Path, addr: SocketAddr, args: &[&OsStr]) -> Server
 }
 
 /// As [`serve`], with `RUST_LOG=filter`, the server's stderr written to `log`, and a cgroup2
-/// file system mounted on `/sys/fs/cgroup` first, as an
-/// operator who asks for TCP resume provides: `ip netns exec` remounts `/sys` without one, and
-/// xfer never mounts file systems itself. The mount lives in the command's own mount
-/// namespace and goes with it.
+/// file system mounted for TCP resume ([`Lab::command_in_server_with_cgroup2`]).
 #[allow(dead_code)] // for the tests of TCP resume only
 pub fn serve_logged_with_cgroup2(
     lab: &Lab,
@@ -73,13 +70,7 @@ pub fn serve_logged_with_cgroup2(
     log: &Path,
     filter: &str,
 ) -> Server {
-    let mut cmd = lab.command_in_server("sh");
-    cmd.args([
-        "-c",
-        "mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec \"$@\"",
-        "sh",
-        env!("CARGO_BIN_EXE_xfer"),
-    ]);
+    let mut cmd = lab.command_in_server_with_cgroup2(env!("CARGO_BIN_EXE_xfer"));
     let file =
         std::fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
     let child = cmd
