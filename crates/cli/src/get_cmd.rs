@@ -186,11 +186,17 @@ fn on_off(s: &str) -> Result<bool, String> {
 impl GetArgs {
     /// The mechanisms asked for, with --no-taper and --no-speculate folded in.
     fn switches(&self) -> Switches {
-        self.client.switches().turn_off_flagged(&[
+        let mut sw = self.client.switches().turn_off_flagged(&[
             (self.no_taper, mechanisms::TAPER),
             (self.no_speculate, mechanisms::SPECULATE),
             (self.request_ahead == Some(false), mechanisms::REQUEST_AHEAD),
-        ])
+        ]);
+        match self.lanes {
+            Some(LanesArg::Auto { .. }) => sw.turn_on(mechanisms::ADAPTIVE_LANES),
+            Some(LanesArg::Fixed(_)) => sw.turn_off(mechanisms::ADAPTIVE_LANES),
+            None => {}
+        }
+        sw
     }
 
     /// `--request-ahead`, or off when the mechanism is.
@@ -263,7 +269,10 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         None => default_output(&args.url)
             .ok_or_else(|| UsageError(format!("cannot name a file after {}; pass -o", args.url)))?,
     };
-    let lanes = args.lanes;
+    let lanes = args.lanes.or_else(|| {
+        sw.is_on(mechanisms::ADAPTIVE_LANES)
+            .then_some(LanesArg::Auto { bounds: None })
+    });
     let mut config = GetConfig {
         chunk_size: args.chunk_size,
         taper: sw.is_on(mechanisms::TAPER),

@@ -95,6 +95,7 @@ pub const PATH_MEMORY: &str = "path-memory";
 pub const TAPER: &str = "taper";
 pub const SPECULATE: &str = "speculate";
 pub const REQUEST_AHEAD: &str = "request-ahead";
+pub const ADAPTIVE_LANES: &str = "adaptive-lanes";
 
 /// Every mechanism, servers' first.
 pub const MECHANISMS: &[Mechanism] = &[
@@ -224,6 +225,15 @@ pub const MECHANISMS: &[Mechanism] = &[
         changes: "each lane sends its next request before its body ends",
         justification: "6707bcd; results.md \"HTTP/1.1 pipelining\": 764 to 812 Mbit/s at 200 ms",
     },
+    Mechanism {
+        name: ADAPTIVE_LANES,
+        side: Side::Client,
+        default_on: false,
+        requires: Requirement::Nothing,
+        reads: "goodput and tcpi_rcv_ooopack over windows of round trips",
+        changes: "the number of lanes (as --lanes auto)",
+        justification: "ef99416; results.md \"--lanes auto against the fixed 8, again\": 0.99-1.00 x fixed 8, so off",
+    },
 ];
 
 /// The registry entry called `name`.
@@ -284,6 +294,11 @@ impl Switches {
         self.asked.insert(name, false);
     }
 
+    /// Turn `name` on, whatever a setting asked (for `--lanes auto`).
+    pub fn turn_on(&mut self, name: &'static str) {
+        self.asked.insert(name, true);
+    }
+
     /// Turn off each name whose flag is set (`--no-taper` and the like).
     pub fn turn_off_flagged(mut self, flags: &[(bool, &'static str)]) -> Self {
         for (_, name) in flags.iter().filter(|(set, _)| *set) {
@@ -309,7 +324,7 @@ impl Switches {
         let asked = self.asked.get(m.name).copied();
         let off = |why: String| Activity { on: false, why };
         match asked {
-            Some(false) => return off(format!("turned off (--mechanism {}=off)", m.name)),
+            Some(false) => return off("turned off (NAME=off, or a --no-* flag)".into()),
             None if !m.default_on => {
                 return off(format!("not requested (--mechanism {}=on)", m.name))
             }
