@@ -355,6 +355,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),
         None => {}
     }
+    // Settings asked for that this host cannot honour; TCP resume says below what it found
+    // when it tried.
+    for m in mechanisms::MECHANISMS
+        .iter()
+        .filter(|m| m.side.includes(mechanisms::Side::Server) && m.name != mechanisms::TCP_RESUME)
+    {
+        let a = sw.activity(m, &mechanisms::host_allows);
+        let asked = args.mechanism.iter().any(|s| s.name == m.name && s.on);
+        if asked && !a.on {
+            eprintln!("{} asked for but off here: {}", m.name, a.why);
+        }
+    }
     match &servers.tcp_resume {
         TcpResumeStatus::On => {
             eprintln!("TCP resume on: a returning client's connections start from its saved path")
