@@ -355,18 +355,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),
         None => {}
     }
-    // Settings asked for that this host cannot honour; TCP resume says below what it found
-    // when it tried.
+    // One line of what runs; settings asked for that this host cannot honour (TCP resume
+    // says below what it found when it tried).
+    let mut on = Vec::new();
     for m in mechanisms::MECHANISMS
         .iter()
-        .filter(|m| m.side.includes(mechanisms::Side::Server) && m.name != mechanisms::TCP_RESUME)
+        .filter(|m| m.side.includes(mechanisms::Side::Server))
     {
         let a = sw.activity(m, &mechanisms::host_allows);
-        let asked = args.mechanism.iter().any(|s| s.name == m.name && s.on);
-        if asked && !a.on {
+        if m.name == mechanisms::TCP_RESUME {
+            if servers.tcp_resume == TcpResumeStatus::On {
+                on.push(m.name);
+            }
+        } else if a.on {
+            on.push(m.name);
+        } else if args.mechanism.iter().any(|s| s.name == m.name && s.on) {
             eprintln!("{} asked for but off here: {}", m.name, a.why);
         }
     }
+    eprintln!("mechanisms on: {}", on.join(", "));
     match &servers.tcp_resume {
         TcpResumeStatus::On => {
             eprintln!("TCP resume on: a returning client's connections start from its saved path")
