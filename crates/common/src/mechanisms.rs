@@ -122,7 +122,7 @@ pub const MECHANISMS: &[Mechanism] = &[
         side: Side::Server,
         default_on: true,
         requires: Requirement::Nothing,
-        reads: "QUIC path state (BDP, min RTT) per client, and TCP resume's measurements",
+        reads: "QUIC path state (BDP, min RTT) per client; TCP resume's paths when that is on",
         changes: "the congestion window a resumed QUIC connection jumps to",
         justification: "e4d518c; results.md \"Careful Resume (QUIC, 200 ms)\"",
     },
