@@ -114,12 +114,15 @@ impl ProbeRttSkip {
     pub(crate) fn restarts(&self) -> u32 {
         self.restarts
     }
+}
 
-    /// One reading of the socket `fd` (`None`: its kernel does not report the peer's window).
-    pub fn sample(
+#[cfg(target_os = "linux")]
+impl super::io::SendPolicy for ProbeRttSkip {
+    fn sample(
         &mut self,
         fd: std::os::fd::BorrowedFd<'_>,
         now: Instant,
+        _path: crate::tcp::PathSample,
         limits: Option<SendLimits>,
     ) {
         if self.done {
@@ -234,6 +237,25 @@ mod tests {
         assert_eq!(feed(&mut p, &mut t, 10, steady), vec![2]);
     }
 
+    /// The skip behind a lock, so the test reads it while the sampler feeds it.
+    #[cfg(target_os = "linux")]
+    #[derive(Debug)]
+    struct Watched(std::sync::Arc<std::sync::Mutex<ProbeRttSkip>>);
+
+    #[cfg(target_os = "linux")]
+    impl crate::server::io::SendPolicy for Watched {
+        fn sample(
+            &mut self,
+            fd: std::os::fd::BorrowedFd<'_>,
+            now: Instant,
+            path: crate::tcp::PathSample,
+            limits: Option<SendLimits>,
+        ) {
+            let mut skip = self.0.lock().expect("not poisoned");
+            skip.sample(fd, now, path, limits);
+        }
+    }
+
     /// A real socket on BBR whose peer clamps its window: restarted, and still on BBR after.
     #[cfg(target_os = "linux")]
     #[test]
@@ -263,13 +285,16 @@ mod tests {
         }
         let mut skip = ProbeRttSkip::new();
         skip.policy.after = Duration::from_millis(300);
-        let mut sampler = crate::server::io::SendSampler::new(sender.as_raw_fd(), None, Some(skip))
-            .expect("something to sample for");
+        let skip = std::sync::Arc::new(std::sync::Mutex::new(skip));
+        let mut sampler = crate::server::io::SendSampler::new(
+            sender.as_raw_fd(),
+            vec![Box::new(Watched(skip.clone()))],
+        )
+        .expect("something to sample for");
         let block = vec![7u8; 16 << 10];
         let end = Instant::now() + Duration::from_secs(3);
-        let restarts =
-            |s: &crate::server::io::SendSampler| s.probe_rtt().map_or(0, |p| p.restarts());
-        while restarts(&sampler) < 2 && Instant::now() < end {
+        let restarts = || skip.lock().expect("not poisoned").restarts();
+        while restarts() < 2 && Instant::now() < end {
             sender.write_all(&block).expect("write");
             sampler.wrote();
         }
@@ -278,8 +303,8 @@ mod tests {
             .expect("TCP_CONGESTION");
         drop(sender);
         reader.join().expect("reader");
-        assert_eq!(restarts(&sampler), 2, "not restarted within 3 s");
-        assert!(sampler.probe_rtt().is_some_and(|p| !p.done));
+        assert_eq!(restarts(), 2, "not restarted within 3 s");
+        assert!(!skip.lock().expect("not poisoned").done);
         assert_eq!(cc.split(|b| *b == 0).next(), Some(b"bbr".as_slice()));
     }
 }

@@ -37,8 +37,6 @@ use std::time::Duration;
 use crate::config::ConfigError;
 
 #[cfg(target_os = "linux")]
-pub(crate) use runtime::ConnProbe;
-#[cfg(target_os = "linux")]
 pub use runtime::TcpResume;
 
 /// How often a sending connection reads its `TCP_INFO`.
