@@ -69,7 +69,10 @@ declare -A BIN=([a]=$XFER [b]=${XFER_B:-$XFER})
 for s in a b; do
     var=SERVE_${s^^}
     # shellcheck disable=SC2086 # the flags are words
-    ip netns exec "$SRV" "${BIN[$s]}" serve "$WORK/root" --self-signed --cert-dir "$WORK/cert" \
+    # `ip netns exec` remounts /sys without a cgroup2, and xfer never mounts one itself: TCP
+    # resume (--mechanism tcp-resume=on) needs it mounted here, in this command's own namespace.
+    ip netns exec "$SRV" sh -c 'mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$@"' sh \
+        "${BIN[$s]}" serve "$WORK/root" --self-signed --cert-dir "$WORK/cert" \
         --cert-name "$SRV_ADDR" --listen "$SRV_ADDR:${PORT[$s]}" ${!var:-} >"$WORK/serve-$s.log" 2>&1 &
     SERVER_PID[$s]=$!
     PIDS+=("${SERVER_PID[$s]}")

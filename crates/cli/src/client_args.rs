@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
+use xfer::crates::common::mechanisms::{self, Setting, Switches};
 use xfer::crates::common::secret::Secret;
 use xfer::{
     ClientConfig, ClientTlsOptions, CongestionControl, Http2Config, HttpVersion, LaneLayout,
@@ -183,6 +184,10 @@ pub struct ClientArgs {
     /// a session sends its first GET with the ClientHello). QUIC's 0-RTT is not affected.
     #[arg(long)]
     pub no_early_data: bool,
+    /// Turn a speed mechanism on or off (repeatable); `xfer get --mechanisms` lists them with
+    /// their defaults. A --no-* flag of one mechanism is the same as NAME=off.
+    #[arg(long = "mechanism", value_name = "NAME=on|off")]
+    pub mechanism: Vec<Setting>,
 
     /// Start from hyper's/the spec's HTTP/2 defaults (16 KiB frames, 64 KiB windows), for
     /// comparison; other --h2-* flags still apply on top.
@@ -287,6 +292,17 @@ fn default_path_memory() -> Option<std::path::PathBuf> {
 }
 
 impl ClientArgs {
+    /// The mechanisms asked for, the older --no-* flags folded in.
+    pub fn switches(&self) -> Switches {
+        Switches::new(self.mechanism.iter().copied()).turn_off_flagged(&[
+            (self.no_tcp_fastopen, mechanisms::TCP_FASTOPEN),
+            (self.no_window_cap, mechanisms::WINDOW_CAP),
+            (self.no_early_data, mechanisms::EARLY_DATA),
+            (self.no_path_memory, mechanisms::PATH_MEMORY),
+            (self.no_quic_loss_bound, mechanisms::QUIC_LOSS_BOUND),
+        ])
+    }
+
     /// Turn the flags into a validated configuration; a bad value is a usage error (exit 2).
     pub fn to_config(&self) -> Result<ClientConfig, UsageError> {
         self.build().map_err(|e| UsageError(format!("{e:#}")))
@@ -361,13 +377,17 @@ impl ClientArgs {
         if let Some(v) = self.h2_send_buffer {
             h.http2.max_send_buffer = v;
         }
+        let sw = self.switches();
         if let Some(v) = self.h2_loss_connections {
             h.h2_loss_connections = v;
         }
-        h.path_memory = if self.no_path_memory {
-            None
-        } else {
+        if !sw.is_on(mechanisms::H2_LOSS_SPREAD) {
+            h.h2_loss_connections = 1;
+        }
+        h.path_memory = if sw.is_on(mechanisms::PATH_MEMORY) {
             self.path_memory.clone().or_else(default_path_memory)
+        } else {
+            None
         };
         h.tcp.send_buffer = self.tcp_send_buffer.or(h.tcp.send_buffer);
         h.tcp.recv_buffer = self.tcp_recv_buffer.or(h.tcp.recv_buffer);
@@ -375,21 +395,21 @@ impl ClientArgs {
         if let Some(v) = self.tcp_initial_recv_buffer {
             h.tcp.initial_recv_buffer = (v > 0).then_some(v);
         }
+        if !sw.is_on(mechanisms::INITIAL_RECV_BUFFER) {
+            h.tcp.initial_recv_buffer = None;
+        }
+        if !sw.is_on(mechanisms::TCP_BBR) {
+            h.tcp.congestion = None;
+        }
         if let Some(cc) = &self.congestion {
             h.tcp.congestion = Some(cc.clone());
         }
         if self.no_nodelay {
             h.tcp.nodelay = false;
         }
-        if self.no_tcp_fastopen {
-            h.tcp.fast_open = false;
-        }
-        if self.no_window_cap {
-            h.tcp.window_cap = false;
-        }
-        if self.no_early_data {
-            h.early_data = false;
-        }
+        h.tcp.fast_open = sw.is_on(mechanisms::TCP_FASTOPEN);
+        h.tcp.window_cap = sw.is_on(mechanisms::WINDOW_CAP);
+        h.early_data = sw.is_on(mechanisms::EARLY_DATA);
         h.validate().context("invalid HTTP client setting")?;
 
         let q = &mut c.quic;
@@ -411,7 +431,7 @@ impl ClientArgs {
         if let Some(cc) = self.quic_congestion {
             t.congestion = cc.into();
         }
-        if self.no_quic_loss_bound {
+        if !sw.is_on(mechanisms::QUIC_LOSS_BOUND) {
             t.loss_bound = false;
         }
         if let Some(AckThreshold(v)) = self.quic_ack_threshold {

@@ -23,7 +23,7 @@ use toml::Spanned;
 use crate::exit::UsageError;
 
 /// Arguments that steer how configuration is read, not what it says: they have no key.
-const NOT_KEYS: &[&str] = &["config", "print_config", "help", "version"];
+const NOT_KEYS: &[&str] = &["config", "print_config", "mechanisms", "help", "version"];
 
 /// What a value printed for a secret reads.
 pub const REDACTED: &str = "<redacted>";

@@ -13,6 +13,7 @@ use crate::client_args::{duration_arg, size_arg, ClientArgs};
 use crate::exit::UsageError;
 use crate::lanes_arg::{lanes_arg, LanesArg};
 use crate::progress_bar::Display;
+use xfer::crates::common::mechanisms::{self, Switches};
 
 /// `xfer get` of a tree: the caps on its listing.
 #[derive(Debug, Args)]
@@ -37,6 +38,11 @@ pub struct ListingArgs {
 pub struct GetArgs {
     /// What to fetch: http://, https:// or quic:// URL. A URL ending in `/` is a directory:
     /// its whole tree is fetched.
+    #[arg(
+        required_unless_present = "mechanisms",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub url: String,
     /// More sources of the same file (mirrors, other data-transfer nodes), then where to write
     /// it (a file, or for a tree a directory). Default: the last path segment of the URL, in
@@ -158,6 +164,10 @@ pub struct GetArgs {
     /// let loss spread its lanes over more connections), never below that.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub request_ahead: Option<bool>,
+    /// Print every client-side speed mechanism, whether it runs here and why (after the
+    /// --mechanism settings given), and exit.
+    #[arg(long)]
+    pub mechanisms: bool,
     /// Print the final report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -176,7 +186,38 @@ fn on_off(s: &str) -> Result<bool, String> {
     }
 }
 
+impl GetArgs {
+    /// The mechanisms asked for, with --no-taper and --no-speculate folded in.
+    fn switches(&self) -> Switches {
+        let mut sw = self.client.switches().turn_off_flagged(&[
+            (self.no_taper, mechanisms::TAPER),
+            (self.no_speculate, mechanisms::SPECULATE),
+            (self.request_ahead == Some(false), mechanisms::REQUEST_AHEAD),
+        ]);
+        match self.lanes {
+            Some(LanesArg::Auto { .. }) => sw.turn_on(mechanisms::ADAPTIVE_LANES),
+            Some(LanesArg::Fixed(_)) => sw.turn_off(mechanisms::ADAPTIVE_LANES),
+            None => {}
+        }
+        sw
+    }
+
+    /// `--request-ahead`, or off when the mechanism is.
+    fn request_ahead(&self, sw: &Switches) -> Option<bool> {
+        if sw.is_on(mechanisms::REQUEST_AHEAD) {
+            self.request_ahead
+        } else {
+            Some(false)
+        }
+    }
+}
+
 pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
+    let sw = args.switches();
+    if args.mechanisms {
+        print!("{}", sw.report(mechanisms::Side::Client));
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut mirrors = std::mem::take(&mut args.rest);
     if mirrors.last().is_some_and(|d| !d.contains("://")) {
         args.dest = mirrors.pop().map(PathBuf::from);
@@ -205,11 +246,11 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         }
         let mut get = GetConfig {
             chunk_size: args.chunk_size,
-            taper: !args.no_taper,
+            taper: sw.is_on(mechanisms::TAPER),
             lanes: args.lanes.and_then(LanesArg::fixed),
             verify: !args.no_verify,
             check_every_chunk: args.check_every_chunk,
-            request_ahead: args.request_ahead,
+            request_ahead: args.request_ahead(&sw),
             hash_memory: args.hash_memory,
             ..GetConfig::default()
         };
@@ -231,11 +272,14 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         None => default_output(&args.url)
             .ok_or_else(|| UsageError(format!("cannot name a file after {}; pass -o", args.url)))?,
     };
-    let lanes = args.lanes;
+    let lanes = args.lanes.or_else(|| {
+        sw.is_on(mechanisms::ADAPTIVE_LANES)
+            .then_some(LanesArg::Auto { bounds: None })
+    });
     let mut config = GetConfig {
         chunk_size: args.chunk_size,
-        taper: !args.no_taper,
-        speculate: !args.no_speculate,
+        taper: sw.is_on(mechanisms::TAPER),
+        speculate: sw.is_on(mechanisms::SPECULATE),
         lanes: lanes.and_then(LanesArg::fixed),
         adapt: lanes.and_then(|l| l.adapt_config(xfer::AdaptConfig::default())),
         verify: !args.no_verify,
@@ -245,7 +289,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         write_sha256_file: args.sha256_file,
         overwrite: args.overwrite,
         checksum: args.checksum,
-        request_ahead: args.request_ahead,
+        request_ahead: args.request_ahead(&sw),
         hash_memory: args.hash_memory,
         ..GetConfig::default()
     };

@@ -70,7 +70,11 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     }
     let config = PutConfig {
         chunk_size: args.chunk_size,
-        taper: !args.no_taper,
+        taper: !args.no_taper
+            && args
+                .client
+                .switches()
+                .is_on(xfer::crates::common::mechanisms::TAPER),
         lanes: args.lanes,
         max_attempts: args.retries.max(1),
         ..PutConfig::default()

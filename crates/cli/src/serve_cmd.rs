@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{ArgMatches, Args, FromArgMatches as _};
+use xfer::crates::common::mechanisms::{self, Setting, Switches};
 use xfer::crates::common::tls::{self, CertOrigin};
 use xfer::crates::http::server::tcp_resume::TcpResumeStatus;
 use xfer::crates::quic::CarefulResume;
@@ -22,7 +23,7 @@ use crate::exit::UsageError;
 pub struct ServeArgs {
     /// Directory to serve. Written only with --allow-upload, where the access rules grant
     /// write scope. Also serves /.xfer/synthetic?size=SIZE&seed=N.
-    #[arg(required_unless_present_any = ["config", "print_config"])]
+    #[arg(required_unless_present_any = ["config", "print_config", "mechanisms"])]
     pub dir: Option<PathBuf>,
     /// Read flags from this TOML file: each key is a long flag without its dashes
     /// (`tcp-send-buffer = "32MiB"`, `no-quic = true`, `mirror = ["https://a", "https://b"]`),
@@ -78,15 +79,15 @@ pub struct ServeArgs {
     /// once and other requests get 425 Too Early). Off anyway with --client-ca.
     #[arg(long)]
     pub no_early_data: bool,
-    /// Do not start a returning client's first TCP connection from the path its last visit
-    /// measured (TCP resume: a sock_ops BPF program sets the initial window; needs root).
+    /// Turn a speed mechanism on or off (repeatable); `xfer serve --mechanisms` lists them.
+    /// Those that load kernel programs or change live sockets (tcp-resume, probe-rtt-skip)
+    /// are off unless asked for. A --no-* flag of one mechanism is the same as NAME=off.
+    #[arg(long = "mechanism", value_name = "NAME=on|off")]
+    pub mechanism: Vec<Setting>,
+    /// Print every server-side speed mechanism, whether it runs here and why (after the
+    /// --mechanism settings given), and exit.
     #[arg(long)]
-    pub no_tcp_resume: bool,
-    /// Let BBR enter ProbeRTT as usual. By default a connection's BBR is restarted every 8 s
-    /// while the client's receive window bounds what is in flight, so that a transfer's
-    /// connections do not all drop to 4 packets together 10 s in.
-    #[arg(long)]
-    pub no_probe_rtt_skip: bool,
+    pub mechanisms: bool,
     /// TCP congestion control for served connections.
     #[arg(long, value_name = "NAME")]
     pub congestion: Option<String>,
@@ -224,6 +225,18 @@ pub struct ServeArgs {
     pub monitoring: crate::monitoring_args::MonitoringArgs,
 }
 
+impl ServeArgs {
+    /// The mechanisms asked for, the older --no-* flags folded in.
+    fn switches(&self) -> Switches {
+        Switches::new(self.mechanism.iter().copied()).turn_off_flagged(&[
+            (self.no_tcp_fastopen, mechanisms::TCP_FASTOPEN),
+            (self.no_early_data, mechanisms::EARLY_DATA),
+            (self.no_quic_loss_bound, mechanisms::QUIC_LOSS_BOUND),
+            (self.no_careful_resume, mechanisms::CAREFUL_RESUME),
+        ])
+    }
+}
+
 /// `xfer serve`'s arguments as a command of their own: the config-file keys and the flag
 /// tables are read from it.
 pub fn command() -> clap::Command {
@@ -254,6 +267,11 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
     }
     let args = ServeArgs::from_arg_matches(&effective)
         .map_err(|e| UsageError(format!("configuration: {e}")))?;
+    let sw = args.switches();
+    if args.mechanisms {
+        print!("{}", sw.report(mechanisms::Side::Server));
+        return Ok(ExitCode::SUCCESS);
+    }
     let Some(dir) = args.dir.clone() else {
         return Err(UsageError(
             "no directory to serve: give DIR, or `dir` in the config file".into(),
@@ -325,13 +343,16 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
     }
     cfg.http.listen = args.listen;
     cfg.http.tcp.send_buffer = Some(args.tcp_send_buffer);
+    if !sw.is_on(mechanisms::TCP_BBR) {
+        cfg.http.tcp.congestion = None;
+    }
     if let Some(cc) = &args.congestion {
         cfg.http.tcp.congestion = Some(cc.clone());
     }
-    cfg.http.tcp.fast_open = !args.no_tcp_fastopen;
-    cfg.http.tcp_resume.enabled = !args.no_tcp_resume;
-    cfg.http.skip_probe_rtt = !args.no_probe_rtt_skip;
-    if args.no_early_data {
+    cfg.http.tcp.fast_open = sw.is_on(mechanisms::TCP_FASTOPEN);
+    cfg.http.tcp_resume.enabled = sw.is_on(mechanisms::TCP_RESUME);
+    cfg.http.skip_probe_rtt = sw.is_on(mechanisms::PROBE_RTT_SKIP);
+    if !sw.is_on(mechanisms::EARLY_DATA) {
         cfg.http.max_early_data_size = 0;
     }
     if let Some(v) = args.h2_frame_size {
@@ -356,7 +377,7 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
     if let Some(cc) = args.quic_congestion {
         quic.congestion = cc.into();
     }
-    quic.loss_bound = !args.no_quic_loss_bound;
+    quic.loss_bound = sw.is_on(mechanisms::QUIC_LOSS_BOUND);
     if let Some(crate::client_args::AckThreshold(v)) = args.quic_ack_threshold {
         quic.ack_eliciting_threshold = v;
     }
@@ -365,7 +386,7 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
     quic.udp_recv_buffer = Some(args.udp_buffer);
     quic.validate().map_err(|e| UsageError(e.to_string()))?;
     cfg.quic_tuning = quic;
-    cfg.quic_resume.enabled = !args.no_careful_resume;
+    cfg.quic_resume.enabled = sw.is_on(mechanisms::CAREFUL_RESUME);
     cfg.quic_resume.file = args.path_cache.clone();
     cfg.quic_resume.lifetime = args.careful_resume_lifetime;
     cfg.quic_resume.max_jump = args.careful_resume_max_jump;
@@ -395,13 +416,31 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
         None if args.plain => eprintln!("QUIC is off: it needs TLS"),
         None => {}
     }
+    // One line of what runs; settings asked for that this host cannot honour (TCP resume
+    // says below what it found when it tried).
+    let mut on = Vec::new();
+    for m in mechanisms::MECHANISMS
+        .iter()
+        .filter(|m| m.side.includes(mechanisms::Side::Server))
+    {
+        let a = sw.activity(m, &mechanisms::host_allows);
+        if m.name == mechanisms::TCP_RESUME {
+            if servers.tcp_resume == TcpResumeStatus::On {
+                on.push(m.name);
+            }
+        } else if a.on {
+            on.push(m.name);
+        } else if args.mechanism.iter().any(|s| s.name == m.name && s.on) {
+            eprintln!("{} asked for but off here: {}", m.name, a.why);
+        }
+    }
+    eprintln!("mechanisms on: {}", on.join(", "));
     match &servers.tcp_resume {
         TcpResumeStatus::On => {
             eprintln!("TCP resume on: a returning client's connections start from its saved path")
         }
         TcpResumeStatus::Unavailable(why) => eprintln!(
-            "TCP resume unavailable ({why}): every TCP connection pays slow start \
-             (it needs root; --no-tcp-resume silences this)"
+            "TCP resume asked for but unavailable ({why}): every TCP connection pays slow start"
         ),
         TcpResumeStatus::Off => {}
     }

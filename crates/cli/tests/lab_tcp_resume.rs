@@ -14,7 +14,7 @@ use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lab_support::{get_json, prerequisites, serve_logged};
+use lab_support::{get_json, prerequisites, serve_logged_with_cgroup2};
 use xfer_lab::{cleanup, HostProfile, Lab, LabConfig, LinkConfig};
 
 const PORT: u16 = 9452;
@@ -64,13 +64,15 @@ fn a_returning_client_starts_from_the_saved_window() {
     let certs = dir.path().join("certs");
     let log = dir.path().join("serve.log");
     let addr = SocketAddr::new(lab.server_addr(), PORT);
-    let args: [&OsStr; 4] = [
+    let args: [&OsStr; 6] = [
+        "--mechanism".as_ref(),
+        "tcp-resume=on".as_ref(),
         "--self-signed".as_ref(),
         "--no-quic".as_ref(),
         "--cert-dir".as_ref(),
         certs.as_os_str(),
     ];
-    let _server = serve_logged(
+    let _server = serve_logged_with_cgroup2(
         &lab,
         dir.path(),
         addr,

@@ -75,7 +75,7 @@ pub(crate) fn start_serve_with(
 }
 
 /// Sends `GET path` on a new connection and returns it with the response head read.
-fn get(addr: &str, path: &str) -> Result<(BufReader<TcpStream>, u64), String> {
+pub(crate) fn get(addr: &str, path: &str) -> Result<(BufReader<TcpStream>, u64), String> {
     let mut s = TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| e.to_string())?;

@@ -31,5 +31,7 @@ mod resume;
 mod serve_config;
 #[path = "serve_reload.rs"]
 mod serve_reload;
+#[path = "safe_defaults.rs"]
+mod safe_defaults;
 #[path = "serve_signal.rs"]
 mod serve_signal;

@@ -20,6 +20,8 @@
 //! - [`fault`]: a test-only hook that corrupts one byte after the digest was computed.
 //! - [`path_mtu`]: the kernel's MTU for a connected socket's route.
 //! - [`path_share`]: what one protocol's sender measured of a client's path, for the others.
+//! - [`mechanisms`]: every speed mechanism, its default, needs and justification, and the one
+//!   switch (`NAME=on|off`) for all of them.
 //!
 //! It opens no sockets and speaks no protocol.
 //!
@@ -32,6 +34,7 @@ pub mod digest_cache;
 pub mod dir_walk;
 pub mod fault;
 pub mod listing;
+pub mod mechanisms;
 pub mod memory;
 pub mod metrics;
 pub mod path_mtu;

@@ -254,6 +254,22 @@ impl Lab {
         exec_in(&self.server.name, program)
     }
 
+    /// As [`Lab::command_in_server`], with a cgroup2 file system mounted on `/sys/fs/cgroup`
+    /// first: `ip netns exec` remounts `/sys` without one, and `xfer serve` never mounts file
+    /// systems itself, so its TCP resume (a BPF program linked to its cgroup) needs the lab,
+    /// its operator here, to provide one. The mount lives in the command's own mount
+    /// namespace and goes with it.
+    pub fn command_in_server_with_cgroup2(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = exec_in(&self.server.name, "sh");
+        cmd.args([
+            "-c",
+            "mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec \"$@\"",
+            "sh",
+        ])
+        .arg(program);
+        cmd
+    }
+
     /// `ip netns exec <prefix>-cli <program>`.
     pub fn command_in_client(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         exec_in(&self.client.name, program)

@@ -25,6 +25,8 @@ const SERVE_SEND_BUFFER: u64 = 32 << 20;
 const ADVISED_RMEM_DEFAULT: u64 = 16 << 20;
 /// Paths shorter than this are not told about the first receive window, milliseconds.
 const INITIAL_WINDOW_MIN_RTT_MS: f64 = 20.0;
+/// The kernel's initial congestion window, 10 segments of 1448 bytes.
+const INITIAL_CWND_BYTES: f64 = 14_480.0;
 
 /// What the analysis is asked to check against.
 #[derive(Debug, Clone, PartialEq)]
@@ -389,6 +391,10 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
         });
     }
 
+    if rtt_source == "measured" {
+        findings.extend(opt_in_mechanisms(h, rtt_ms, goal_bdp));
+    }
+
     let mut sysctl_lines: Vec<String> = Vec::new();
     for f in &findings {
         for line in f.fix.iter().filter(|l| l.starts_with("sysctl -w ")) {
@@ -424,6 +430,47 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
 }
 
 /// How xfer gets past a per-connection cap: lanes, each its own window.
+/// The serving side's opt-in mechanisms that would pay on a measured path of `rtt_ms`
+/// (docs/tuning.md, "Mechanisms"): off by default because they need root or change live
+/// sockets, so only an operator can turn them on.
+fn opt_in_mechanisms(h: &super::facts::HostFacts, rtt_ms: f64, bdp: u64) -> Vec<Finding> {
+    if rtt_ms < INITIAL_WINDOW_MIN_RTT_MS {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // Slow start doubles from the kernel's 10 segments each round trip.
+    let rounds = (bdp as f64 / INITIAL_CWND_BYTES).log2().ceil();
+    if rounds >= 4.0 {
+        out.push(Finding {
+            id: "mechanism_tcp_resume",
+            severity: Severity::Advice,
+            message: format!(
+                "slow start takes about {rounds:.0} round trips ({:.1} s) to fill {} at \
+                 {rtt_ms:.0} ms: a server run as root with a mounted cgroup2 and `--mechanism \
+                 tcp-resume=on` starts a returning client's connections from the path it \
+                 measured last time",
+                rounds * rtt_ms / 1000.0,
+                mib(bdp)
+            ),
+            fix: vec!["xfer serve --mechanism tcp-resume=on".to_string()],
+        });
+    }
+    if h.congestion_available.iter().any(|c| c == "bbr") {
+        out.push(Finding {
+            id: "mechanism_probe_rtt_skip",
+            severity: Severity::Advice,
+            message: "BBR enters ProbeRTT every 10 s, and the connections of one xfer transfer, \
+                      whose windows the client caps together, enter it at once: the link idled \
+                      0.2-0.45 s each time at 50-200 ms; a server with `--mechanism \
+                      probe-rtt-skip=on` restarts BBR ahead of it (docs/results.md, \
+                      \"BBR's ProbeRTT skipped\")"
+                .to_string(),
+            fix: vec!["xfer serve --mechanism probe-rtt-skip=on".to_string()],
+        });
+    }
+    out
+}
+
 fn plan(per_connection: Option<f64>, goal: f64, rtt_ms: f64) -> String {
     const HTTP1_LANES: f64 = 8.0;
     let Some(cap) = per_connection else {
@@ -641,7 +688,12 @@ mod tests {
     fn tuned_host_at_100ms_has_no_limit() {
         let v = analyse(&tuned(100.0), &Targets::default());
         assert!(!v.is_limited(), "{:?}", v.findings);
-        assert!(v.findings.is_empty(), "{:?}", ids(&v));
+        // Nothing of the host to change; only the server's opt-in mechanisms are advised.
+        assert!(
+            ids(&v).iter().all(|id| id.starts_with("mechanism_")),
+            "{:?}",
+            ids(&v)
+        );
         assert!(v.sysctl_d.is_empty());
     }
 
@@ -746,11 +798,34 @@ mod tests {
     }
 
     #[test]
+    fn a_long_measured_path_is_told_the_opt_in_mechanisms() {
+        let v = analyse(&tuned(100.0), &Targets::default());
+        assert!(ids(&v).contains(&"mechanism_tcp_resume"), "{:?}", ids(&v));
+        assert!(
+            ids(&v).contains(&"mechanism_probe_rtt_skip"),
+            "{:?}",
+            ids(&v)
+        );
+        assert!(!v.sysctl_lines.iter().any(|l| l.contains("xfer")));
+        // No bbr here: nothing to keep out of ProbeRTT.
+        let v = analyse(&stock(100.0), &Targets::default());
+        assert!(!ids(&v).contains(&"mechanism_probe_rtt_skip"));
+        // A LAN, or no path measured: neither.
+        let v = analyse(&tuned(1.0), &Targets::default());
+        assert!(!ids(&v).iter().any(|id| id.starts_with("mechanism_")));
+        let mut unmeasured = tuned(100.0);
+        unmeasured.path = None;
+        let v = analyse(&unmeasured, &Targets::default());
+        assert!(!ids(&v).iter().any(|id| id.starts_with("mechanism_")));
+    }
+
+    #[test]
     fn small_mtu_is_advice() {
         let mut f = tuned(100.0);
         f.host.route_mtu = Some(1420);
         let v = analyse(&f, &Targets::default());
-        assert_eq!(ids(&v), vec!["mtu"]);
+        assert_eq!(ids(&v)[0], "mtu");
+        assert!(ids(&v)[1..].iter().all(|id| id.starts_with("mechanism_")));
         assert!(!v.is_limited());
         assert_eq!(v.sysctl_lines, vec!["sysctl -w net.ipv4.tcp_mtu_probing=1"]);
     }

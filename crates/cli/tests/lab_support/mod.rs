@@ -50,9 +50,10 @@ pub fn serve(lab: &Lab, dir: &Path, addr: SocketAddr, args: &[&OsStr]) -> Server
     server
 }
 
-/// As [`serve`], with `RUST_LOG=filter` and the server's stderr written to `log`.
-#[allow(dead_code)] // not every lab test reads the server's log
-pub fn serve_logged(
+/// As [`serve`], with `RUST_LOG=filter`, the server's stderr written to `log`, and a cgroup2
+/// file system mounted for TCP resume ([`Lab::command_in_server_with_cgroup2`]).
+#[allow(dead_code)] // for the tests of TCP resume only
+pub fn serve_logged_with_cgroup2(
     lab: &Lab,
     dir: &Path,
     addr: SocketAddr,
@@ -60,10 +61,10 @@ pub fn serve_logged(
     log: &Path,
     filter: &str,
 ) -> Server {
+    let mut cmd = lab.command_in_server_with_cgroup2(env!("CARGO_BIN_EXE_xfer"));
     let file =
         std::fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
-    let child = lab
-        .command_in_server(env!("CARGO_BIN_EXE_xfer"))
+    let child = cmd
         .env("RUST_LOG", filter)
         .arg("serve")
         .arg(dir)

@@ -225,30 +225,44 @@ impl StatsRegistry {
 }
 
 impl StatsRegistry {
-    /// One step of the receive-window cap ([`super::window`]): read every open socket's bytes
-    /// received and RTT, ask `policy`, and clamp the windows of the sockets that received
-    /// since the last step. Closed sockets count with their last reading.
+    /// The client's one sampler: read every open socket's `TCP_INFO` once, step the
+    /// receive-window cap with those readings when `cap` is given ([`super::window`]: ask the
+    /// policy, clamp the windows of the sockets that received since the last step), and
+    /// return the totals the path memory counts from. Closed sockets count with their last
+    /// reading.
     #[cfg(target_os = "linux")]
-    pub fn cap_windows(&self, policy: &mut super::window::WindowPolicy, now: std::time::Instant) {
+    pub fn sample(
+        &self,
+        cap: Option<&mut super::window::WindowPolicy>,
+        now: std::time::Instant,
+    ) -> ReceiveTotals {
         let all = lock(&self.by_index);
         let mut received = 0u64;
+        let mut out_of_order = 0u64;
         let mut min_rtt_us = u32::MAX;
         let mut current_rtt_us = u32::MAX;
         let mut active = Vec::new();
         let mut app_limited = false;
         for rec in all.iter().flatten() {
             let mut r = lock(rec);
-            let Some(fd) = r.live_fd else {
-                received += r.last.as_ref().and_then(|s| s.bytes_received).unwrap_or(0);
-                continue;
-            };
             // SAFETY: as in `snapshot`: set only while the socket is open, under this lock.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            let Some(sample) = crate::tcp::path_sample(&fd) else {
+            let sample = r
+                .live_fd
+                .and_then(|fd| crate::tcp::path_sample(&unsafe { BorrowedFd::borrow_raw(fd) }));
+            let (Some(sample), Some(fd)) = (sample, r.live_fd) else {
+                let last = r.last.as_ref();
+                received += last.and_then(|s| s.bytes_received).unwrap_or(0);
+                out_of_order += last.and_then(|s| s.rcv_ooopack).unwrap_or(0);
+                let rtt = last.and_then(|s| s.min_rtt_us).filter(|&us| us > 0);
+                min_rtt_us = min_rtt_us
+                    .min(rtt.map_or(u32::MAX, |us| u32::try_from(us).unwrap_or(u32::MAX)));
                 continue;
             };
+            // SAFETY: as above.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
             let (bytes, rtt, rcv_rtt) =
                 (sample.bytes_received, sample.min_rtt_us, sample.rcv_rtt_us);
+            out_of_order += u64::from(sample.rcv_ooopack);
             app_limited |= crate::tcp::unread_bytes(&fd)
                 .is_some_and(|n| n >= super::window::APP_LIMITED_UNREAD);
             received += bytes;
@@ -299,6 +313,14 @@ impl StatsRegistry {
             }
         }
         let us = |v: u32| (v != u32::MAX).then(|| std::time::Duration::from_micros(u64::from(v)));
+        let totals = ReceiveTotals {
+            received,
+            out_of_order,
+            min_rtt: us(min_rtt_us),
+        };
+        let Some(policy) = cap else {
+            return totals;
+        };
         let Some(cap) = policy.step(
             now,
             received,
@@ -307,7 +329,7 @@ impl StatsRegistry {
             us(current_rtt_us),
             app_limited,
         ) else {
-            return;
+            return totals;
         };
         let members: Vec<_> = active.iter().map(|(_, m)| *m).collect();
         let mut caps = super::window::split(cap, &members);
@@ -329,24 +351,11 @@ impl StatsRegistry {
                 Err(e) => tracing::debug!(peer = %r.peer, error = %e, "TCP_WINDOW_CLAMP failed"),
             }
         }
+        totals
     }
 }
 
 impl StatsRegistry {
-    /// Over every socket, open or closed, in one reading each: bytes received, out-of-order
-    /// packets, and the smallest RTT any has seen.
-    pub fn receive_totals(&self) -> (u64, u64, Option<Duration>) {
-        let all = lock(&self.by_index);
-        let snapshots: Vec<_> = all
-            .iter()
-            .flatten()
-            .filter_map(|rec| lock(rec).snapshot())
-            .collect();
-        let bytes = snapshots.iter().filter_map(|s| s.bytes_received).sum();
-        let (ooo, rtt) = loss_of(&snapshots);
-        (bytes, ooo, rtt)
-    }
-
     /// Out-of-order packets received so far on the sockets filed under `indices`, open or
     /// closed (0 where the kernel does not count them), and the smallest RTT any of them has
     /// seen.
@@ -373,6 +382,17 @@ fn loss_of(snapshots: &[TcpInfoSnapshot]) -> (u64, Option<Duration>) {
         .min()
         .map(Duration::from_micros);
     (count, rtt)
+}
+
+/// Over every socket of a transfer, open or closed, from one reading each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReceiveTotals {
+    /// Bytes received.
+    pub received: u64,
+    /// Packets that arrived after a hole (`tcpi_rcv_ooopack`).
+    pub out_of_order: u64,
+    /// The smallest RTT any has seen.
+    pub min_rtt: Option<Duration>,
 }
 
 /// Statistics are best effort: a panic elsewhere must not hide them, so poisoning is ignored.

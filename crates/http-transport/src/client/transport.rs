@@ -27,7 +27,7 @@ use crate::client::response::{
 };
 use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
 
-use crate::client::stats::StatsRegistry;
+use crate::client::stats::{ReceiveTotals, StatsRegistry};
 use crate::client::target::{Origin, Security, Target};
 use crate::config::HttpVersion;
 use crate::tcp;
@@ -72,13 +72,15 @@ async fn watch_sockets(pool: std::sync::Weak<Pool>, cap: bool) {
     for n in 0u64.. {
         tick.tick().await;
         let Some(pool) = pool.upgrade() else { return };
-        let now = std::time::Instant::now();
-        if cap {
-            pool.stats.cap_windows(&mut policy, now);
-        }
         // Episodes are round trips apart: a reading every 100 ms tells them apart.
-        if let Some(memory) = pool.memory.as_ref().filter(|_| n % 5 == 0) {
-            memory.observe(&pool.stats, now);
+        let memory = pool.memory.as_ref().filter(|_| n % 5 == 0);
+        if !cap && memory.is_none() {
+            continue;
+        }
+        let now = std::time::Instant::now();
+        let totals = pool.stats.sample(cap.then_some(&mut policy), now);
+        if let Some(memory) = memory {
+            memory.observe(totals, now);
         }
     }
 }
@@ -106,8 +108,8 @@ const MEMORY_STARTUP_RTTS: u32 = 20;
 
 impl LossMemory {
     /// Feed one reading of the sockets; returns the bytes received so far.
-    fn observe(&self, stats: &StatsRegistry, now: std::time::Instant) -> u64 {
-        let (received, count, rtt) = stats.receive_totals();
+    fn observe(&self, totals: ReceiveTotals, now: std::time::Instant) -> u64 {
+        let (received, count, rtt) = (totals.received, totals.out_of_order, totals.min_rtt);
         let mut c = lock_ignoring_poison(&self.count);
         let Some((start, _)) = c.from else {
             if received > 0 {
@@ -130,7 +132,11 @@ impl LossMemory {
     /// Keep what the transfer found, if it found enough to say.
     fn settle(&self, stats: &StatsRegistry) {
         let now = std::time::Instant::now();
-        let received = self.observe(stats, now);
+        #[cfg(target_os = "linux")]
+        let totals = stats.sample(None, now);
+        #[cfg(not(target_os = "linux"))]
+        let totals = (stats, ReceiveTotals::default()).1;
+        let received = self.observe(totals, now);
         let (from, episodes) = {
             let c = lock_ignoring_poison(&self.count);
             (c.from, c.episodes.count())

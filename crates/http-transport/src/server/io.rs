@@ -62,37 +62,41 @@ impl<T> ServerIo<T> {
     }
 }
 
-/// Reads a sending connection's `TCP_INFO` at most every
-/// [`super::tcp_resume::SAMPLE_INTERVAL`], once for everything that watches it.
+/// A mechanism fed by a sending connection's [`SendSampler`]: TCP resume's measurement and
+/// the ProbeRTT skip. Each sees the same reading; none reads the socket on its own.
+#[cfg(target_os = "linux")]
+pub(crate) trait SendPolicy: std::fmt::Debug + Send {
+    /// One reading of the socket `fd` at `now`: the path, and what bounds the sender (`None`
+    /// where the kernel does not report the peer's window).
+    fn sample(
+        &mut self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        now: std::time::Instant,
+        path: crate::tcp::PathSample,
+        limits: Option<super::probe_rtt::SendLimits>,
+    );
+}
+
+/// The server's one sampler per connection: reads its `TCP_INFO` at most every
+/// [`super::tcp_resume::SAMPLE_INTERVAL`] as it sends, once for every policy that watches it.
 #[cfg(target_os = "linux")]
 #[derive(Debug)]
 pub(crate) struct SendSampler {
     fd: std::os::fd::RawFd,
     next: std::time::Instant,
-    resume: Option<super::tcp_resume::ConnProbe>,
-    probe_rtt: Option<super::probe_rtt::ProbeRttSkip>,
+    policies: Vec<Box<dyn SendPolicy>>,
 }
 
 #[cfg(target_os = "linux")]
 impl SendSampler {
     /// For the socket `fd`, which the owner keeps open for as long as this lives; `None` when
-    /// nothing watches.
-    pub fn new(
-        fd: std::os::fd::RawFd,
-        resume: Option<super::tcp_resume::ConnProbe>,
-        probe_rtt: Option<super::probe_rtt::ProbeRttSkip>,
-    ) -> Option<Self> {
-        (resume.is_some() || probe_rtt.is_some()).then(|| Self {
+    /// no policy watches.
+    pub fn new(fd: std::os::fd::RawFd, policies: Vec<Box<dyn SendPolicy>>) -> Option<Self> {
+        (!policies.is_empty()).then(|| Self {
             fd,
             next: std::time::Instant::now(),
-            resume,
-            probe_rtt,
+            policies,
         })
-    }
-
-    #[cfg(test)]
-    pub(crate) fn probe_rtt(&self) -> Option<&super::probe_rtt::ProbeRttSkip> {
-        self.probe_rtt.as_ref()
     }
 
     /// Called after each write that moved bytes.
@@ -107,11 +111,8 @@ impl SendSampler {
         let Some((path, limits)) = crate::tcp::sender_sample(&fd) else {
             return;
         };
-        if let Some(p) = &self.resume {
-            p.sample(path);
-        }
-        if let Some(p) = &mut self.probe_rtt {
-            p.sample(fd, now, limits);
+        for p in &mut self.policies {
+            p.sample(fd, now, path, limits);
         }
     }
 }

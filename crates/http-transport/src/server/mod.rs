@@ -356,7 +356,9 @@ fn start_tcp_resume(
 /// Whether BBR may be restarted here ([`probe_rtt`]); logs why not.
 fn probe_rtt_available() -> bool {
     #[cfg(target_os = "linux")]
-    let r = probe_rtt::available();
+    let r = xfer_common::mechanisms::host_allows(
+        xfer_common::mechanisms::Requirement::CongestionSwitch,
+    );
     #[cfg(not(target_os = "linux"))]
     let r: Result<(), String> = Err("needs Linux".into());
     r.map_err(|why| tracing::info!(why, "BBR's ProbeRTT is not skipped"))
@@ -406,13 +408,15 @@ fn server_io(
     let io = ServerIo::new(prefix, stream, progress.clone());
     #[cfg(target_os = "linux")]
     let io = {
-        let probe = shared
-            .tcp_resume
-            .as_ref()
-            .map(|r| r.probe(peer.ip(), io.raw_fd()));
-        let skip = shared.skip_probe_rtt.then(probe_rtt::ProbeRttSkip::new);
         let fd = io.raw_fd();
-        io.with_sampler(io::SendSampler::new(fd, probe, skip))
+        let mut policies: Vec<Box<dyn io::SendPolicy>> = Vec::new();
+        if let Some(r) = &shared.tcp_resume {
+            policies.push(Box::new(r.probe(peer.ip(), fd)));
+        }
+        if shared.skip_probe_rtt {
+            policies.push(Box::new(probe_rtt::ProbeRttSkip::new()));
+        }
+        io.with_sampler(io::SendSampler::new(fd, policies))
     };
     #[cfg(not(target_os = "linux"))]
     let _ = (shared, peer);

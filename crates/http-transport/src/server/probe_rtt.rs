@@ -87,27 +87,6 @@ impl RestartPolicy {
     }
 }
 
-/// Whether this process may restart BBR on its sockets: it must be allowed to set `reno` and
-/// `bbr` again (`net.ipv4.tcp_allowed_congestion_control`, or CAP_NET_ADMIN, which root
-/// stands for here), or a restart could leave a socket on `reno`.
-#[cfg(target_os = "linux")]
-pub(crate) fn available() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
-    }
-    let path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-    let allowed = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let names: Vec<&str> = allowed.split_whitespace().collect();
-    if names.contains(&"bbr") && names.contains(&"reno") {
-        Ok(())
-    } else {
-        Err(format!(
-            "{path} lacks bbr or reno and the server is not root"
-        ))
-    }
-}
-
 /// Restarts one accepted connection's BBR when [`RestartPolicy`] says so; fed by the
 /// connection's I/O wrapper, which reads the socket every
 /// [`super::tcp_resume::SAMPLE_INTERVAL`] (100 ms) as it writes.
@@ -135,12 +114,15 @@ impl ProbeRttSkip {
     pub(crate) fn restarts(&self) -> u32 {
         self.restarts
     }
+}
 
-    /// One reading of the socket `fd` (`None`: its kernel does not report the peer's window).
-    pub fn sample(
+#[cfg(target_os = "linux")]
+impl super::io::SendPolicy for ProbeRttSkip {
+    fn sample(
         &mut self,
         fd: std::os::fd::BorrowedFd<'_>,
         now: Instant,
+        _path: crate::tcp::PathSample,
         limits: Option<SendLimits>,
     ) {
         if self.done {
@@ -255,6 +237,25 @@ mod tests {
         assert_eq!(feed(&mut p, &mut t, 10, steady), vec![2]);
     }
 
+    /// The skip behind a lock, so the test reads it while the sampler feeds it.
+    #[cfg(target_os = "linux")]
+    #[derive(Debug)]
+    struct Watched(std::sync::Arc<std::sync::Mutex<ProbeRttSkip>>);
+
+    #[cfg(target_os = "linux")]
+    impl crate::server::io::SendPolicy for Watched {
+        fn sample(
+            &mut self,
+            fd: std::os::fd::BorrowedFd<'_>,
+            now: Instant,
+            path: crate::tcp::PathSample,
+            limits: Option<SendLimits>,
+        ) {
+            let mut skip = self.0.lock().expect("not poisoned");
+            skip.sample(fd, now, path, limits);
+        }
+    }
+
     /// A real socket on BBR whose peer clamps its window: restarted, and still on BBR after.
     #[cfg(target_os = "linux")]
     #[test]
@@ -284,13 +285,16 @@ mod tests {
         }
         let mut skip = ProbeRttSkip::new();
         skip.policy.after = Duration::from_millis(300);
-        let mut sampler = crate::server::io::SendSampler::new(sender.as_raw_fd(), None, Some(skip))
-            .expect("something to sample for");
+        let skip = std::sync::Arc::new(std::sync::Mutex::new(skip));
+        let mut sampler = crate::server::io::SendSampler::new(
+            sender.as_raw_fd(),
+            vec![Box::new(Watched(skip.clone()))],
+        )
+        .expect("something to sample for");
         let block = vec![7u8; 16 << 10];
         let end = Instant::now() + Duration::from_secs(3);
-        let restarts =
-            |s: &crate::server::io::SendSampler| s.probe_rtt().map_or(0, |p| p.restarts());
-        while restarts(&sampler) < 2 && Instant::now() < end {
+        let restarts = || skip.lock().expect("not poisoned").restarts();
+        while restarts() < 2 && Instant::now() < end {
             sender.write_all(&block).expect("write");
             sampler.wrote();
         }
@@ -299,8 +303,8 @@ mod tests {
             .expect("TCP_CONGESTION");
         drop(sender);
         reader.join().expect("reader");
-        assert_eq!(restarts(&sampler), 2, "not restarted within 3 s");
-        assert!(sampler.probe_rtt().is_some_and(|p| !p.done));
+        assert_eq!(restarts(), 2, "not restarted within 3 s");
+        assert!(!skip.lock().expect("not poisoned").done);
         assert_eq!(cc.split(|b| *b == 0).next(), Some(b"bbr".as_slice()));
     }
 }

@@ -214,7 +214,11 @@ fn run_point(
     let server_command = format!("{} {}", opts.xfer_bin.display(), serve_args.join(" "));
     let serve_log = opts.work_dir.join("serve.log");
     let start_xfer = |extra: &[String]| {
-        let mut cmd = lab.command_in_server(&opts.xfer_bin);
+        let mut cmd = if serve_args.iter().any(|a| a.contains("tcp-resume=on")) {
+            lab.command_in_server_with_cgroup2(&opts.xfer_bin)
+        } else {
+            lab.command_in_server(&opts.xfer_bin)
+        };
         cmd.args(&serve_args).args(extra);
         let mut xfer = spawn_logged(cmd, None, &serve_log, "xfer serve")?;
         wait_for_server(&serve_log, &cert_dir.join("cert.pem"), &mut xfer)?;

@@ -19,8 +19,11 @@
 //! The kernel's own congestion control then validates the jump: BBR's startup measures the
 //! delivery rate from the first round trip, CUBIC backs off on the first loss. The program
 //! only acts on connections to this server's port from peers in the map, and the link is
-//! undone when the server exits. It needs `CAP_BPF` and `CAP_NET_ADMIN` (root) and a kernel
-//! with BPF links for cgroups (5.7); without them the server logs why and serves as before.
+//! undone when the server exits. It needs `CAP_BPF` and `CAP_NET_ADMIN` (root), a kernel
+//! with BPF links for cgroups (5.7) and a cgroup2 file system already mounted (xfer never
+//! mounts one); without them the server logs why and serves as before. Off unless asked for
+//! (`--mechanism tcp-resume=on`): loading a kernel program is not what a file server does
+//! unasked.
 
 #[cfg(target_os = "linux")]
 mod bpf;
@@ -34,8 +37,6 @@ use std::time::Duration;
 use crate::config::ConfigError;
 
 #[cfg(target_os = "linux")]
-pub(crate) use runtime::ConnProbe;
-#[cfg(target_os = "linux")]
 pub use runtime::TcpResume;
 
 /// How often a sending connection reads its `TCP_INFO`.
@@ -44,8 +45,9 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// TCP resume knobs of the HTTP server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpResumeConfig {
-    /// Remember each peer's path and start its next connection's window from it. Default on
-    /// (it needs root; without it the server says why at start and carries on).
+    /// Remember each peer's path and start its next connection's window from it. Default off
+    /// (it loads a BPF program, so it runs only when asked; it needs root and a mounted
+    /// cgroup2, and without them the server says why at start and carries on).
     pub enabled: bool,
     /// How long a saved path stays usable. Default 1 hour (as QUIC's Careful Resume);
     /// allowed 1 s to 7 days.
@@ -61,7 +63,7 @@ pub struct TcpResumeConfig {
 impl Default for TcpResumeConfig {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: false,
             lifetime: Duration::from_secs(3600),
             max_jump: 64 << 20,
             max_paths: 4096,

@@ -192,10 +192,15 @@ pub(crate) struct ConnProbe {
     id: u64,
 }
 
-impl ConnProbe {
-    /// One reading of the connection's socket.
-    pub fn sample(&self, s: crate::tcp::PathSample) {
-        self.resume.sample(self.peer, self.id, s);
+impl crate::server::io::SendPolicy for ConnProbe {
+    fn sample(
+        &mut self,
+        _fd: BorrowedFd<'_>,
+        _now: std::time::Instant,
+        path: crate::tcp::PathSample,
+        _limits: Option<crate::server::probe_rtt::SendLimits>,
+    ) {
+        self.resume.sample(self.peer, self.id, path);
     }
 }
 
