@@ -162,6 +162,8 @@ pub struct GetArgs {
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
+    pub rate: crate::rate_arg::RateArgs,
+    #[command(flatten)]
     pub client: ClientArgs,
 }
 
@@ -208,6 +210,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
             check_every_chunk: args.check_every_chunk,
             request_ahead: args.request_ahead,
             hash_memory: args.hash_memory,
+            rate_limit: args.rate.limiter(),
             ..GetConfig::default()
         };
         get.schedule.max_attempts = args.retries.max(1);
@@ -244,6 +247,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         checksum: args.checksum,
         request_ahead: args.request_ahead,
         hash_memory: args.hash_memory,
+        rate_limit: args.rate.limiter(),
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
@@ -283,9 +287,11 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if args.json {
+        let mut doc = serde_json::to_value(&report).context("serializing the report")?;
+        args.rate.report(&mut doc);
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).context("serializing the report")?
+            serde_json::to_string_pretty(&doc).context("serializing the report")?
         );
     } else if !args.quiet {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());

@@ -16,6 +16,7 @@ mod lab_upload_cmd;
 mod lanes_arg;
 mod progress_bar;
 mod put_cmd;
+mod rate_arg;
 mod serve_cmd;
 mod tree_cmd;
 mod tree_progress;

@@ -44,6 +44,8 @@ pub struct PutArgs {
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
+    pub rate: crate::rate_arg::RateArgs,
+    #[command(flatten)]
     pub client: ClientArgs,
 }
 
@@ -73,6 +75,7 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
         taper: !args.no_taper,
         lanes: args.lanes,
         max_attempts: args.retries.max(1),
+        rate_limit: args.rate.limiter(),
         ..PutConfig::default()
     };
     if tree {
@@ -107,9 +110,11 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if args.json {
+        let mut doc = serde_json::to_value(&report).context("serializing the report")?;
+        args.rate.report(&mut doc);
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).context("serializing the report")?
+            serde_json::to_string_pretty(&doc).context("serializing the report")?
         );
     } else if !args.quiet {
         let resumed = if report.resumed_bytes > 0 {
@@ -168,9 +173,11 @@ async fn run_tree(
         })
         .unwrap_or(0);
     if args.json {
+        let mut doc = serde_json::to_value(&report).context("serializing the report")?;
+        args.rate.report(&mut doc);
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).context("serializing the report")?
+            serde_json::to_string_pretty(&doc).context("serializing the report")?
         );
     } else if !args.quiet {
         eprintln!(
