@@ -176,6 +176,7 @@ fn on_off(s: &str) -> Result<bool, String> {
 }
 
 pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
+    args.rate.shape_windows(&mut args.client);
     let mut mirrors = std::mem::take(&mut args.rest);
     if mirrors.last().is_some_and(|d| !d.contains("://")) {
         args.dest = mirrors.pop().map(PathBuf::from);

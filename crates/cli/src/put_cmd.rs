@@ -56,6 +56,7 @@ const UPLOAD_SEND_BUFFER: u64 = 32 << 20;
 pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     let tree = args.file.is_dir();
     let mut client_args = args.client.clone();
+    args.rate.shape_windows(&mut client_args);
     if tree {
         // Many files want many requests over few connections: HTTP/2 where the server
         // offers it, as for `xfer get URL/` (and as --help says).

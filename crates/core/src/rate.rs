@@ -29,6 +29,11 @@ pub const BURST_MS: u64 = 50;
 /// The smallest burst: one read of a body, so that a low rate does not wait after every piece.
 pub const MIN_BURST: u64 = 16 << 10;
 
+/// The share of a cap one lane of a download is given when the lane count is left to the
+/// transport (100 MB/s, 800 Mbit/s: what one TLS connection carries on the paths xfer is
+/// sized for); the count is never cut below two.
+pub const BYTES_PER_CAPPED_LANE: u64 = 100_000_000;
+
 const NANOS: u128 = 1_000_000_000;
 
 /// A payload rate, in bytes per second (never zero).
@@ -44,6 +49,15 @@ impl RateLimit {
 
     pub fn bytes_per_second(self) -> u64 {
         self.bytes_per_second.get()
+    }
+
+    /// Lanes a download under this cap runs when the count is left to the transport
+    /// (`default`): one per [`BYTES_PER_CAPPED_LANE`], at least two, at most `default`. A
+    /// connection reaches a modest cap alone; more only hold more unread bytes in their
+    /// windows.
+    pub fn download_lanes(self, default: usize) -> usize {
+        let per = self.bytes_per_second().div_ceil(BYTES_PER_CAPPED_LANE);
+        default.min(usize::try_from(per).unwrap_or(usize::MAX).max(2))
     }
 
     /// The bytes let through at once: [`BURST_MS`] of the rate, at least [`MIN_BURST`].
@@ -326,6 +340,14 @@ mod tests {
             b.handle_bytes(later, 1_000),
             Some(later + Duration::from_millis(1))
         );
+    }
+
+    #[test]
+    fn a_cap_takes_fewer_lanes() {
+        assert_eq!(rate(25_000_000).download_lanes(8), 2);
+        assert_eq!(rate(250_000_000).download_lanes(8), 3);
+        assert_eq!(rate(10_000_000_000).download_lanes(8), 8);
+        assert_eq!(rate(1).download_lanes(1), 1);
     }
 
     #[test]

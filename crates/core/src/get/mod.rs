@@ -753,9 +753,20 @@ async fn server_checksum(
 fn initial_lanes(cfg: &GetConfig, transport: &dyn Transport) -> usize {
     match capped_adapt(cfg) {
         Some(a) => a.start_lanes(),
-        None => cfg.lanes.unwrap_or_else(|| transport.default_lanes()),
+        None => cfg
+            .lanes
+            .unwrap_or_else(|| capped_lanes(cfg, transport.default_lanes())),
     }
     .max(1)
+}
+
+/// Under a rate cap, fewer lanes than the transport's default may do
+/// ([`crate::rate::RateLimit::download_lanes`]).
+fn capped_lanes(cfg: &GetConfig, default: usize) -> usize {
+    match &cfg.rate_limit {
+        Some(l) => l.limit().download_lanes(default),
+        None => default,
+    }
 }
 
 /// The controller's configuration; under a rate cap it starts at its fewest lanes: it adds
