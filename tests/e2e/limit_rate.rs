@@ -1,5 +1,6 @@
 //! `--limit-rate` (issue 41) through the real binary on loopback: `xfer get` of a file (HTTP/1.1
-//! and QUIC), `xfer put` of a file and `xfer get` of a tree stay under the cap, as far as the
+//! and QUIC), `xfer put` of a file and of a tree and `xfer get` of a tree stay under
+//! the cap, as far as the
 //! burst and the pieces already read allow; `--json` reports the cap; a rate that could mean
 //! bytes or bits is refused before anything is sent.
 //!
@@ -90,23 +91,28 @@ async fn get_stays_under_the_cap_quic() -> TestResult {
     get_one_file(Proto::Quic).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn put_stays_under_the_cap() -> TestResult {
-    let fx = Fixture::start_with(Proto::Http2Tls, crate::upload::configure).await?;
+/// `xfer put SRC URL` with the upload token, capped; the report.
+async fn put_capped(fx: &Fixture, src: &Path, url: String) -> Result<serde_json::Value, BoxError> {
     let token = fx.dir.path().join("upload.token");
     std::fs::write(&token, "upload-token\n")?;
-    let src = fx.dir.path().join("src.bin");
-    let sha = write_random_file(&src, 4 * MIB, 42)?;
     let args = vec![
         "put".to_string(),
         src.display().to_string(),
-        fx.url("/in/src.bin"),
+        url,
         "--token-file".into(),
         token.display().to_string(),
         "--lanes".into(),
         "2".into(),
     ];
-    let report = run_capped(&fx, args).await?;
+    run_capped(fx, args).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_stays_under_the_cap() -> TestResult {
+    let fx = Fixture::start_with(Proto::Http2Tls, crate::upload::configure).await?;
+    let src = fx.dir.path().join("src.bin");
+    let sha = write_random_file(&src, 4 * MIB, 42)?;
+    let report = put_capped(&fx, &src, fx.url("/in/src.bin")).await?;
     assert_eq!(sha256_file(&fx.root().join("in/src.bin"))?, sha);
     // Bodies are charged before they are handed on: no piece rides above the burst.
     let sent = u64_field(&report, "sent_bytes")?;
@@ -116,22 +122,41 @@ async fn put_stays_under_the_cap() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_put_stays_under_the_cap() -> TestResult {
+    let fx = Fixture::start_with(Proto::Http2Tls, crate::upload::configure).await?;
+    let src = fx.dir.path().join("src");
+    let shas = tree(&src)?;
+    let report = put_capped(&fx, &src, fx.url("/in/tree/")).await?;
+    for (name, sha) in &shas {
+        let stored = fx.root().join("in/tree").join(name);
+        assert_eq!(&sha256_file(&stored)?, sha, "{name}");
+    }
+    let sent = u64_field(&report, "sent_bytes")?;
+    assert_under_cap("tree put", sent, seconds(&report)?, 0.0, &report);
+    fx.shutdown().await;
+    Ok(())
+}
+
+/// Eight files of 512 KiB, half of them in a subdirectory; their names and digests.
+fn tree(root: &Path) -> Result<Vec<(String, String)>, BoxError> {
+    std::fs::create_dir_all(root.join("sub"))?;
+    (0..8u64)
+        .map(|i| {
+            let name = if i % 2 == 0 {
+                format!("f{i}.bin")
+            } else {
+                format!("sub/f{i}.bin")
+            };
+            let sha = write_random_file(&root.join(&name), MIB / 2, i)?;
+            Ok((name, sha))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tree_get_stays_under_the_cap() -> TestResult {
     let fx = Fixture::start(Proto::Http2Tls).await?;
-    let root = fx.root().join("tree");
-    std::fs::create_dir_all(root.join("sub"))?;
-    let mut shas = Vec::new();
-    for i in 0..8u64 {
-        let name = if i % 2 == 0 {
-            format!("f{i}.bin")
-        } else {
-            format!("sub/f{i}.bin")
-        };
-        shas.push((
-            name.clone(),
-            write_random_file(&root.join(&name), MIB / 2, i)?,
-        ));
-    }
+    let shas = tree(&fx.root().join("tree"))?;
     let dest = fx.out().join("tree");
     let args = vec![
         "get".to_string(),
