@@ -76,6 +76,13 @@ pub(crate) async fn put_whole_file(
     let mut attempt = 0;
     let declared = loop {
         attempt += 1;
+        if let Some(limit) = cfg.rate_limit.as_ref() {
+            // One request carries the whole file: the cap holds across files, not within one.
+            tokio::select! {
+                _ = limit.pace(size) => {}
+                _ = &mut stop => return Err(stopped()),
+            }
+        }
         let put = lane.put_file(body.clone());
         tokio::pin!(put);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);

@@ -115,3 +115,6 @@ mod examples;
 mod guide;
 #[path = "parity.rs"]
 mod parity;
+
+#[path = "e2e/limit_rate.rs"]
+mod limit_rate;

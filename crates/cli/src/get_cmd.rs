@@ -175,6 +175,8 @@ pub struct GetArgs {
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
+    pub rate: crate::rate_arg::RateArgs,
+    #[command(flatten)]
     pub client: ClientArgs,
 }
 
@@ -218,6 +220,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         print!("{}", sw.report(mechanisms::Side::Client));
         return Ok(ExitCode::SUCCESS);
     }
+    args.rate.shape_windows(&mut args.client);
     let mut mirrors = std::mem::take(&mut args.rest);
     if mirrors.last().is_some_and(|d| !d.contains("://")) {
         args.dest = mirrors.pop().map(PathBuf::from);
@@ -252,6 +255,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
             check_every_chunk: args.check_every_chunk,
             request_ahead: args.request_ahead(&sw),
             hash_memory: args.hash_memory,
+            rate_limit: args.rate.limiter(),
             ..GetConfig::default()
         };
         get.schedule.max_attempts = args.retries.max(1);
@@ -291,6 +295,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         checksum: args.checksum,
         request_ahead: args.request_ahead(&sw),
         hash_memory: args.hash_memory,
+        rate_limit: args.rate.limiter(),
         ..GetConfig::default()
     };
     config.schedule.max_attempts = args.retries.max(1);
@@ -330,9 +335,11 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if args.json {
+        let mut doc = serde_json::to_value(&report).context("serializing the report")?;
+        args.rate.report(&mut doc);
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).context("serializing the report")?
+            serde_json::to_string_pretty(&doc).context("serializing the report")?
         );
     } else if !args.quiet {
         eprintln!("{} -> {}: {}", report.url, report.dest, report.summary());

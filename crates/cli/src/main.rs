@@ -19,6 +19,7 @@ mod lanes_arg;
 mod monitoring_args;
 mod progress_bar;
 mod put_cmd;
+mod rate_arg;
 mod serve_cmd;
 mod tree_cmd;
 mod tree_progress;

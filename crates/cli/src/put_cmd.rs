@@ -44,6 +44,8 @@ pub struct PutArgs {
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
+    pub rate: crate::rate_arg::RateArgs,
+    #[command(flatten)]
     pub client: ClientArgs,
 }
 
@@ -54,6 +56,7 @@ const UPLOAD_SEND_BUFFER: u64 = 32 << 20;
 pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     let tree = args.file.is_dir();
     let mut client_args = args.client.clone();
+    args.rate.shape_windows(&mut client_args);
     if tree {
         // Many files want many requests over few connections: HTTP/2 where the server
         // offers it, as for `xfer get URL/` (and as --help says).
@@ -77,6 +80,7 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
                 .is_on(xfer::crates::common::mechanisms::TAPER),
         lanes: args.lanes,
         max_attempts: args.retries.max(1),
+        rate_limit: args.rate.limiter(),
         ..PutConfig::default()
     };
     if tree {
@@ -111,9 +115,11 @@ pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if args.json {
+        let mut doc = serde_json::to_value(&report).context("serializing the report")?;
+        args.rate.report(&mut doc);
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).context("serializing the report")?
+            serde_json::to_string_pretty(&doc).context("serializing the report")?
         );
     } else if !args.quiet {
         let resumed = if report.resumed_bytes > 0 {
@@ -172,9 +178,11 @@ async fn run_tree(
         })
         .unwrap_or(0);
     if args.json {
+        let mut doc = serde_json::to_value(&report).context("serializing the report")?;
+        args.rate.report(&mut doc);
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).context("serializing the report")?
+            serde_json::to_string_pretty(&doc).context("serializing the report")?
         );
     } else if !args.quiet {
         eprintln!(

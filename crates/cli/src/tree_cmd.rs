@@ -165,7 +165,7 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
             };
             let e = anyhow::Error::from(e).context(format!("xfer get {root_url}"));
             if args.json {
-                print_json(&TreeReport::default(), "failed", Some(&e), code);
+                print_json(&TreeReport::default(), "failed", Some(&e), code, &args.rate);
             }
             eprintln!("xfer: {}", exit::describe(&e));
             return Ok(ExitCode::from(code));
@@ -178,7 +178,7 @@ pub async fn run(args: GetArgs, get: GetConfig) -> anyhow::Result<ExitCode> {
         _ => "failed",
     };
     if args.json {
-        print_json(&report, status, None, code);
+        print_json(&report, status, None, code, &args.rate);
     } else {
         // The plan is the output a dry run was asked for, even with --quiet.
         for p in &report.plan {
@@ -232,7 +232,13 @@ fn code_for(report: &TreeReport) -> u8 {
     }
 }
 
-fn print_json(report: &TreeReport, status: &str, error: Option<&anyhow::Error>, code: u8) {
+fn print_json(
+    report: &TreeReport,
+    status: &str,
+    error: Option<&anyhow::Error>,
+    code: u8,
+    rate: &crate::rate_arg::RateArgs,
+) {
     let mut doc = match serde_json::to_value(report).context("serializing the report") {
         Ok(v) => v,
         Err(e) => {
@@ -247,6 +253,7 @@ fn print_json(report: &TreeReport, status: &str, error: Option<&anyhow::Error>, 
             obj.insert("error".into(), exit::describe(e).into());
         }
     }
+    rate.report(&mut doc);
     match serde_json::to_string_pretty(&doc) {
         Ok(text) => println!("{text}"),
         Err(e) => tracing::warn!(error = %e, "cannot serialize the tree report"),

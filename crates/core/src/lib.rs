@@ -37,6 +37,7 @@ pub mod path_resume;
 pub mod plan;
 pub mod progress;
 pub mod put;
+pub mod rate;
 pub mod schedule;
 pub mod sink;
 pub mod size;

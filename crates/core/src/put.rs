@@ -48,6 +48,31 @@ pub struct PutConfig {
     /// ([`ChunkPlan::tapered`], as for downloads). Default on. A resumed upload needs no
     /// agreement on the plan: the server says which byte ranges it holds.
     pub taper: bool,
+    /// Cap the payload rate of all lanes together (`--limit-rate`); clones share the cap, so
+    /// a tree's files in flight share it too. Each request's body is charged as it is handed
+    /// to the transport, and chunks are cut to at most [`PACED_CHUNK_SECONDS`] of the rate so
+    /// that the cap holds within the second, not just over a chunk. Default `None`.
+    pub rate_limit: Option<crate::rate::RateLimiter>,
+}
+
+/// Under a rate cap, the longest time a chunk may take at the capped rate, as a fraction of
+/// a second: a chunk's body goes to the transport at once, so the per-second rate is steady
+/// within about one chunk per lane of this size.
+pub const PACED_CHUNK_SECONDS: f64 = 0.125;
+/// The smallest chunk under a rate cap: each costs its lane a round trip.
+const MIN_PACED_CHUNK: u64 = 1 << 20;
+
+impl PutConfig {
+    /// The chunk size the upload runs with: `chunk_size`, cut under a rate cap.
+    pub fn effective_chunk_size(&self) -> u64 {
+        match &self.rate_limit {
+            Some(l) => {
+                let paced = (l.limit().bytes_per_second() as f64 * PACED_CHUNK_SECONDS) as u64;
+                self.chunk_size.min(paced.max(MIN_PACED_CHUNK))
+            }
+            None => self.chunk_size,
+        }
+    }
 }
 
 impl Default for PutConfig {
@@ -59,6 +84,7 @@ impl Default for PutConfig {
             backoff_initial: Duration::from_millis(250),
             backoff_max: Duration::from_secs(15),
             taper: true,
+            rate_limit: None,
         }
     }
 }
@@ -184,7 +210,7 @@ impl Upload {
         let size = meta.len();
         let mtime = (meta.mtime(), meta.mtime_nsec());
         let file = Arc::new(file);
-        let plan = ChunkPlan::with_taper(size, cfg.chunk_size, cfg.taper)?;
+        let plan = ChunkPlan::with_taper(size, cfg.effective_chunk_size(), cfg.taper)?;
         let remote = |source| PutError::Remote {
             path: self.source.clone(),
             url: self.url.clone(),
@@ -205,7 +231,7 @@ impl Upload {
         };
         tokio::pin!(shutdown);
 
-        if size <= cfg.chunk_size {
+        if size <= cfg.effective_chunk_size() {
             // One request: the body's own digest is the whole file's.
             let data = read_at(&file, &self.source, 0, size).await?;
             let digest = Sha256Digest::of(&data);
@@ -213,6 +239,9 @@ impl Upload {
                 let mut attempt = 0;
                 loop {
                     attempt += 1;
+                    if let Some(limit) = cfg.rate_limit.as_ref() {
+                        limit.pace(size).await;
+                    }
                     match first.put_whole(data.clone(), digest).await {
                         Err(e) => match retry_wait(cfg, &e, attempt) {
                             Some(wait) => tokio::time::sleep(wait).await,
@@ -469,6 +498,9 @@ impl LaneCtx {
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
+                if let Some(limit) = self.cfg.rate_limit.as_ref() {
+                    limit.pace(up.data.len() as u64).await;
+                }
                 let e = match conn.put_chunk(&up).await {
                     Ok(()) => break,
                     Err(e) => e,

@@ -98,6 +98,8 @@ pub(super) struct LaneContext {
     /// path's response latency, for when to ask ahead. A request sent ahead cannot measure it
     /// (its answer queues behind the body before it), nor can one that opened a connection.
     pub latency_ns: std::sync::atomic::AtomicU64,
+    /// The command's rate cap, charged as bytes are read.
+    pub rate_limit: Option<crate::rate::RateLimiter>,
 }
 
 /// Who decides whether lanes request ahead.
@@ -611,7 +613,15 @@ async fn fetch(
                 if let Some(h) = hasher.as_mut() {
                     h.update(&data);
                 }
+                let n = data.len() as u64;
                 batch.push(data);
+                if let Some(limit) = ctx.rate_limit.as_ref() {
+                    // Not reading closes the flow-control window, which slows the sender.
+                    tokio::select! {
+                        _ = limit.pace(n) => {}
+                        _ = cancel.cancelled() => return Fetched::cancelled(),
+                    }
+                }
                 if batch.len >= ctx.write_batch && !batch.flush(ctx, a, &mut buffer, cancel).await {
                     return Fetched::cancelled();
                 }

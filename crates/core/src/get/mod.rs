@@ -139,6 +139,9 @@ pub struct GetConfig {
     /// them a `416`; an answer that describes another resource than the first one's is
     /// dropped. Default on; never on a resume, whose chunks left are not the first ones.
     pub speculate: bool,
+    /// Cap the payload rate of all lanes together (`--limit-rate`). Clones of one limiter
+    /// share its bucket, so a tree's files in flight share the cap too. Default `None`.
+    pub rate_limit: Option<crate::rate::RateLimiter>,
 }
 
 impl Default for GetConfig {
@@ -162,6 +165,7 @@ impl Default for GetConfig {
             request_ahead: None,
             taper: true,
             speculate: true,
+            rate_limit: None,
         }
     }
 }
@@ -627,15 +631,16 @@ impl Download {
             open_attempts: cfg.lane_open_attempts.max(1),
             stop: CancellationToken::new(),
             latency_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
+            rate_limit: cfg.rate_limit.clone(),
         };
         // The first request's measure of a round trip, for the controller's windows.
         let rtt = starts.first().and_then(|s| s.first.as_ref()).map(|f| f.1);
-        let lane_count = match &cfg.adapt {
+        let lane_count = match capped_adapt(cfg) {
             // A server without ranges gets its one stream; a file of a chunk or two has
             // nothing to adapt.
-            Some(a) if info.accepts_ranges && plan.chunk_count() > 2 => Some(
-                crate::lane_sampler::LaneSampler::new(a.clone(), rtt, started),
-            ),
+            Some(a) if info.accepts_ranges && plan.chunk_count() > 2 => {
+                Some(crate::lane_sampler::LaneSampler::new(a, rtt, started))
+            }
             _ => None,
         };
         // Lanes opened beyond what the transfer uses (a server without ranges gets one) go
@@ -746,11 +751,33 @@ async fn server_checksum(
 /// Lanes to start with: the controller's starting count when it adapts, else the count
 /// asked for, else the transport's.
 fn initial_lanes(cfg: &GetConfig, transport: &dyn Transport) -> usize {
-    match &cfg.adapt {
+    match capped_adapt(cfg) {
         Some(a) => a.start_lanes(),
-        None => cfg.lanes.unwrap_or_else(|| transport.default_lanes()),
+        None => cfg
+            .lanes
+            .unwrap_or_else(|| capped_lanes(cfg, transport.default_lanes())),
     }
     .max(1)
+}
+
+/// Under a rate cap, fewer lanes than the transport's default may do
+/// ([`crate::rate::RateLimit::download_lanes`]).
+fn capped_lanes(cfg: &GetConfig, default: usize) -> usize {
+    match &cfg.rate_limit {
+        Some(l) => l.limit().download_lanes(default),
+        None => default,
+    }
+}
+
+/// The controller's configuration; under a rate cap it starts at its fewest lanes: it adds
+/// lanes only for a gain in goodput, which a capped transfer shows only while its lanes
+/// cannot reach the cap, so a cap one connection carries is not spread over eight.
+fn capped_adapt(cfg: &GetConfig) -> Option<AdaptConfig> {
+    let mut a = cfg.adapt.clone()?;
+    if cfg.rate_limit.is_some() {
+        a.initial_lanes = a.min_lanes;
+    }
+    Some(a)
 }
 
 /// One round trip of the path, for a lane's first request ahead: the time its first request
