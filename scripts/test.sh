@@ -10,7 +10,7 @@ for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davi
 done
 # WLCG interop (tests/e2e/wlcg.rs and tests/e2e/tpc.rs, docs/wlcg.md): gfal2 with its HTTP plugin and scripts, XRootD
 # with its HTTP and TPC plugins (davix comes with davix-ls above). About 4 MB, 7 s of apt.
-for pkg in gfal2 gfal2-plugin-http gfal2-util-scripts xrootd-server xrootd-server-plugins; do
+for pkg in gfal2 gfal2-plugin-http gfal2-util-scripts xrootd-server xrootd-server-plugins xrootd-scitokens-plugins scitokens-cpp; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -56,8 +56,12 @@ mod staging;
 #[path = "e2e/access.rs"]
 mod access;
 
+#[path = "../crates/service/tests/token_table.rs"]
+mod token_table;
 #[path = "e2e/tokens.rs"]
 mod tokens;
+#[path = "e2e/xrootd_tokens.rs"]
+mod xrootd_tokens;
 
 #[path = "e2e/upload.rs"]
 mod upload;

@@ -11,6 +11,8 @@ mod decisions;
 mod listing;
 #[path = "resumable.rs"]
 mod resumable;
+#[path = "token_table.rs"]
+mod token_table;
 #[path = "tokens.rs"]
 mod tokens;
 #[path = "tpc.rs"]
