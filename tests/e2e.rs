@@ -56,6 +56,8 @@ mod staging;
 #[path = "e2e/access.rs"]
 mod access;
 
+#[path = "e2e/gfal_tokens.rs"]
+mod gfal_tokens;
 #[path = "../crates/service/tests/token_table.rs"]
 mod token_table;
 #[path = "e2e/tokens.rs"]
