@@ -11,13 +11,15 @@
 //! namespace where the issuers' certificates are mounted there. That needs root; under
 //! `CI=true` (where the tests run as root) nothing is skipped.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::{require_program, BoxError, TestResult};
 use crate::token_table::{Case, Issuers, Keys, Op, ANY, HOST, ORIGIN, TREE};
 use crate::tokens::{start_issuer, uploads_with_access};
-use crate::wlcg::{hashed_ca_dir, nix_is_root, record_version, start_xrootd_with, XrootdExtra};
+use crate::wlcg::{
+    hashed_ca_dir, nix_is_root, record_version, start_xrootd_with, Xrootd, XrootdExtra,
+};
 
 use Verdict::{Allowed, Crashed, Refused};
 
@@ -115,11 +117,11 @@ fn scitokens_cfg(issuers: &Issuers) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_decision_table_against_xrootd_and_xfer() -> TestResult {
-    let (Some(bin), Some(curl), Some(openssl), Some(_plugin)) = (
+/// xrootd, openssl and XRootD's token plugin, as root; or `None` to skip (never under
+/// `CI=true`).
+pub(crate) fn token_xrootd_tools() -> Option<(PathBuf, PathBuf)> {
+    let (Some(bin), Some(openssl), Some(_plugin)) = (
         require_program("xrootd", &["/usr/bin/xrootd"], "xrootd-server"),
-        require_program("curl", &["/usr/bin/curl"], "curl"),
         require_program("openssl", &["/usr/bin/openssl"], "openssl"),
         require_program(
             "libXrdAccSciTokens-5.so",
@@ -127,7 +129,7 @@ async fn the_decision_table_against_xrootd_and_xfer() -> TestResult {
             "xrootd-scitokens-plugins",
         ),
     ) else {
-        return Ok(());
+        return None;
     };
     if !nix_is_root() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true");
@@ -136,8 +138,107 @@ async fn the_decision_table_against_xrootd_and_xfer() -> TestResult {
             "under CI=true this test runs as root (a mount namespace for XRootD's trust store)"
         );
         eprintln!("skipping: XRootD's plugin trusts the test issuers only in a mount namespace, which needs root");
-        return Ok(());
+        return None;
     }
+    Some((bin, openssl))
+}
+
+/// XRootD over HTTPS with its SciTokens plugin and HTTP-TPC, in `dir`/xrootd (whatever is
+/// under `data` there already is served), and what it takes to start it again.
+pub(crate) struct TokenXrootd {
+    pub(crate) server: Xrootd,
+    bin: PathBuf,
+    dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    capath: PathBuf,
+    extra: XrootdExtra,
+}
+
+impl TokenXrootd {
+    /// `tls` is XRootD's certificate and key (the certificate is also the CA its TPC client
+    /// trusts); `trusted` are the PEM certificates its plugin trusts for the issuers.
+    pub(crate) fn start(
+        bin: &Path,
+        openssl: &Path,
+        dir: &Path,
+        tls: (&Path, &Path),
+        trusted: &[&Path],
+        scitokens_cfg: String,
+    ) -> Result<Self, BoxError> {
+        let (cert, key) = tls;
+        let capath = hashed_ca_dir(openssl, cert, dir)?;
+        let xrd = dir.join("xrootd");
+        // Its key cache in its own directory; the issuers' certificates as its system
+        // trust store.
+        std::fs::create_dir_all(xrd.join("cache"))?;
+        let trust = xrd.join("trust");
+        std::fs::create_dir_all(&trust)?;
+        let mut bundle = String::new();
+        for (i, pem) in trusted.iter().chain([&cert]).enumerate() {
+            let text = std::fs::read_to_string(pem)?;
+            std::fs::write(trust.join(format!("ca-{i}.pem")), &text)?;
+            bundle.push_str(&text);
+        }
+        std::fs::write(trust.join("ca-certificates.crt"), &bundle)?;
+        let out = Command::new(openssl).arg("rehash").arg(&trust).output()?;
+        if !out.status.success() {
+            return Err(format!("openssl rehash: {}", String::from_utf8_lossy(&out.stderr)).into());
+        }
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&trust, std::fs::Permissions::from_mode(0o755))?;
+        }
+        let extra = XrootdExtra {
+            conf: "ofs.authorize 1\nacc.authdb @XRD@/authdb\n\
+                   ofs.authlib ++ libXrdAccSciTokens.so config=@XRD@/scitokens.cfg\n\
+                   http.header2cgi Authorization authz\nscitokens.trace all\n"
+                .into(),
+            files: vec![
+                ("authdb".into(), String::new()),
+                ("scitokens.cfg".into(), scitokens_cfg),
+            ],
+            env: vec![("XDG_CACHE_HOME".into(), "@XRD@/cache".into())],
+            system_trust: Some(trust),
+        };
+        let server = start_xrootd_with(bin, dir, cert, key, &capath, &extra)?;
+        Ok(Self {
+            server,
+            bin: bin.to_owned(),
+            dir: dir.to_owned(),
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            capath,
+            extra,
+        })
+    }
+
+    /// Start it again (on new ports) after its process ended; its files stay.
+    pub(crate) fn restart(&mut self) -> Result<(), BoxError> {
+        self.server = start_xrootd_with(
+            &self.bin,
+            &self.dir,
+            &self.cert,
+            &self.key,
+            &self.capath,
+            &self.extra,
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("xrootd/xrootd.log")).unwrap_or_default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decision_table_against_xrootd_and_xfer() -> TestResult {
+    let (Some((bin, openssl)), Some(curl)) = (
+        token_xrootd_tools(),
+        require_program("curl", &["/usr/bin/curl"], "curl"),
+    ) else {
+        return Ok(());
+    };
     record_version(&bin, &["-v"]).await?;
 
     let issuer_dir = tempfile::tempdir()?;
@@ -164,52 +265,23 @@ async fn the_decision_table_against_xrootd_and_xfer() -> TestResult {
     let fx = uploads_with_access(&access).await?;
     write_tree(&fx.root())?;
 
-    // XRootD: the same tree, the issuers' certificates as its system trust store, its key
-    // cache in its own directory.
+    // XRootD: the same tree.
     let ca = fx.ca_cert().ok_or("the fixture has no CA")?;
     let key = ca.with_file_name("key.pem");
-    let capath = hashed_ca_dir(&openssl, &ca, fx.dir.path())?;
     let xrd = fx.dir.path().join("xrootd");
     write_tree(&xrd.join("data"))?;
-    std::fs::create_dir_all(xrd.join("cache"))?;
-    let trust = xrd.join("trust");
-    std::fs::create_dir_all(&trust)?;
-    let bundle = format!(
-        "{}{}",
-        std::fs::read_to_string(&wlcg_ca)?,
-        std::fs::read_to_string(&sci_ca)?
-    );
-    std::fs::write(trust.join("ca-certificates.crt"), &bundle)?;
-    std::fs::copy(&wlcg_ca, trust.join("wlcg.pem"))?;
-    std::fs::copy(&sci_ca, trust.join("sci.pem"))?;
-    let out = Command::new(&openssl).arg("rehash").arg(&trust).output()?;
-    assert!(
-        out.status.success(),
-        "openssl rehash: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&trust, std::fs::Permissions::from_mode(0o755))?;
-    }
-    let extra = XrootdExtra {
-        conf: "ofs.authorize 1\nacc.authdb @XRD@/authdb\n\
-               ofs.authlib ++ libXrdAccSciTokens.so config=@XRD@/scitokens.cfg\n\
-               http.header2cgi Authorization authz\nscitokens.trace all\n"
-            .into(),
-        files: vec![
-            ("authdb".into(), String::new()),
-            ("scitokens.cfg".into(), scitokens_cfg(&issuers)),
-        ],
-        env: vec![("XDG_CACHE_HOME".into(), "@XRD@/cache".into())],
-        system_trust: Some(trust),
-    };
-    let mut xrootd = start_xrootd_with(&bin, fx.dir.path(), &ca, &key, &capath, &extra)?;
-
+    let mut xrootd = TokenXrootd::start(
+        &bin,
+        &openssl,
+        fx.dir.path(),
+        (&ca, &key),
+        &[&wlcg_ca, &sci_ca],
+        scitokens_cfg(&issuers),
+    )?;
     let body = fx.dir.path().join("body.bin");
     std::fs::write(&body, b"new")?;
     let xfer_base = fx.url("");
-    let mut xrootd_base = xrootd.url("");
+    let mut xrootd_base = xrootd.server.url("");
     let cases = issuers.cases(&keys);
     assert!(cases.len() >= 30);
     let mut rows = Vec::new();
@@ -218,8 +290,8 @@ async fn the_decision_table_against_xrootd_and_xfer() -> TestResult {
         let at_xrootd = ask(&curl, &ca, &xrootd_base, case, &body).await?;
         if at_xrootd == 0 {
             // The rest of the table needs a live XRootD; its tree stays as it was.
-            xrootd = start_xrootd_with(&bin, fx.dir.path(), &ca, &key, &capath, &extra)?;
-            xrootd_base = xrootd.url("");
+            xrootd.restart()?;
+            xrootd_base = xrootd.server.url("");
         }
         println!(
             "{:<45} {:?} {:<7} xfer {at_xfer}  xrootd {at_xrootd}",
@@ -281,7 +353,7 @@ async fn the_decision_table_against_xrootd_and_xfer() -> TestResult {
         );
     }
     if !failures.is_empty() {
-        let log = std::fs::read_to_string(xrd.join("xrootd.log")).unwrap_or_default();
+        let log = xrootd.log();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         eprintln!(
             "XRootD's log ends:\n{}",
