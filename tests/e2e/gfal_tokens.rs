@@ -5,17 +5,20 @@
 //! the wrong one is refused; and `gfal-mkdir -p` and `gfal-rm` with a token, a read-only one
 //! refused. The issuer is a loopback HTTPS server (discovery and JWKS).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
 use xfer::crates::service::TpcConfig;
 
-use crate::support::{require_program, sha256_file, write_random_file, TestResult, MIB};
+use crate::support::{require_program, sha256_file, write_random_file, BoxError, TestResult, MIB};
 use crate::token_table::{es, now, Keys, ANY};
 use crate::tokens::start_issuer;
-use crate::tpc::{gfal_copy_both_ways, gfal_http_plugin, gfal_output, loopback, pair_with_access};
+use crate::tpc::{
+    copy_args, gfal_copy_both_ways, gfal_http_plugin, gfal_output, loopback, pair_with_access, Pair,
+};
 use crate::wlcg::hashed_ca_dir;
+use crate::xrootd_tokens::{token_xrootd_tools, TokenXrootd};
 
 const AUD_A: &str = "xfer-a.test";
 const AUD_B: &str = "xfer-b.test";
@@ -53,6 +56,55 @@ params.set_checksum(gfal2.checksum_mode.both, "ADLER32", "")
 ctx.filecopy(params, src, dst)
 "#;
 
+/// A loopback issuer publishing `ec1` of `keys`, and two xfer servers with TPC on whose
+/// access files take its tokens for audiences [`AUD_A`] and [`AUD_B`].
+struct Setup {
+    _issuer_dir: tempfile::TempDir,
+    issuer: String,
+    issuer_ca: PathBuf,
+    keys: Keys,
+    p: Pair,
+}
+
+async fn setup() -> Result<Setup, BoxError> {
+    let issuer_dir = tempfile::tempdir()?;
+    let (issuer, issuer_ca, state) = start_issuer(issuer_dir.path()).await?;
+    let keys = Keys::new();
+    *state.jwks.lock().expect("jwks lock") = keys.jwks(&["ec1"]);
+    let p = pair_with_access(
+        loopback(TpcConfig::default()),
+        &access(&issuer, &issuer_ca, AUD_A),
+        &access(&issuer, &issuer_ca, AUD_B),
+    )
+    .await?;
+    Ok(Setup {
+        _issuer_dir: issuer_dir,
+        issuer,
+        issuer_ca,
+        keys,
+        p,
+    })
+}
+
+impl Setup {
+    async fn shutdown(self) {
+        self.p.a.shutdown().await;
+        self.p.b.shutdown().await;
+    }
+}
+
+/// One gfal-copy between xfer and XRootD: what, mode, source and destination URLs, where
+/// the copy lands, its SHA-256, and the outcome (`Err`: words gfal-copy fails with).
+struct CopyCase<'a> {
+    what: &'a str,
+    mode: &'a str,
+    src: String,
+    dst: String,
+    lands: PathBuf,
+    sha: &'a str,
+    want: Result<(), &'a str>,
+}
+
 /// gfal's scripts and its http plugin, or `None` to skip (never under `CI=true`).
 fn gfal_tools() -> Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> {
     let (Some(copy), Some(mkdir), Some(rm)) = (
@@ -76,16 +128,8 @@ async fn gfal_copy_mkdir_and_rm_between_xfer_servers_with_jwts_only() -> TestRes
     ) else {
         return Ok(());
     };
-    let issuer_dir = tempfile::tempdir()?;
-    let (issuer, issuer_ca, state) = start_issuer(issuer_dir.path()).await?;
-    let keys = Keys::new();
-    *state.jwks.lock().expect("jwks lock") = keys.jwks(&["ec1"]);
-    let p = pair_with_access(
-        loopback(TpcConfig::default()),
-        &access(&issuer, &issuer_ca, AUD_A),
-        &access(&issuer, &issuer_ca, AUD_B),
-    )
-    .await?;
+    let s = setup().await?;
+    let (issuer, keys, p) = (&s.issuer, &s.keys, &s.p);
     let capath = hashed_ca_dir(&openssl, &p.cert, p.a.dir.path())?;
     let src = p.a.root().join("store/src.bin");
     std::fs::create_dir_all(src.parent().ok_or("no parent")?)?;
@@ -94,17 +138,17 @@ async fn gfal_copy_mkdir_and_rm_between_xfer_servers_with_jwts_only() -> TestRes
 
     // One token both servers accept, in BEARER_TOKEN: gfal2 sends it to the server it asks
     // and, as TransferHeaderAuthorization, for the other one.
-    let both = token(&keys, &issuer, ANY, "storage.read:/ storage.modify:/");
+    let both = token(keys, issuer, ANY, "storage.read:/ storage.modify:/");
     let env = [
         ("X509_CERT_DIR", capath.display().to_string()),
         ("BEARER_TOKEN", both.clone()),
     ];
-    gfal_copy_both_ways(&gfal_copy, &p, &env, &sha).await?;
+    gfal_copy_both_ways(&gfal_copy, p, &env, &sha).await?;
 
     // A token per endpoint through gfal2's credentials API: a's reads at a only, b's
     // creation at b only, so a token passed to the wrong server would be refused there.
-    let at_a = token(&keys, &issuer, AUD_A, "storage.read:/store");
-    let at_b = token(&keys, &issuer, AUD_B, "storage.create:/store");
+    let at_a = token(keys, issuer, AUD_A, "storage.read:/store");
+    let at_b = token(keys, issuer, AUD_B, "storage.create:/store");
     for (mode, dest) in [
         ("3rd pull", "/store/pulled-2.bin"),
         ("3rd push", "/store/pushed-2.bin"),
@@ -163,10 +207,7 @@ async fn gfal_copy_mkdir_and_rm_between_xfer_servers_with_jwts_only() -> TestRes
     );
     let reader = [
         ("X509_CERT_DIR", capath.display().to_string()),
-        (
-            "BEARER_TOKEN",
-            token(&keys, &issuer, AUD_B, "storage.read:/"),
-        ),
+        ("BEARER_TOKEN", token(keys, issuer, AUD_B, "storage.read:/")),
     ];
     let refused = gfal_output(&gfal_rm, &[&davs("/store/pulled.bin")], &reader).await;
     assert!(
@@ -176,7 +217,109 @@ async fn gfal_copy_mkdir_and_rm_between_xfer_servers_with_jwts_only() -> TestRes
     assert!(p.b.root().join("store/pulled.bin").exists());
     gfal_output(&gfal_rm, &[&davs("/store/pulled.bin")], &env).await?;
     assert!(!p.b.root().join("store/pulled.bin").exists(), "gfal-rm");
-    p.a.shutdown().await;
-    p.b.shutdown().await;
+    s.shutdown().await;
+    Ok(())
+}
+
+/// `gfal-copy` pull and push between xfer and XRootD (its SciTokens plugin and HTTP-TPC),
+/// both ways, with one JWT in `BEARER_TOKEN` and `-K ADLER32`. Each copy's outcome is
+/// asserted as it is; docs/tokens.md lists what XRootD does not do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gfal_copy_between_xfer_and_xrootd_with_jwts_only() -> TestResult {
+    let (Some((gfal_copy, ..)), Some((xrootd_bin, openssl))) = (gfal_tools(), token_xrootd_tools())
+    else {
+        return Ok(());
+    };
+    let s = setup().await?;
+    let (issuer, issuer_ca, keys, p) = (&s.issuer, &s.issuer_ca, &s.keys, &s.p);
+    let xfer_store = p.a.root().join("store");
+    std::fs::create_dir_all(&xfer_store)?;
+    let sha = write_random_file(&xfer_store.join("src.bin"), 5 * MIB + 71, 93)?;
+    let xrd_store = p.a.dir.path().join("xrootd/data/store");
+    std::fs::create_dir_all(&xrd_store)?;
+    let xrd_sha = write_random_file(&xrd_store.join("src.bin"), 4 * MIB + 5, 94)?;
+    let xrd_large_sha = write_random_file(&xrd_store.join("large.bin"), 16 * MIB + 1024, 95)?;
+    let cfg = format!(
+        "[Global]\naudience = {ANY}\n\n[Issuer test]\nissuer = {issuer}\nbase_path = /\ndefault_user = xrootd\n"
+    );
+    let xrootd = TokenXrootd::start(
+        &xrootd_bin,
+        &openssl,
+        p.a.dir.path(),
+        (&p.cert, &p.key),
+        &[issuer_ca],
+        cfg,
+    )?;
+    let capath = hashed_ca_dir(&openssl, &p.cert, p.b.dir.path())?;
+    let env = [
+        ("X509_CERT_DIR", capath.display().to_string()),
+        (
+            "BEARER_TOKEN",
+            token(keys, issuer, ANY, "storage.read:/ storage.modify:/"),
+        ),
+    ];
+    let (x, r) = (
+        |path: &str| p.a.url(path),
+        |path: &str| xrootd.server.url(path),
+    );
+    // What each copy does: `Ok` when the file arrives whole, else the words gfal-copy
+    // fails with. XRootD 5.5 answers a range past the end of a file with a Content-Range
+    // that runs past it too (`bytes 0-16777215/4194309`), which xfer's client refuses, so
+    // xfer pulls from XRootD only files of at least its 16 MiB first range; XRootD's push
+    // into xfer fails in libcurl's HTTP/2 layer.
+    let small = ("/store/src.bin", &xrd_sha);
+    let large = ("/store/large.bin", &xrd_large_sha);
+    let case = |what, mode, src, dst, lands, sha, want| CopyCase {
+        what,
+        mode,
+        src,
+        dst,
+        lands,
+        sha,
+        want,
+    };
+    #[rustfmt::skip]
+    let cases = [
+        case("xfer to XRootD", "pull", x("/store/src.bin"), r("/store/pulled.bin"), xrd_store.join("pulled.bin"), &sha, Ok(())),
+        case("xfer to XRootD", "push", x("/store/src.bin"), r("/store/pushed.bin"), xrd_store.join("pushed.bin"), &sha, Ok(())),
+        case("XRootD to xfer, 16 MiB + 1 KiB", "pull", r(large.0), x("/store/pulled-large.bin"), xfer_store.join("pulled-large.bin"), large.1, Ok(())),
+        case("XRootD to xfer, 4 MiB", "pull", r(small.0), x("/store/pulled.bin"), xfer_store.join("pulled.bin"), small.1, Err("the remote's answer was not usable")),
+        case("XRootD to xfer", "push", r(small.0), x("/store/pushed.bin"), xfer_store.join("pushed.bin"), small.1, Err("Stream error in the HTTP/2 framing layer")),
+    ];
+    let mut failures = Vec::new();
+    for CopyCase {
+        what,
+        mode,
+        src,
+        dst,
+        lands: got,
+        sha: want_sha,
+        want,
+    } in cases
+    {
+        let args = copy_args(mode, &src, &dst);
+        let result = gfal_output(&gfal_copy, &args, &env).await;
+        println!("gfal-copy --copy-mode {mode} {what}: {result:?}");
+        match (want, result) {
+            (Ok(()), Ok(_)) => {
+                if sha256_file(&got)? != *want_sha {
+                    failures.push(format!("{mode} {what}: the copy differs"));
+                }
+            }
+            (Err(words), Err(e)) if e.to_string().contains(words) => {
+                assert!(
+                    !got.exists(),
+                    "{mode} {what}: failed, yet {} exists",
+                    got.display()
+                );
+            }
+            (want, got) => failures.push(format!("{mode} {what}: expected {want:?}, got {got:?}")),
+        }
+    }
+    if !failures.is_empty() {
+        eprintln!("XRootD's log:\n{}", xrootd.log());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    s.shutdown().await;
     Ok(())
 }

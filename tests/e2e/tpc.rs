@@ -41,6 +41,7 @@ pub(crate) struct Pair {
     pub(crate) a: Fixture,
     pub(crate) b: Fixture,
     pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
     _cert_dir: tempfile::TempDir,
 }
 
@@ -86,6 +87,7 @@ pub(crate) async fn pair_with_access(
         a,
         b,
         cert: made.cert_path.clone(),
+        key: made.key_path.clone(),
         _cert_dir: cert_dir,
     })
 }
@@ -620,6 +622,11 @@ async fn gfal_copy_pull_and_push() -> TestResult {
     Ok(())
 }
 
+/// gfal-copy's arguments for a verified third-party copy, as FTS gives them.
+pub(crate) fn copy_args<'a>(mode: &'a str, src: &'a str, dst: &'a str) -> [&'a str; 8] {
+    ["--copy-mode", mode, "-K", "ADLER32", "-t", "120", src, dst]
+}
+
 /// `gfal-copy --copy-mode pull`, then `push`, of a's `/store/src.bin` to b's `/store/pulled.bin`
 /// and `/store/pushed.bin`, with ADLER32 verification; both copies must hold `sha`.
 pub(crate) async fn gfal_copy_both_ways(
@@ -629,16 +636,8 @@ pub(crate) async fn gfal_copy_both_ways(
     sha: &str,
 ) -> Result<(), BoxError> {
     for (mode, dest) in [("pull", "/store/pulled.bin"), ("push", "/store/pushed.bin")] {
-        let args = [
-            "--copy-mode",
-            mode,
-            "-K",
-            "ADLER32",
-            "-t",
-            "120",
-            &p.a.url("/store/src.bin"),
-            &p.b.url(dest),
-        ];
+        let (src, dst) = (p.a.url("/store/src.bin"), p.b.url(dest));
+        let args = copy_args(mode, &src, &dst);
         let out = gfal_output(gfal, &args, env).await?;
         eprintln!("gfal-copy --copy-mode {mode}: {}", out.trim());
         assert_eq!(
