@@ -8,9 +8,10 @@ need=()
 for pair in nginx:nginx-light curl:curl iperf3:iperf3 aria2c:aria2 davix-ls:davix rclone:rclone openssl:openssl ping:iputils-ping ip:iproute2 prometheus:prometheus chromium:chromium lintian:lintian; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
-# WLCG interop (tests/e2e/wlcg.rs and tests/e2e/tpc.rs, docs/wlcg.md): gfal2 with its HTTP plugin and scripts, XRootD
-# with its HTTP and TPC plugins (davix comes with davix-ls above). About 4 MB, 7 s of apt.
-for pkg in gfal2 gfal2-plugin-http gfal2-util-scripts xrootd-server xrootd-server-plugins; do
+# WLCG interop (tests/e2e/wlcg.rs, tpc.rs, xrootd_tokens.rs, gfal_tokens.rs; docs/wlcg.md, docs/tokens.md): gfal2 with its
+# HTTP plugin and scripts, XRootD with its HTTP, TPC and SciTokens plugins, scitokens-cpp (davix comes with davix-ls
+# above). About 4 MB, 7 s of apt.
+for pkg in gfal2 gfal2-plugin-http gfal2-util-scripts xrootd-server xrootd-server-plugins xrootd-scitokens-plugins scitokens-cpp; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

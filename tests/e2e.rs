@@ -62,8 +62,14 @@ mod tree_sync;
 #[path = "e2e/access.rs"]
 mod access;
 
+#[path = "e2e/gfal_tokens.rs"]
+mod gfal_tokens;
+#[path = "../crates/service/tests/token_table.rs"]
+mod token_table;
 #[path = "e2e/tokens.rs"]
 mod tokens;
+#[path = "e2e/xrootd_tokens.rs"]
+mod xrootd_tokens;
 
 #[path = "e2e/upload.rs"]
 mod upload;

@@ -31,15 +31,17 @@ fn b64(bytes: &[u8]) -> String {
 
 /// What the loopback issuer serves, and whether it answers at all.
 #[derive(Default)]
-struct IssuerState {
-    jwks: Mutex<Vec<u8>>,
+pub(crate) struct IssuerState {
+    pub(crate) jwks: Mutex<Vec<u8>>,
     connections: AtomicUsize,
     silent: AtomicBool,
 }
 
 /// An HTTPS issuer on 127.0.0.1: `/.well-known/openid-configuration` and `/jwks`, one request
 /// per connection. While `silent` it accepts connections and never answers.
-async fn start_issuer(dir: &Path) -> Result<(String, PathBuf, Arc<IssuerState>), BoxError> {
+pub(crate) async fn start_issuer(
+    dir: &Path,
+) -> Result<(String, PathBuf, Arc<IssuerState>), BoxError> {
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])?;
     let cert = dir.join("issuer-cert.pem");
     let key = dir.join("issuer-key.pem");
@@ -299,6 +301,17 @@ ca_file = "{}"
     Ok(())
 }
 
+/// An https server taking uploads, with `access` as its access file.
+pub(crate) async fn uploads_with_access(access: &str) -> Result<Fixture, BoxError> {
+    Fixture::start_with(Proto::Http1Tls, |cfg, dir| {
+        let file = dir.join("access.toml");
+        std::fs::write(&file, access).expect("writing the access file");
+        cfg.access_file = Some(file);
+        cfg.uploads = Some(Default::default());
+    })
+    .await
+}
+
 /// Mints tokens with the `scitokens` Python package (the reference implementation's
 /// library) for the issuer URL in argv[1]: prints the issuer's JWKS and the tokens, as JSON.
 const MINT: &str = r#"
@@ -379,13 +392,7 @@ async fn tokens_minted_by_the_scitokens_library() -> TestResult {
         "[[issuer]]\nurl = \"{issuer}\"\nbase_path = \"/\"\naudiences = [\"127.0.0.1\"]\nca_file = \"{}\"\n",
         issuer_ca.display()
     );
-    let fx = Fixture::start_with(Proto::Http1Tls, |cfg, dir| {
-        let file = dir.join("access.toml");
-        std::fs::write(&file, &access).expect("writing the access file");
-        cfg.access_file = Some(file);
-        cfg.uploads = Some(Default::default());
-    })
-    .await?;
+    let fx = uploads_with_access(&access).await?;
     std::fs::create_dir_all(fx.root().join("data"))?;
     write_random_file(&fx.root().join("data/a.bin"), 10_000, 8)?;
     let body = fx.dir.path().join("body.bin");

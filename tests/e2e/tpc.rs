@@ -41,21 +41,32 @@ pub(crate) struct Pair {
     pub(crate) a: Fixture,
     pub(crate) b: Fixture,
     pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
     _cert_dir: tempfile::TempDir,
 }
 
 pub(crate) async fn pair(tpc: TpcConfig) -> Result<Pair, BoxError> {
+    pair_with_access(tpc, ACCESS, ACCESS).await
+}
+
+/// [`pair`] with access files of the caller's.
+pub(crate) async fn pair_with_access(
+    tpc: TpcConfig,
+    access_a: &str,
+    access_b: &str,
+) -> Result<Pair, BoxError> {
     let cert_dir = tempfile::tempdir()?;
     let (made, _) = reuse_or_generate_self_signed(
         &["127.0.0.1".to_string(), "localhost".to_string()],
         cert_dir.path(),
         false,
     )?;
-    let setup = |anonymous_read: bool| {
+    let setup = |anonymous_read: bool, text: &str| {
         let (cert, key, tpc) = (made.cert_path.clone(), made.key_path.clone(), tpc.clone());
+        let text = text.to_string();
         move |cfg: &mut ServeConfig, dir: &Path| {
             let access = dir.join("access.toml");
-            std::fs::write(&access, ACCESS).expect("writing the access file");
+            std::fs::write(&access, text).expect("writing the access file");
             cfg.access_file = Some(access);
             cfg.anonymous_read = anonymous_read;
             cfg.uploads = Some(Default::default());
@@ -70,12 +81,13 @@ pub(crate) async fn pair(tpc: TpcConfig) -> Result<Pair, BoxError> {
             });
         }
     };
-    let a = Fixture::start_with(Proto::Http1Tls, setup(false)).await?;
-    let b = Fixture::start_with(Proto::Http1Tls, setup(true)).await?;
+    let a = Fixture::start_with(Proto::Http1Tls, setup(false, access_a)).await?;
+    let b = Fixture::start_with(Proto::Http1Tls, setup(true, access_b)).await?;
     Ok(Pair {
         a,
         b,
         cert: made.cert_path.clone(),
+        key: made.key_path.clone(),
         _cert_dir: cert_dir,
     })
 }
@@ -600,14 +612,7 @@ async fn gfal_copy_pull_and_push() -> TestResult {
     let Some(openssl) = require_program("openssl", &["/usr/bin/openssl"], "openssl") else {
         return Ok(());
     };
-    let plugin = Path::new("/usr/lib/x86_64-linux-gnu/gfal2-plugins/libgfal_plugin_http.so");
-    if !plugin.exists() && !glob_plugin() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "gfal2's http plugin is required under CI=true (apt-get install gfal2-plugin-http)"
-        );
-        eprintln!("skipping: gfal2's http plugin is missing (apt-get install gfal2-plugin-http)");
+    if !gfal_http_plugin() {
         return Ok(());
     }
     let version = gfal_output(&gfal, &["--version"], &[]).await?;
@@ -634,18 +639,29 @@ async fn gfal_copy_pull_and_push() -> TestResult {
         ("BEARER_TOKEN", TOKEN.to_string()),
         ("GFAL_PYTHONBIN", "/usr/bin/python3".to_string()),
     ];
+    gfal_copy_both_ways(&gfal, &p, &env, &sha).await?;
+    p.a.shutdown().await;
+    p.b.shutdown().await;
+    Ok(())
+}
+
+/// gfal-copy's arguments for a verified third-party copy, as FTS gives them.
+pub(crate) fn copy_args<'a>(mode: &'a str, src: &'a str, dst: &'a str) -> [&'a str; 8] {
+    ["--copy-mode", mode, "-K", "ADLER32", "-t", "120", src, dst]
+}
+
+/// `gfal-copy --copy-mode pull`, then `push`, of a's `/store/src.bin` to b's `/store/pulled.bin`
+/// and `/store/pushed.bin`, with ADLER32 verification; both copies must hold `sha`.
+pub(crate) async fn gfal_copy_both_ways(
+    gfal: &Path,
+    p: &Pair,
+    env: &[(&str, String)],
+    sha: &str,
+) -> Result<(), BoxError> {
     for (mode, dest) in [("pull", "/store/pulled.bin"), ("push", "/store/pushed.bin")] {
-        let args = [
-            "--copy-mode",
-            mode,
-            "-K",
-            "ADLER32",
-            "-t",
-            "120",
-            &p.a.url("/store/src.bin"),
-            &p.b.url(dest),
-        ];
-        let out = gfal_output(&gfal, &args, &env).await?;
+        let (src, dst) = (p.a.url("/store/src.bin"), p.b.url(dest));
+        let args = copy_args(mode, &src, &dst);
+        let out = gfal_output(gfal, &args, env).await?;
         eprintln!("gfal-copy --copy-mode {mode}: {}", out.trim());
         assert_eq!(
             sha256_file(&p.b.root().join(&dest[1..]))?,
@@ -653,9 +669,22 @@ async fn gfal_copy_pull_and_push() -> TestResult {
             "gfal-copy --copy-mode {mode}"
         );
     }
-    p.a.shutdown().await;
-    p.b.shutdown().await;
     Ok(())
+}
+
+/// Whether gfal2's http plugin is installed; under `CI=true` it must be.
+pub(crate) fn gfal_http_plugin() -> bool {
+    let plugin = Path::new("/usr/lib/x86_64-linux-gnu/gfal2-plugins/libgfal_plugin_http.so");
+    if !plugin.exists() && !glob_plugin() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(
+            !ci,
+            "gfal2's http plugin is required under CI=true (apt-get install gfal2-plugin-http)"
+        );
+        eprintln!("skipping: gfal2's http plugin is missing (apt-get install gfal2-plugin-http)");
+        return false;
+    }
+    true
 }
 
 /// The http plugin under any multiarch directory.
@@ -671,7 +700,7 @@ fn glob_plugin() -> bool {
 
 /// Run gfal with `args`, off the runtime the servers run on; its output, or an error with
 /// both streams.
-async fn gfal_output(
+pub(crate) async fn gfal_output(
     bin: &Path,
     args: &[&str],
     env: &[(&str, String)],

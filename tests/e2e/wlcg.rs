@@ -74,7 +74,7 @@ async fn xfer_endpoint() -> Result<Fixture, BoxError> {
 
 /// A directory of CA certificates in OpenSSL's hashed layout, holding `cert`: davix, gfal2
 /// and XRootD take trust anchors only this way (`--capath`, `X509_CERT_DIR`, `certdir`).
-fn hashed_ca_dir(openssl: &Path, cert: &Path, dir: &Path) -> Result<PathBuf, BoxError> {
+pub(crate) fn hashed_ca_dir(openssl: &Path, cert: &Path, dir: &Path) -> Result<PathBuf, BoxError> {
     let capath = dir.join("capath");
     std::fs::create_dir_all(&capath)?;
     std::fs::copy(cert, capath.join("xfer-test-ca.pem"))?;
@@ -299,14 +299,14 @@ async fn davix_get_put_and_ls_against_xfer() -> TestResult {
 
 /// XRootD with its HTTP plugin over TLS and the HTTP-TPC handler, serving `data`, as an
 /// unprivileged user (XRootD refuses to run as root).
-struct Xrootd {
+pub(crate) struct Xrootd {
     _child: ChildGuard,
     https: SocketAddr,
-    data: PathBuf,
+    pub(crate) data: PathBuf,
 }
 
 impl Xrootd {
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("https://{}{path}", self.https)
     }
 }
@@ -320,6 +320,29 @@ fn start_xrootd(
     key: &Path,
     capath: &Path,
 ) -> Result<Xrootd, BoxError> {
+    start_xrootd_with(bin, dir, cert, key, capath, &XrootdExtra::default())
+}
+
+/// What some tests add to XRootD: configuration lines (`@XRD@` stands for its directory),
+/// files written into that directory, environment, and a directory of PEM files mounted over
+/// /etc/ssl/certs in a mount namespace of its own (libcurl in XRootD's plugins takes trust
+/// anchors only from there).
+#[derive(Default)]
+pub(crate) struct XrootdExtra {
+    pub(crate) conf: String,
+    pub(crate) files: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) system_trust: Option<PathBuf>,
+}
+
+pub(crate) fn start_xrootd_with(
+    bin: &Path,
+    dir: &Path,
+    cert: &Path,
+    key: &Path,
+    capath: &Path,
+    extra: &XrootdExtra,
+) -> Result<Xrootd, BoxError> {
     let root = nix_is_root();
     let xrd = dir.join("xrootd");
     let data = xrd.join("data");
@@ -328,6 +351,12 @@ fn start_xrootd(
     }
     std::fs::copy(cert, xrd.join("cert.pem"))?;
     std::fs::copy(key, xrd.join("key.pem"))?;
+    for (name, text) in &extra.files {
+        std::fs::write(
+            xrd.join(name),
+            text.replace("@XRD@", &xrd.display().to_string()),
+        )?;
+    }
     for entry in std::fs::read_dir(capath)? {
         let entry = entry?;
         std::fs::copy(entry.path(), xrd.join("capath").join(entry.file_name()))?;
@@ -357,12 +386,33 @@ fn start_xrootd(
             "all.export /\noss.localroot {x}/data\nall.adminpath {x}/admin\nall.pidpath {x}/run\n\
              xrd.port {xroot_port}\nxrd.protocol XrdHttp:{https_port} libXrdHttp.so\n\
              xrd.tls {x}/cert.pem {x}/key.pem\nxrd.tlsca certdir {x}/capath\n\
-             http.exthandler xrdtpc libXrdHttpTPC.so\nxrootd.chksum adler32\n"
+             http.exthandler xrdtpc libXrdHttpTPC.so\nxrootd.chksum adler32\n{}",
+            extra.conf.replace("@XRD@", &x.to_string())
         );
         let conf_path = xrd.join("xrootd.cfg");
         std::fs::write(&conf_path, conf)?;
         let log = xrd.join("xrootd.log");
-        let mut cmd = Command::new(bin);
+        let mut cmd = match &extra.system_trust {
+            Some(trust) => {
+                let mut cmd = Command::new("unshare");
+                cmd.args([
+                    "-m",
+                    "sh",
+                    "-c",
+                    r#"mount --bind "$0" /etc/ssl/certs && exec "$@""#,
+                ])
+                .arg(trust)
+                .arg(bin);
+                cmd
+            }
+            None => Command::new(bin),
+        };
+        cmd.envs(
+            extra
+                .env
+                .iter()
+                .map(|(k, v)| (k, v.replace("@XRD@", &x.to_string()))),
+        );
         if root {
             cmd.args(["-R", "xrootd"]);
         }
@@ -397,7 +447,7 @@ fn start_xrootd(
     Err(format!("xrootd did not start: {last}").into())
 }
 
-fn nix_is_root() -> bool {
+pub(crate) fn nix_is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

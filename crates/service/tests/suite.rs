@@ -13,6 +13,8 @@ mod listing;
 mod no_replace;
 #[path = "resumable.rs"]
 mod resumable;
+#[path = "token_table.rs"]
+mod token_table;
 #[path = "tokens.rs"]
 mod tokens;
 #[path = "tpc.rs"]

@@ -2,8 +2,8 @@
 //! issuers, keys, algorithms, versions, scopes and groups; key rotation, forged `kid`s that
 //! must not make the server hammer the issuer, and an issuer that never answers.
 //!
-//! The issuer is an in-memory [`HttpsGet`] serving discovery and JWKS; tokens are signed here
-//! with ring (ES256 with generated keys, RS256 with a fixed test key).
+//! The issuer is an in-memory [`HttpsGet`] serving discovery and JWKS; the table, its keys and
+//! its tokens are in token_table.rs, which tests/e2e/xrootd_tokens.rs runs against XRootD too.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -12,13 +12,10 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use base64::Engine;
+use crate::token_table::{es, Case, Issuers, Keys, Op, TREE};
 use bytes::Bytes;
-use ring::rand::SystemRandom;
-use ring::signature::{EcdsaKeyPair, KeyPair, RsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 use serde_json::{json, Value};
 use xfer_service::upload::{UploadBody, UploadHead};
 use xfer_service::{
@@ -28,143 +25,11 @@ use xfer_service::{
 
 const ISSUER: &str = "https://issuer.test";
 const SCI: &str = "https://sci.test";
-const ANY: &str = "https://wlcg.cern.ch/jwt/v1/any";
-const HOST: &str = "storage.example.org";
-const ORIGIN: &str = "https://storage.example.org:8443";
 
-const ACCESS: &str = r#"
-[[token]]
-name = "static"
-token = "static-secret"
-access = "read"
-prefix = "/"
-
-[[issuer]]
-url = "https://issuer.test"
-base_path = "/atlas"
-audiences = ["https://wlcg.cern.ch/jwt/v1/any", "storage.example.org", "https://storage.example.org:8443"]
-
-[[issuer.group]]
-name = "/atlas/production"
-access = "modify"
-path = "/prod"
-
-[[issuer]]
-url = "https://sci.test"
-base_path = "/"
-audiences = ["storage.example.org"]
-"#;
-
-/// A 2048-bit RSA test key (PKCS#8), for RS256.
-const RSA_KEY: &str = "
-MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQCrXGpC/lxTcgl8
-iPFUGjmRq0dE7put9A9Vpy3XvsA6Uk4sW1qTLiNSVBG0BEcWAXUgecmgSCxoQOFL
-FGXI4NkAK13CANNxJclaomEeT1Ie548LA5DXJLRN9l2Ep1cRGu7JMfuzskU8hart
-1sPWZ8sCus2hAstnM66M7AuSyv4AtDz1BTHBMId6vYjl6yH4x8u0aDBz8g7ha+Iy
-hskitR/xVIY50tL+aJ7rLIuWjMAVv4a5Puru9L2DiKBu7yGKRU3G0ooyoxwhZYtz
-8YOupqIMmyyBKWx5Tqm2ZnkHw2DSvceiTu8yTkCEJb1nYK75XgW8kRF7Vl/cST1P
-BfclWp09AgMBAAECggEACviA7haSSx5ZKKGsz51ZM7ADQVDEY0Plim6IUxBphqJX
-0mOr3hHdXYs30e5XLbu8p65cX/hW7Xq/4bpl1NE+W1Irb7z1TIBmjnioXpQl9ggN
-op8hEgEN0RL1hEVhX905TeS3EFdYsun82jq+cXbWKq/Sc901r/8BTRDcodKApgNJ
-CgkHKoUGAK7cLUdp69S4UAUtwintuzFoYyMHJTY16HyxoUHrzNJG4SbS8n73eYvt
-fQhvh11tm3N7KjqNSF+7CiBwzE+1cvHU8cnKMzeWftw7RtTv8uNOETTXjrWkZEoD
-VqrnrglYYbjpsAdWvCLyEK4/heCGRgDP1jIWGD+TsQKBgQDqS8SLlpmPA30amQh4
-4K41KGgLK/lyz5kFbfmq0ih4QX9JDUuk3l4AhG3DgIpfQI/j9qm0iWyZ1ig/gAeg
-4YOTeBl6lPv4FdriDiBe1w2+viNXJBICJaTJuRRSygBt3qjYv7KAkER3DebIjMvz
-RRf11hS3J3MdgwONm2PEIoLqcQKBgQC7PCuh9/9ZX8jtkTseaMw6icYqSz093ySZ
-5MGyA+Tb31OEC3h0/ld7+n5n2ODeN0mYXA2ipdfi8tnV3oYnYoNwCBHbPC6yw1Rd
-q//Z1xOHUM2kNoCSQYbi11xC+ct8HgzPe39iLKVBhLA0RC34J8r7/J1hKzvzA291
-1E+0qTPNjQKBgQChiJt5ods9PqqCLAArVrzE6ZbSHP9eqMJXe/smSr6cKowXUZNV
-l/o3YRZMM9My2NBb2zQlxJmbdotJPHwF73VHtwXZ/d26rVa7hAHNYXeYin7TFYtU
-758tdO0OJzckiN7gkUoAWXbanjr/ChOTJY/fbjnaDNjRAALzHq8qCqE4AQKBgEb1
-LcALYY14fIh0IsiKhOOmdSBwNTxuhcuA41tYmHIvd9IyGquT/ImyzBcFHWt53n1M
-XaqHWYLb8GxaEdN5RUC+/i1s6HG9DwsU9TiUhwUgPV7/fMhw5vKvFXsYeeKG7Onw
-7rzBGLv00mZsdFN4mTfYa7h4jxaw9ZvdI3vfKA+9AoGAAvlo2yqNY/0TDpohLQSd
-k1DVBTBj4xCfAWcL8aPVi1xNrZGU0eGgFsDIR6S+ql1f1Gzuxe2dTrOwvwXUo8y9
-n6OgpgyZ+0jo9EaTQ6m9M/Uo7+z/qWubnpuAkFJiLTxT4S1XreCiM1sLaDNs2efY
-uzmS728gdKkkEE572PbAW+s=";
-
-fn b64(bytes: &[u8]) -> String {
-    URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// Signing keys and the JWK each publishes.
-struct Keys {
-    ec: HashMap<&'static str, EcdsaKeyPair>,
-    rsa: RsaKeyPair,
-}
-
-impl Keys {
-    fn new() -> Self {
-        let rng = SystemRandom::new();
-        let ec = ["ec1", "ec2", "other"]
-            .into_iter()
-            .map(|kid| {
-                let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
-                    .expect("generate P-256 key");
-                let pair = EcdsaKeyPair::from_pkcs8(
-                    &ECDSA_P256_SHA256_FIXED_SIGNING,
-                    pkcs8.as_ref(),
-                    &rng,
-                )
-                .expect("load P-256 key");
-                (kid, pair)
-            })
-            .collect();
-        let der = STANDARD
-            .decode(RSA_KEY.replace('\n', ""))
-            .expect("RSA test key base64");
-        let rsa = RsaKeyPair::from_pkcs8(&der).expect("RSA test key");
-        Self { ec, rsa }
-    }
-
-    fn jwk(&self, kid: &str) -> Value {
-        if kid == "rsa1" {
-            let public =
-                ring::signature::RsaPublicKeyComponents::<Vec<u8>>::from(self.rsa.public());
-            return json!({"kty": "RSA", "kid": kid, "alg": "RS256",
-                "n": b64(&public.n), "e": b64(&public.e)});
-        }
-        let point = self.ec[kid].public_key().as_ref();
-        json!({"kty": "EC", "kid": kid, "crv": "P-256",
-            "x": b64(&point[1..33]), "y": b64(&point[33..65])})
-    }
-
-    fn jwks(&self, kids: &[&str]) -> Vec<u8> {
-        let keys: Vec<Value> = kids.iter().map(|k| self.jwk(k)).collect();
-        serde_json::to_vec(&json!({ "keys": keys })).expect("jwks json")
-    }
-
-    /// A compact JWS of `claims` with `header`, signed by `signer` (a kid of these keys),
-    /// or with an empty signature when `signer` is `None`.
-    fn sign(&self, header: &Value, claims: &Value, signer: Option<&str>) -> String {
-        let input = format!(
-            "{}.{}",
-            b64(header.to_string().as_bytes()),
-            b64(claims.to_string().as_bytes())
-        );
-        let rng = SystemRandom::new();
-        let signature = match signer {
-            None => Vec::new(),
-            Some("rsa1") => {
-                let mut sig = vec![0; self.rsa.public().modulus_len()];
-                self.rsa
-                    .sign(
-                        &ring::signature::RSA_PKCS1_SHA256,
-                        &rng,
-                        input.as_bytes(),
-                        &mut sig,
-                    )
-                    .expect("RSA sign");
-                sig
-            }
-            Some(kid) => self.ec[kid]
-                .sign(&rng, input.as_bytes())
-                .expect("EC sign")
-                .as_ref()
-                .to_vec(),
-        };
-        format!("{input}.{}", b64(&signature))
+fn issuers() -> Issuers {
+    Issuers {
+        wlcg: ISSUER.into(),
+        sci: SCI.into(),
     }
 }
 
@@ -242,12 +107,13 @@ struct Setup {
 fn setup(times: KeyTimes) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("root");
-    for d in ["atlas/data", "atlas/a", "atlas/ab", "atlas/prod", "cms"] {
+    for d in TREE {
         std::fs::create_dir_all(root.join(d)).expect("mkdir");
         std::fs::write(root.join(d).join("f"), b"data").expect("write");
     }
     let root = root.canonicalize().expect("root");
-    std::fs::write(dir.path().join("access.toml"), ACCESS).expect("write access file");
+    std::fs::write(dir.path().join("access.toml"), issuers().access_file(None))
+        .expect("write access file");
     let keys = Keys::new();
     let issuers = Arc::new(FakeIssuers::default());
     issuers.publish(ISSUER, keys.jwks(&["ec1", "rsa1"]));
@@ -268,45 +134,16 @@ fn setup(times: KeyTimes) -> Setup {
     }
 }
 
-fn now() -> i64 {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs();
-    i64::try_from(secs).expect("time fits")
-}
-
-/// A valid WLCG token of [`ISSUER`]: read of its whole area, for [`HOST`].
 fn wlcg() -> Value {
-    let t = now();
-    json!({"iss": ISSUER, "sub": "alice", "aud": HOST, "exp": t + 600, "iat": t, "nbf": t,
-        "jti": "j-1", "wlcg.ver": "1.0", "scope": "storage.read:/"})
+    issuers().wlcg()
 }
 
-/// A valid SciTokens 2.0 token of [`SCI`]: read of everything.
 fn sci() -> Value {
-    let t = now();
-    json!({"iss": SCI, "sub": "bob", "aud": HOST, "exp": t + 600, "iat": t,
-        "ver": "scitoken:2.0", "scope": "read:/"})
+    issuers().sci()
 }
 
-/// `claims` with the members of `changes` set, or removed where they are null.
-fn with(mut claims: Value, changes: Value) -> Value {
-    let map = claims.as_object_mut().expect("claims object");
-    for (k, v) in changes.as_object().expect("changes object") {
-        match v {
-            Value::Null => map.remove(k),
-            v => map.insert(k.clone(), v.clone()),
-        };
-    }
-    claims
-}
-
-fn es(kid: &str) -> Value {
-    json!({"alg": "ES256", "kid": kid, "typ": "JWT"})
-}
-
-async fn send(s: &Setup, method: Method, path: &str, token: &str) -> ResponsePlan {
+async fn send(s: &Setup, op: Op, path: &str, token: &str) -> ResponsePlan {
+    let method = method(op);
     let mut r = Request::new(
         method.clone(),
         path,
@@ -317,6 +154,9 @@ async fn send(s: &Setup, method: Method, path: &str, token: &str) -> ResponsePla
         bearer: (!token.is_empty()).then(|| Secret::new(token)),
         client_certificate: None,
     };
+    if let Op::Move(to) = op {
+        r.copy.destination = Some(to.to_string());
+    }
     if method == Method::Put {
         r.upload = UploadHead::default();
         return s
@@ -327,73 +167,33 @@ async fn send(s: &Setup, method: Method, path: &str, token: &str) -> ResponsePla
     s.svc.respond(&r).await
 }
 
+fn method(op: Op) -> Method {
+    match op {
+        Op::Get => Method::Get,
+        Op::Put => Method::Put,
+        Op::Delete => Method::Delete,
+        Op::Mkcol => Method::Mkcol,
+        Op::Move(_) => Method::Move,
+    }
+}
+
 #[tokio::test]
 async fn decision_table() {
     let s = setup(KeyTimes::default());
-    let k = &s.keys;
-    let t = now();
-    let ec1 = es("ec1");
-    let sign = |claims: Value| k.sign(&ec1, &claims, Some("ec1"));
-    let huge = sign(with(wlcg(), json!({"pad": "x".repeat(20_000)})));
-    use Method::{Get, Put};
-    #[rustfmt::skip]
-    let cases: Vec<(&str, Method, &str, String, u16)> = vec![
-        ("read in the area", Get, "/atlas/data/f", sign(wlcg()), status::OK),
-        ("outside the issuer's base path", Get, "/cms/f", sign(wlcg()), status::FORBIDDEN),
-        ("audience: WLCG any", Get, "/atlas/data/f", sign(with(wlcg(), json!({"aud": ANY}))), status::OK),
-        ("audience: origin with port", Get, "/atlas/data/f", sign(with(wlcg(), json!({"aud": ORIGIN}))), status::OK),
-        ("audience: wrong host", Get, "/atlas/data/f", sign(with(wlcg(), json!({"aud": "other.example.org"}))), status::UNAUTHORIZED),
-        ("audience: origin without the port", Get, "/atlas/data/f", sign(with(wlcg(), json!({"aud": "https://storage.example.org"}))), status::UNAUTHORIZED),
-        ("audience: list with the host", Get, "/atlas/data/f", sign(with(wlcg(), json!({"aud": ["x", HOST]}))), status::OK),
-        ("audience: list without it", Get, "/atlas/data/f", sign(with(wlcg(), json!({"aud": ["x", "y"]}))), status::UNAUTHORIZED),
-        ("audience: missing", Get, "/atlas/data/f", sign(with(wlcg(), json!({"aud": null}))), status::UNAUTHORIZED),
-        ("expired", Get, "/atlas/data/f", sign(with(wlcg(), json!({"exp": t - 120}))), status::UNAUTHORIZED),
-        ("expired within the leeway", Get, "/atlas/data/f", sign(with(wlcg(), json!({"exp": t - 30}))), status::OK),
-        ("no exp", Get, "/atlas/data/f", sign(with(wlcg(), json!({"exp": null}))), status::UNAUTHORIZED),
-        ("not yet valid", Get, "/atlas/data/f", sign(with(wlcg(), json!({"nbf": t + 300}))), status::UNAUTHORIZED),
-        ("issued in the future", Get, "/atlas/data/f", sign(with(wlcg(), json!({"iat": t + 300}))), status::UNAUTHORIZED),
-        ("unknown issuer", Get, "/atlas/data/f", sign(with(wlcg(), json!({"iss": "https://evil.test"}))), status::UNAUTHORIZED),
-        ("issuer with a trailing slash", Get, "/atlas/data/f", sign(with(wlcg(), json!({"iss": "https://issuer.test/"}))), status::UNAUTHORIZED),
-        ("no sub", Get, "/atlas/data/f", sign(with(wlcg(), json!({"sub": null}))), status::UNAUTHORIZED),
-        ("unknown kid", Get, "/atlas/data/f", k.sign(&es("ec9"), &wlcg(), Some("ec1")), status::UNAUTHORIZED),
-        ("known kid, another key's signature", Get, "/atlas/data/f", k.sign(&ec1, &wlcg(), Some("other")), status::UNAUTHORIZED),
-        ("alg none", Get, "/atlas/data/f", k.sign(&json!({"alg": "none", "kid": "ec1"}), &wlcg(), None), status::UNAUTHORIZED),
-        ("alg HS256", Get, "/atlas/data/f", k.sign(&json!({"alg": "HS256", "kid": "ec1"}), &wlcg(), Some("ec1")), status::UNAUTHORIZED),
-        ("no kid", Get, "/atlas/data/f", k.sign(&json!({"alg": "ES256"}), &wlcg(), Some("ec1")), status::UNAUTHORIZED),
-        ("RS256", Get, "/atlas/data/f", k.sign(&json!({"alg": "RS256", "kid": "rsa1"}), &wlcg(), Some("rsa1")), status::OK),
-        ("RS256 header on an EC key", Get, "/atlas/data/f", k.sign(&json!({"alg": "RS256", "kid": "ec1"}), &wlcg(), Some("ec1")), status::UNAUTHORIZED),
-        ("oversized", Get, "/atlas/data/f", huge, status::UNAUTHORIZED),
-        ("malformed", Get, "/atlas/data/f", "eyJhbGciOi.e30.AA".into(), status::UNAUTHORIZED),
-        ("scope without a path", Get, "/atlas/data/f", sign(with(wlcg(), json!({"scope": "storage.read"}))), status::UNAUTHORIZED),
-        ("scope /a covers /a", Get, "/atlas/a/f", sign(with(wlcg(), json!({"scope": "storage.read:/a"}))), status::OK),
-        ("scope /a does not cover /ab", Get, "/atlas/ab/f", sign(with(wlcg(), json!({"scope": "storage.read:/a"}))), status::FORBIDDEN),
-        ("scope with ..", Get, "/atlas/a/f", sign(with(wlcg(), json!({"scope": "storage.read:/a/../.."}))), status::UNAUTHORIZED),
-        ("read scope uploads nothing", Put, "/atlas/data/new-r", sign(wlcg()), status::FORBIDDEN),
-        ("create: a new file", Put, "/atlas/data/new-c", sign(with(wlcg(), json!({"scope": "storage.create:/data"}))), status::CREATED),
-        ("create: never an overwrite", Put, "/atlas/data/f", sign(with(wlcg(), json!({"scope": "storage.create:/data"}))), status::FORBIDDEN),
-        ("create also reads", Get, "/atlas/data/f", sign(with(wlcg(), json!({"scope": "storage.create:/data"}))), status::OK),
-        ("modify: overwrite", Put, "/atlas/data/f", sign(with(wlcg(), json!({"scope": "storage.modify:/data"}))), status::NO_CONTENT),
-        ("modify outside its path", Put, "/atlas/a/new-m", sign(with(wlcg(), json!({"scope": "storage.modify:/data"}))), status::FORBIDDEN),
-        ("wlcg.ver 2.0", Get, "/atlas/data/f", sign(with(wlcg(), json!({"wlcg.ver": "2.0"}))), status::UNAUTHORIZED),
-        ("wlcg.ver 1.2", Get, "/atlas/data/f", sign(with(wlcg(), json!({"wlcg.ver": "1.2"}))), status::OK),
-        ("no version", Get, "/atlas/data/f", sign(with(wlcg(), json!({"wlcg.ver": null}))), status::UNAUTHORIZED),
-        ("SciTokens read", Get, "/cms/f", k.sign(&es("ec2"), &sci(), Some("ec2")), status::OK),
-        ("SciTokens read uploads nothing", Put, "/cms/new-s", k.sign(&es("ec2"), &sci(), Some("ec2")), status::FORBIDDEN),
-        ("SciTokens write", Put, "/cms/new-s", k.sign(&es("ec2"), &with(sci(), json!({"scope": "write:/cms"})), Some("ec2")), status::CREATED),
-        ("SciTokens scope names in a WLCG token", Get, "/atlas/data/f", sign(with(wlcg(), json!({"scope": "read:/"}))), status::FORBIDDEN),
-        ("a key of another issuer", Get, "/cms/f", k.sign(&ec1, &sci(), Some("ec1")), status::UNAUTHORIZED),
-        ("group fallback", Put, "/atlas/prod/new-g", sign(with(wlcg(), json!({"scope": null, "wlcg.groups": ["/atlas", "/atlas/production"]}))), status::CREATED),
-        ("groups ignored beside a storage scope", Put, "/atlas/prod/new-h", sign(with(wlcg(), json!({"wlcg.groups": ["/atlas/production"]}))), status::FORBIDDEN),
-        ("unknown group", Get, "/atlas/prod/f", sign(with(wlcg(), json!({"scope": "openid", "wlcg.groups": ["/cms"]}))), status::FORBIDDEN),
-        ("static token beside issuers", Get, "/cms/f", "static-secret".into(), status::OK),
-        ("anonymous read", Get, "/cms/f", String::new(), status::OK),
-    ];
+    let cases = issuers().cases(&s.keys);
     assert!(cases.len() >= 30);
-    for (name, method, path, token, want) in cases {
-        let plan = send(&s, method.clone(), path, &token).await;
+    for Case {
+        name,
+        op,
+        path,
+        token,
+        want,
+    } in cases
+    {
+        let plan = send(&s, op, path, &token).await;
         assert_eq!(
             plan.status, want,
-            "{name}: {method:?} {path}: {:?}",
+            "{name}: {op:?} {path}: {:?}",
             plan.detail
         );
         if want == status::UNAUTHORIZED {
@@ -406,7 +206,7 @@ async fn decision_table() {
             );
             assert!(!challenge.contains(&token), "{name}: the token is echoed");
         }
-        if method == Method::Put && want >= 400 && path.contains("new-") {
+        if matches!(op, Op::Put | Op::Mkcol) && want >= 400 && path.contains("new-") {
             assert!(
                 !s.root.join(&path[1..]).exists(),
                 "{name}: {path} was written"
@@ -416,6 +216,10 @@ async fn decision_table() {
     assert_eq!(
         std::fs::read(s.root.join("atlas/data/f")).expect("read"),
         b"new"
+    );
+    assert!(s.root.join("atlas/data/new-dir").is_dir());
+    assert!(
+        !s.root.join("atlas/data/new-c").exists() && !s.root.join("atlas/data/new-moved").exists()
     );
 }
 
@@ -427,8 +231,7 @@ async fn forged_kids_do_not_hammer_the_issuer_and_rotation_is_picked_up() {
     });
     let k = &s.keys;
     let good = k.sign(&es("ec1"), &wlcg(), Some("ec1"));
-    let get =
-        async |s: &Setup, token: &str| send(s, Method::Get, "/atlas/data/f", token).await.status;
+    let get = async |s: &Setup, token: &str| send(s, Op::Get, "/atlas/data/f", token).await.status;
     assert_eq!(get(&s, &good).await, status::OK);
     let after_first = s.issuers.fetches.load(Ordering::SeqCst);
     assert_eq!(after_first, 2, "discovery and JWKS");
@@ -469,11 +272,11 @@ async fn cached_keys_outlive_an_issuer_outage() {
         ..KeyTimes::default()
     });
     let good = s.keys.sign(&es("ec1"), &wlcg(), Some("ec1"));
-    let plan = send(&s, Method::Get, "/atlas/data/f", &good).await;
+    let plan = send(&s, Op::Get, "/atlas/data/f", &good).await;
     assert_eq!(plan.status, status::OK);
     s.issuers.down.store(true, Ordering::SeqCst);
     let before = s.issuers.fetches.load(Ordering::SeqCst);
-    let plan = send(&s, Method::Get, "/atlas/data/f", &good).await;
+    let plan = send(&s, Op::Get, "/atlas/data/f", &good).await;
     assert_eq!(plan.status, status::OK, "{:?}", plan.detail);
     assert!(
         s.issuers.fetches.load(Ordering::SeqCst) > before,
@@ -493,21 +296,19 @@ async fn an_issuer_that_never_answers_stalls_only_its_own_tokens() {
     let token = s.keys.sign(&es("ec1"), &wlcg(), Some("ec1"));
     let waiting = {
         let s = Arc::clone(&s);
-        tokio::spawn(async move { send(&s, Method::Get, "/atlas/data/f", &token).await.status })
+        tokio::spawn(async move { send(&s, Op::Get, "/atlas/data/f", &token).await.status })
     };
     while s.issuers.fetches.load(Ordering::SeqCst) == 0 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(send(&s, Method::Get, "/cms/f", "").await.status, status::OK);
+    assert_eq!(send(&s, Op::Get, "/cms/f", "").await.status, status::OK);
     assert_eq!(
-        send(&s, Method::Get, "/cms/f", "static-secret")
-            .await
-            .status,
+        send(&s, Op::Get, "/cms/f", "static-secret").await.status,
         status::OK
     );
     let sci = s.keys.sign(&es("ec2"), &sci(), Some("ec2"));
     assert_eq!(
-        send(&s, Method::Get, "/cms/f", &sci).await.status,
+        send(&s, Op::Get, "/cms/f", &sci).await.status,
         status::OK,
         "another issuer's tokens wait for this one"
     );
@@ -521,7 +322,7 @@ async fn an_issuer_that_never_answers_stalls_only_its_own_tokens() {
     });
     s.issuers.hang.store(true, Ordering::SeqCst);
     let token = s.keys.sign(&es("ec1"), &wlcg(), Some("ec1"));
-    let plan = send(&s, Method::Get, "/atlas/data/f", &token).await;
+    let plan = send(&s, Op::Get, "/atlas/data/f", &token).await;
     assert_eq!(plan.status, status::UNAUTHORIZED);
     assert_eq!(
         plan.www_authenticate,
