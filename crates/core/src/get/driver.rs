@@ -336,6 +336,14 @@ impl Driver {
                     None => {
                         inputs.hashes = None;
                         if whole_digest.is_none() {
+                            // The hasher also ends when the writer stops on an error (a full
+                            // disk), which arrives on its own channel, maybe a moment later:
+                            // that error is the cause to report.
+                            if let Some(rx) = inputs.writer_failed.take() {
+                                if let Ok(Ok(e)) = tokio::time::timeout(WRITER_VERDICT_WAIT, rx).await {
+                                    break Ending::Failed(GetError::Write(e));
+                                }
+                            }
                             break Ending::Failed(GetError::Config(
                                 "the whole-file hash thread ended without a digest".into(),
                             ));
@@ -671,6 +679,11 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+/// How long a hasher that ended without a digest waits for the writer's error, which is the
+/// cause when there is one (the writer sends it as it stops, after the hasher has seen its
+/// input end).
+const WRITER_VERDICT_WAIT: Duration = Duration::from_secs(2);
 
 async fn writer_failure(rx: &mut Option<oneshot::Receiver<SinkError>>) -> Option<SinkError> {
     match rx {
