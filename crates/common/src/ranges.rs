@@ -115,6 +115,23 @@ pub fn parse_content_range(value: &str) -> Option<(Range<u64>, Option<u64>)> {
     Some((first..end, total))
 }
 
+/// As [`parse_content_range`], but a span that runs past the complete length is read as
+/// ending there: XRootD 5.5 answers a range beyond a file's end with `bytes 0-16777215/4194309`
+/// and the file's 4,194,309 bytes. For the answer to a first range, whose end the client chose
+/// blind; the bytes that follow are still counted against `Content-Length` and the range.
+pub fn parse_content_range_clamped(value: &str) -> Option<(Range<u64>, Option<u64>)> {
+    if let Some(found) = parse_content_range(value) {
+        return Some(found);
+    }
+    let rest = strip_bytes_unit(value)?;
+    let (span, total) = rest.split_once('/')?;
+    let (first, last) = span.trim().split_once('-')?;
+    let first = parse_exact(first.trim())?;
+    let last = parse_exact(last.trim())?;
+    let total = parse_exact(total.trim())?;
+    (first <= last && first < total && last >= total).then_some((first..total, Some(total)))
+}
+
 /// Read a 416's `Content-Range: bytes */<size>` into the size.
 pub fn parse_unsatisfied_content_range(value: &str) -> Option<u64> {
     let rest = strip_bytes_unit(value)?;
@@ -143,6 +160,27 @@ fn parse_exact(s: &str) -> Option<u64> {
 mod tests {
     use super::RangeOutcome::{Full, Partial, Unsatisfiable};
     use super::*;
+
+    #[test]
+    fn an_overlong_first_range_is_clamped_to_the_length_and_nothing_else_is_accepted() {
+        assert_eq!(
+            parse_content_range_clamped("bytes 0-16777215/4194309"),
+            Some((0..4_194_309, Some(4_194_309)))
+        );
+        assert_eq!(parse_content_range("bytes 0-16777215/4194309"), None);
+        assert_eq!(
+            parse_content_range_clamped("bytes 0-99/1000"),
+            Some((0..100, Some(1000)))
+        );
+        for bad in [
+            "bytes 5000-6000/4000",
+            "bytes 9-3/100",
+            "bytes 0-99/*x",
+            "bytes 0-+99/10",
+        ] {
+            assert_eq!(parse_content_range_clamped(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn simple_forms() {

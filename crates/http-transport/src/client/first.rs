@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
+use xfer_common::ranges::{parse_content_range_clamped, parse_unsatisfied_content_range};
 use xfer_core::digest::{SHA256_KEY, WANT_REPR_DIGEST};
 use xfer_core::transport::{FirstBody, FirstRequest, Opened, RangeRequest, Speculated};
 use xfer_core::TransferError;
@@ -70,7 +70,7 @@ impl HttpTransport {
             StatusCode::PARTIAL_CONTENT => {
                 let cr = header_str(h, header::CONTENT_RANGE)
                     .ok_or_else(|| unexpected("206 without content-range".into()))?;
-                let (_, total) = parse_content_range(cr)
+                let (_, total) = parse_content_range_clamped(cr)
                     .ok_or_else(|| unexpected(format!("unreadable content-range {cr:?}")))?;
                 let Some(total) = total else {
                     tracing::debug!(%url, "the first range does not tell the size; asking with HEAD");
@@ -189,7 +189,7 @@ impl HttpTransport {
         let total = (status == StatusCode::PARTIAL_CONTENT)
             .then(|| header_str(h, header::CONTENT_RANGE))
             .flatten()
-            .and_then(parse_content_range)
+            .and_then(parse_content_range_clamped)
             .and_then(|(_, total)| total);
         let (Some(total), Ok(mut info)) = (total, described(&url, h, &answer.peer)) else {
             tracing::debug!(%url, %status, "the speculative range brought no chunk");
