@@ -36,6 +36,7 @@ pub mod access_log;
 pub mod admission;
 mod body;
 mod checksums;
+mod config;
 mod dav;
 mod dav_write;
 mod directory;
@@ -43,9 +44,11 @@ mod exchange;
 mod listing_body;
 mod macaroon;
 mod plan;
+mod record;
 mod request;
 mod respond;
 mod stale_staging;
+pub mod status;
 pub mod status_page;
 pub mod tpc;
 pub mod upload;
@@ -57,6 +60,7 @@ pub use access::{
 pub use access_log::AccessLogTarget;
 pub use body::{BodyEvent, BodyStream};
 pub use checksums::ChecksumCache;
+pub use config::{check_stream_options, ServiceConfig};
 pub use dav::{UPLOAD_PROTOCOL, UPLOAD_PROTOCOL_VERSION};
 pub use directory::MAX_HTML_ENTRIES;
 pub use listing_body::ListingStream;
@@ -64,8 +68,8 @@ pub use plan::{
     Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES, CONTENT_TYPE_HTML, CONTENT_TYPE_TEXT,
     CONTENT_TYPE_XML,
 };
-pub use request::{Method, Request};
-pub use respond::{check_stream_options, status, Service, ServiceConfig};
+pub use request::{CopyHead, DraftHead, Method, Request, UploadHead};
+pub use respond::Service;
 pub use stale_staging::{remove_stale_staging, spawn_stale_staging_sweeper};
 pub use tpc::{CopyRunner, RemotePolicy, Tpc, TpcConfig};
-pub use upload::{UploadBody, UploadConfig, UploadHead, Uploads};
+pub use upload::{UploadBody, UploadConfig, Uploads};
