@@ -21,6 +21,16 @@
 //!                (PROPFIND, HTML index, manifest)                            pool, bounded channel
 //! ```
 //!
+//! A process builds one [`Service`] and hands the same `Arc<Service>` to every codec
+//! (`xfer serve` does; [`ServiceSource`] lets a server used alone build its own), so the
+//! digests, checksums, uploads in progress, access rules and memory budget are shared because
+//! the core is, not copied into each server.
+//!
+//! Inside, the modules form no import circle (a test in `tests/imports.rs` keeps it so): the
+//! request and its heads (`request`), the status codes ([`status`]), the configuration
+//! ([`ServiceConfig`]) and the record of a request (`record`) are leaves that the deciding
+//! modules (`respond`, `upload`, `tpc`, `dav`, ...) import, never the other way round.
+//!
 //! Listings (WebDAV `PROPFIND`, the HTML index, xfer's manifest) are decided here too, and
 //! stream: their bodies are produced while they are sent, in bounded memory.
 //!
@@ -69,7 +79,7 @@ pub use plan::{
     CONTENT_TYPE_XML,
 };
 pub use request::{CopyHead, DraftHead, Method, Request, UploadHead};
-pub use respond::Service;
+pub use respond::{Service, ServiceSource};
 pub use stale_staging::{remove_stale_staging, spawn_stale_staging_sweeper};
 pub use tpc::{CopyRunner, RemotePolicy, Tpc, TpcConfig};
 pub use upload::{UploadBody, UploadConfig, Uploads};

@@ -3,6 +3,7 @@
 
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 use xfer_common::paths::sanitize_relative;
 use xfer_common::ranges::{parse_range, RangeOutcome};
@@ -26,13 +27,60 @@ use crate::{dav, directory, macaroon, status_page};
 /// must first be fetched is logged as anonymous past it).
 const MACAROON_IDENTITY_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Where a server's request core comes from: one shared with the process's other codecs, or
+/// its own, built from a configuration when the server starts (a server used alone, as tests
+/// and embedders do).
+#[derive(Debug, Clone)]
+pub enum ServiceSource {
+    /// Build a core of its own with [`Service::new`].
+    Build(Box<ServiceConfig>),
+    /// Serve this core, shared with other codecs.
+    Shared(Arc<Service>),
+}
+
+impl ServiceSource {
+    /// The configuration the core has or will have.
+    pub fn config(&self) -> &ServiceConfig {
+        match self {
+            Self::Build(cfg) => cfg,
+            Self::Shared(service) => service.config(),
+        }
+    }
+
+    /// The core to serve: the shared one, or one built now.
+    pub fn into_service(self) -> Arc<Service> {
+        match self {
+            Self::Build(cfg) => Arc::new(Service::new(*cfg)),
+            Self::Shared(service) => service,
+        }
+    }
+}
+
+impl From<ServiceConfig> for ServiceSource {
+    fn from(cfg: ServiceConfig) -> Self {
+        Self::Build(Box::new(cfg))
+    }
+}
+
+impl From<Arc<Service>> for ServiceSource {
+    fn from(service: Arc<Service>) -> Self {
+        Self::Shared(service)
+    }
+}
+
 /// The request core; cheap to share behind an `Arc`.
+///
+/// A process builds one and hands it to every codec (`xfer serve` does), the way hyper's
+/// `serve_connection(io, service)` takes its service: the codecs then share its digests,
+/// checksums, uploads in progress, access rules and memory budget because they share it, not
+/// because each was handed copies of them.
 #[derive(Debug)]
 pub struct Service {
     cfg: ServiceConfig,
 }
 
 impl Service {
+    /// The one constructor: every server's core, shared or its own, is built here.
     pub fn new(cfg: ServiceConfig) -> Self {
         Self { cfg }
     }

@@ -4,17 +4,18 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use xfer_service::{AccessControl, Tpc, UploadConfig, Uploads};
+use xfer_service::{AccessControl, ChecksumCache, ServiceConfig, Tpc, UploadConfig, Uploads};
 
 use xfer_common::memory::{MAX_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
 use xfer_common::path_share::PathShare;
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
-use xfer_common::{DigestCacheConfig, FaultInjection, MemoryBudget};
+use xfer_common::{DigestCache, DigestCacheConfig, FaultInjection, MemoryBudget};
 use xfer_core::checksum::ChecksumAlgorithm;
 
 use crate::config::{ConfigError, Http2Config, TcpConfig};
 
 use super::tcp_resume::TcpResumeConfig;
+use super::ServerError;
 
 /// Default [`ServerConfig::max_early_data_size`]: 16 KiB.
 pub const DEFAULT_MAX_EARLY_DATA: u32 = 16 << 10;
@@ -261,7 +262,50 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// How responses read the resource; `xfer serve` gives the QUIC server the same.
+    /// The request core these settings describe, for [`super::HttpServer::bind`] or for a
+    /// process that shares one core among its codecs (`xfer serve`): validated, with the root
+    /// made canonical and a digest cache of its own. `tpc` and `mirrors` are HTTP's answers;
+    /// a codec that cannot express them shares them unused.
+    pub fn service_config(&self) -> Result<ServiceConfig, ServerError> {
+        self.validate()?;
+        let root = self
+            .root
+            .canonicalize()
+            .and_then(|r| {
+                if r.is_dir() {
+                    Ok(r)
+                } else {
+                    Err(std::io::Error::other("not a directory"))
+                }
+            })
+            .map_err(|source| ServerError::Root {
+                root: self.root.clone(),
+                source,
+            })?;
+        let digests = DigestCache::new(self.digest_cache.clone()).map_err(|e| {
+            ConfigError::new(
+                "digest_cache",
+                format!("{} = {}", e.field, e.value),
+                e.allowed,
+            )
+        })?;
+        Ok(ServiceConfig {
+            root,
+            digests,
+            repr_digest: self.repr_digest,
+            stream: self.stream_options(),
+            dangerous_fault: self.dangerous_fault.clone(),
+            access: self.access.clone(),
+            uploads: self.uploads.clone(),
+            upload_state: self.upload_state.clone(),
+            checksums: ChecksumCache::default(),
+            checksums_on_send: self.checksums_on_send.clone(),
+            tpc: self.tpc.clone(),
+            mirrors: self.mirrors.clone(),
+        })
+    }
+
+    /// How responses read the resource.
     pub fn stream_options(&self) -> StreamOptions {
         StreamOptions {
             block_size: self.read_block_size,
