@@ -866,6 +866,8 @@ fn encode_head(plan: &ResponsePlan) -> ResponseHead {
             status: plan.status,
             streamed: matches!(plan.body, Body::Listing(_)),
             message: message.map(fit_message),
+            // An upload's answer: the digest of what was stored, as HTTP's `Repr-Digest`.
+            repr_sha256: plan.repr_digest,
             ..ResponseHead::default()
         };
     };
