@@ -3,10 +3,11 @@
 //! can be read, tested or moved alone; the request head, the status codes and the
 //! configuration stay leaves that the deciding modules import, never the other way round.
 //!
-//! A module and its own submodules (`upload` and `upload/resumable.rs`) count as one: they
-//! are one unit by design and reach each other through `super::` and child paths, which are
-//! not counted. The crate root counts like any file: a `crate::Name` that goes through one of
-//! its re-exports depends on every module it re-exports from.
+//! A top-level module and its submodules (`upload.rs` and `upload/resumable.rs`) count as one
+//! unit: they reach each other through `super::` and child paths by design, so those are not
+//! counted, but an import of any of its files is an import of the unit. The crate root counts
+//! like any file: a `crate::Name` that goes through one of its re-exports depends on every
+//! module it re-exports from.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -123,16 +124,15 @@ fn module_of(path: &str, names: &BTreeSet<String>) -> String {
         .unwrap_or_default()
 }
 
-/// `a` is `b` or below it (the root is no module's parent here).
-fn same_unit(a: &str, b: &str) -> bool {
-    let under = |x: &str, y: &str| !y.is_empty() && x.starts_with(&format!("{y}::"));
-    a == b || under(a, b) || under(b, a)
+/// The top-level module `module` belongs to (the root is its own).
+fn unit(module: &str) -> String {
+    module.split("::").next().unwrap_or_default().to_string()
 }
 
 fn edges() -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules();
     let names: BTreeSet<String> = mods.keys().cloned().collect();
-    let mut graph = BTreeMap::new();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (name, text) in &mods {
         let code = code(text);
         let mut paths = crate_paths(&code);
@@ -144,12 +144,13 @@ fn edges() -> BTreeMap<String, BTreeSet<String>> {
                 }
             }
         }
-        let to: BTreeSet<String> = paths
+        let from = unit(name);
+        let to: Vec<String> = paths
             .iter()
-            .map(|p| module_of(p, &names))
-            .filter(|m| !same_unit(name, m))
+            .map(|p| unit(&module_of(p, &names)))
+            .filter(|u| *u != from)
             .collect();
-        graph.insert(name.clone(), to);
+        graph.entry(from).or_default().extend(to);
     }
     graph
 }
