@@ -21,6 +21,11 @@ use super::ServerError;
 pub const DEFAULT_MAX_EARLY_DATA: u32 = 16 << 10;
 
 /// Settings of an [`super::HttpServer`]. All fields but `root` have a [`Default`].
+///
+/// Some describe the request core rather than HTTP (root, streaming and memory budget, digests,
+/// access, uploads, third-party copy, mirrors, checksums on send, the test fault):
+/// [`ServerConfig::service_config`] turns them into the core's configuration. A server handed a
+/// core ([`super::HttpServer::bind_with`]) reads only the rest.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Directory served (written only by uploads the access rules allow). Files outside it
@@ -70,7 +75,7 @@ pub struct ServerConfig {
     /// previous block is written). Raise for slow or networked storage.
     pub read_ahead: usize,
     /// Bytes of outgoing blocks (read-ahead, HTTP/2 and HTTP/1.1 send queues, and QUIC's
-    /// unacknowledged data when `xfer serve` shares it with the QUIC server) held at once by
+    /// unacknowledged data when `xfer serve` shares the request core with it) held at once by
     /// the whole process. Default [`xfer_common::DEFAULT_MEMORY_BUDGET`] (512 MiB), at least
     /// two blocks. A response whose next block does not fit waits for room. One connection
     /// holds at most 1/8 of it and one client address 1/4, and 1/8 is kept for connections
@@ -96,11 +101,11 @@ pub struct ServerConfig {
     /// exercise clients' verification. Default `None`; never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
     /// Who may read and write what (tokens, client certificates). Default: anonymous reads,
-    /// no writes. Shared with the QUIC server by `xfer serve`.
+    /// no writes. Part of the request core, which `xfer serve` shares with the QUIC server.
     pub access: Arc<AccessControl>,
     /// Accept uploads (`PUT`). Default off.
     pub uploads: Option<UploadConfig>,
-    /// Parallel uploads in progress; shared with the QUIC server by `xfer serve`.
+    /// Parallel uploads in progress; part of the request core, as `access` is.
     pub upload_state: Uploads,
     /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
     /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
