@@ -17,7 +17,8 @@ use xfer_http::server::tcp_resume::TcpResumeStatus;
 use xfer_http::server::{HttpServer, ServerConfig as HttpServerConfig};
 use xfer_quic::{CarefulResume, QuicServer, QuicServerConfig, QuicTuning};
 use xfer_service::{
-    AccessControl, AccessFileError, AccessLogTarget, KeyTimes, TpcConfig, UploadConfig, Uploads,
+    AccessControl, AccessFileError, AccessLogTarget, KeyTimes, Service, ServiceConfig, TpcConfig,
+    UploadConfig,
 };
 
 use crate::metrics_endpoint::MetricsEndpoint;
@@ -47,6 +48,8 @@ pub enum ServerTls {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     /// HTTP server settings; its `root` and `listen` are the served directory and TCP address.
+    /// What they say of the request core (root, streaming and memory budget, digests,
+    /// checksums on send, mirrors) describes the one core every protocol shares.
     pub http: HttpServerConfig,
     pub tls: ServerTls,
     /// Serve QUIC on UDP at the same address as TCP (needs TLS). Default on.
@@ -197,8 +200,6 @@ impl Servers {
         if let Some(target) = &cfg.access_log {
             xfer_service::access_log::start(target)?;
         }
-        xfer_common::metrics::global().watch_memory_budget(cfg.http.memory_budget.clone());
-        xfer_service::status_page::spawn_sampler();
         let access = Arc::new(match &cfg.access_file {
             Some(path) => AccessControl::from_file(path, cfg.anonymous_read)?.with_key_source(
                 Arc::new(crate::issuer_keys::IssuerKeyFetcher),
@@ -207,38 +208,31 @@ impl Servers {
             None => AccessControl::anonymous(cfg.anonymous_read),
         });
         access.spawn_reloader();
-        let mut http_cfg = cfg.http.clone();
+        if cfg.uploads.is_some() && !access.policy().allows_writes() {
+            tracing::warn!("uploads are on but no token or certificate has write access: every PUT will be refused");
+        }
+        let service = Arc::new(Service::new(service_config(&cfg, access)?));
+        let core = service.config();
+        if let Some(up) = &core.uploads {
+            core.upload_state.spawn_sweeper(up.expiry);
+        }
+        // Staging files are written by uploads and by third-party pulls alike.
+        if core.uploads.is_some() || core.tpc.is_some() {
+            let expiry = core.uploads.clone().unwrap_or_default().expiry;
+            xfer_service::spawn_stale_staging_sweeper(core.root.clone(), expiry);
+        }
+        xfer_common::metrics::global().watch_memory_budget(core.stream.budget.clone());
+        xfer_service::status_page::spawn_sampler();
         // Both senders measure the same paths: what HTTP learns starts QUIC's connections.
         let path_share = xfer_common::path_share::PathShare::default();
+        let mut http_cfg = cfg.http.clone();
         http_cfg.path_share = path_share.clone();
         http_cfg.tls = server_tls.clone();
-        http_cfg.access = access.clone();
         if cfg.client_ca.is_some() {
             // A certificate-authenticated caller is known only once the handshake completes.
             http_cfg.max_early_data_size = 0;
         }
-        let upload_state = Uploads::default();
-        if let Some(up) = &cfg.uploads {
-            if !access.policy().allows_writes() {
-                tracing::warn!("uploads are on but no token or certificate has write access: every PUT will be refused");
-            }
-            upload_state.spawn_sweeper(up.expiry);
-        }
-        // Staging files are written by uploads and by third-party pulls alike.
-        if cfg.uploads.is_some() || cfg.tpc.is_some() {
-            let expiry = cfg.uploads.clone().unwrap_or_default().expiry;
-            xfer_service::spawn_stale_staging_sweeper(cfg.http.root.clone(), expiry);
-        }
-        http_cfg.uploads = cfg.uploads.clone();
-        http_cfg.tpc = cfg
-            .tpc
-            .clone()
-            .map(|t| crate::tpc::engine_tpc(cfg.tpc_client.clone(), t));
-        http_cfg.upload_state = upload_state.clone();
-        if cfg.dangerous_fault.is_some() {
-            http_cfg.dangerous_fault = cfg.dangerous_fault.clone();
-        }
-        let http = HttpServer::bind(http_cfg).await?;
+        let http = HttpServer::bind_with(http_cfg, Arc::clone(&service)).await?;
         let http_addr = http.local_addr();
         let tcp_resume = http.tcp_resume().clone();
         let (stop, stop_rx) = watch::channel(false);
@@ -246,16 +240,13 @@ impl Servers {
         let mut quic_addr = None;
         if let (true, Some(tls)) = (cfg.quic, server_tls.clone()) {
             let listen = cfg.quic_listen.unwrap_or(http_addr);
-            let mut qc = QuicServerConfig::new(cfg.http.root.clone(), listen, tls);
+            let mut qc = QuicServerConfig::with_service(Arc::clone(&service).into(), listen, tls);
             qc.tuning = cfg.quic_tuning.clone();
             qc.careful_resume = cfg.quic_resume.clone();
             qc.path_share = path_share;
-            qc.dangerous_fault = cfg.dangerous_fault.clone();
-            qc.repr_digest = cfg.http.repr_digest;
-            // One memory budget and one stall timeout for every protocol.
-            qc.stream = cfg.http.stream_options();
+            // One stall timeout, one admission policy and one drain deadline for every
+            // protocol.
             qc.stall_timeout = cfg.http.stall_timeout;
-            // One admission policy and one drain deadline for every protocol.
             qc.max_connections = cfg.http.max_connections;
             qc.max_connections_per_address = cfg.http.max_connections_per_address;
             qc.shutdown_grace = cfg.http.shutdown_grace;
@@ -267,12 +258,6 @@ impl Servers {
                 }
                 None => None,
             };
-            qc.digest_cache = Some(http.digest_cache());
-            qc.checksum_cache = Some(http.checksum_cache());
-            qc.checksums_on_send = cfg.http.checksums_on_send.clone();
-            qc.access = access.clone();
-            qc.uploads = cfg.uploads.clone();
-            qc.upload_state = upload_state.clone();
             // A certificate-authenticated caller is known only once the handshake completes.
             qc.early_data = cfg.client_ca.is_none();
             let quic = QuicServer::bind(qc).await?;
@@ -341,6 +326,25 @@ impl Servers {
             let _ = t.await;
         }
     }
+}
+
+/// The one request core of `xfer serve`, described by the HTTP settings (root, streaming,
+/// digests, uploads) and the serve-wide ones (access rules, third-party copy, the test fault).
+fn service_config(
+    cfg: &ServeConfig,
+    access: Arc<AccessControl>,
+) -> Result<ServiceConfig, ServeError> {
+    let mut core = cfg.http.service_config()?;
+    core.access = access;
+    core.uploads = cfg.uploads.clone();
+    core.tpc = cfg
+        .tpc
+        .clone()
+        .map(|t| crate::tpc::engine_tpc(cfg.tpc_client.clone(), t));
+    if cfg.dangerous_fault.is_some() {
+        core.dangerous_fault = cfg.dangerous_fault.clone();
+    }
+    Ok(core)
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {

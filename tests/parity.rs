@@ -6,20 +6,25 @@
 //! The clients are deliberately raw (hyper's `client::conn`, the `xfer/1` wire codec over
 //! quinn) so that no client-side logic hides a server difference.
 //!
-//! `Repr-Digest` is switched off: the TLS and the plain server each have their own digest
-//! cache, filled in the background, so whether it is known yet would depend on timing.
+//! In that table `Repr-Digest` is switched off: the TLS and the plain server each have their
+//! own digest cache, filled in the background, so whether it is known yet would depend on
+//! timing. A second case runs one server composed as `xfer serve` composes it (one request
+//! core behind HTTP/1.1, HTTP/2 and QUIC) with uploads, tokens, third-party copy and
+//! `Repr-Digest` on: PUTs that create and replace, 401 and 403, the digest once known, and what
+//! a `COPY` pulled, all answered alike.
 
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
+use xfer::crates::service::{RemotePolicy, TpcConfig};
 use xfer::serve::{ServeConfig, ServerTls, Servers};
 use xfer_common::ranges::{content_range, unsatisfied_content_range};
-use xfer_common::tls::{client_config, ClientTlsOptions};
+use xfer_common::tls::{client_config, reuse_or_generate_self_signed, ClientTlsOptions};
 use xfer_core::checksum::ChecksumAlgorithm;
 use xfer_quic::wire::{self, ResponseHead, TRAILER_LEN};
 
@@ -362,7 +367,6 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
         Codec::H2c => rig.plain.http_addr,
         _ => rig.tls.http_addr,
     };
-    let tcp = TcpStream::connect(addr).await?;
     let scheme = if codec == Codec::H2c { "http" } else { "https" };
     let uri = format!("{scheme}://{addr}{}", case.path);
     let mut req = http::Request::builder()
@@ -390,61 +394,15 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
     if let Some(a) = case.accept {
         req = req.header(http::header::ACCEPT, a);
     }
-    let req = req.body(Empty::<Bytes>::new())?;
-    let response = match codec {
-        Codec::H2c => {
-            let (mut send, conn) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-                    .await?;
-            tokio::spawn(conn);
-            send.send_request(req).await?
-        }
-        Codec::Http1Tls | Codec::Http2Tls => {
-            let mut cfg = rig.client_tls.clone();
-            let h2 = codec == Codec::Http2Tls;
-            cfg.alpn_protocols = vec![if h2 {
-                b"h2".to_vec()
-            } else {
-                b"http/1.1".to_vec()
-            }];
-            let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-            let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
-                .connect(name, tcp)
-                .await?;
-            if h2 {
-                let (mut send, conn) =
-                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                        .await?;
-                tokio::spawn(conn);
-                send.send_request(req).await?
-            } else {
-                let (mut send, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-                tokio::spawn(conn);
-                // HTTP/1.1 requests carry the origin form.
-                let (mut parts, body) = req.into_parts();
-                parts.uri = case.path.parse()?;
-                send.send_request(http::Request::from_parts(parts, body))
-                    .await?
-            }
-        }
-        Codec::Quic => return Err("not an http codec".into()),
-    };
-    let (parts, body) = response.into_parts();
-    let collected = body.collect().await?;
+    let req = req.body(Full::new(Bytes::new()))?;
+    let (parts, collected) = http_exchange(addr, &rig.client_tls, codec, req).await?;
     let trailer_digest = collected
         .trailers()
         .and_then(|t| t.get("content-digest"))
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let body = collected.to_bytes();
-    let header = |name: &str| {
-        parts
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
+    let header = |name: &str| header_of(&parts, name);
     let status = parts.status.as_u16();
     let length = if case.method == "HEAD" {
         header("content-length").and_then(|v| v.parse().ok())
@@ -478,6 +436,72 @@ async fn via_http(rig: &Rig, codec: Codec, case: &Case, etag: &str) -> Result<Ou
         location: header("location"),
         body: (200..300).contains(&status).then_some(body),
     })
+}
+
+/// A response field's value, as text.
+fn header_of(parts: &http::response::Parts, name: &str) -> Option<String> {
+    parts
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// Send `req` to `addr` over `codec` (h2c in the clear, the others over TLS with
+/// `client_tls`), and read the whole answer.
+async fn http_exchange(
+    addr: SocketAddr,
+    client_tls: &rustls::ClientConfig,
+    codec: Codec,
+    req: http::Request<Full<Bytes>>,
+) -> Result<(http::response::Parts, http_body_util::Collected<Bytes>), BoxError> {
+    let tcp = TcpStream::connect(addr).await?;
+    let response = match codec {
+        Codec::H2c => {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                    .await?;
+            tokio::spawn(conn);
+            send.send_request(req).await?
+        }
+        Codec::Http1Tls | Codec::Http2Tls => {
+            let mut cfg = client_tls.clone();
+            let h2 = codec == Codec::Http2Tls;
+            cfg.alpn_protocols = vec![if h2 {
+                b"h2".to_vec()
+            } else {
+                b"http/1.1".to_vec()
+            }];
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+            let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+                .connect(name, tcp)
+                .await?;
+            if h2 {
+                let (mut send, conn) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                        .await?;
+                tokio::spawn(conn);
+                send.send_request(req).await?
+            } else {
+                let (mut send, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+                tokio::spawn(conn);
+                // HTTP/1.1 requests carry the origin form.
+                let (mut parts, body) = req.into_parts();
+                parts.uri = parts
+                    .uri
+                    .path_and_query()
+                    .ok_or("a request without a path")?
+                    .as_str()
+                    .parse()?;
+                send.send_request(http::Request::from_parts(parts, body))
+                    .await?
+            }
+        }
+        Codec::Quic => return Err("not an http codec".into()),
+    };
+    let (parts, body) = response.into_parts();
+    Ok((parts, body.collect().await?))
 }
 
 async fn via_quic(
@@ -566,13 +590,17 @@ async fn etag_of(conn: &quinn::Connection) -> Result<String, BoxError> {
 }
 
 /// A plain `xfer/1` request (no range, digest or validator) and the whole answer, head and
-/// body, up to 1 MiB.
+/// body, up to 16 MiB.
 pub(crate) async fn quic_plain(
     conn: &quinn::Connection,
     method: wire::Method,
     path: &str,
 ) -> Result<Vec<u8>, BoxError> {
-    let req = wire::Request {
+    quic_send(conn, &plain_request(method, path), &[]).await
+}
+
+fn plain_request(method: wire::Method, path: &str) -> wire::Request {
+    wire::Request {
         upload: None,
         token: None,
         method,
@@ -581,11 +609,20 @@ pub(crate) async fn quic_plain(
         want_digest: false,
         checksums: Vec::new(),
         validator: None,
-    };
+    }
+}
+
+/// Send `req` and then `body` on a new stream; the whole answer, head and body, up to 16 MiB.
+async fn quic_send(
+    conn: &quinn::Connection,
+    req: &wire::Request,
+    body: &[u8],
+) -> Result<Vec<u8>, BoxError> {
     let (mut send, mut recv) = conn.open_bi().await?;
     send.write_all(&req.encode()?).await?;
+    send.write_all(body).await?;
     send.finish()?;
-    Ok(recv.read_to_end(1 << 20).await?)
+    Ok(recv.read_to_end(16 << 20).await?)
 }
 
 async fn quic_connection(rig: &Rig) -> Result<(quinn::Endpoint, quinn::Connection), BoxError> {
@@ -671,5 +708,327 @@ async fn every_codec_answers_the_same() -> Result<(), BoxError> {
     rig.tls.shutdown().await;
     rig.plain.shutdown().await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+/// The tokens of the composed server: one may write under `/in`, one may only read.
+const ACCESS: &str = r#"
+[[token]]
+name = "writer"
+token = "parity-writer"
+access = "write"
+prefix = "/in"
+
+[[token]]
+name = "reader"
+token = "parity-reader"
+access = "read"
+prefix = "/"
+"#;
+const WRITER: &str = "parity-writer";
+const READER: &str = "parity-reader";
+
+/// `xfer serve` as composed for production: one request core behind HTTP/1.1, HTTP/2 and QUIC,
+/// with uploads, tokens, third-party copy and `Repr-Digest` on.
+struct Composed {
+    _dir: tempfile::TempDir,
+    servers: Servers,
+    client_tls: rustls::ClientConfig,
+    root: std::path::PathBuf,
+    content: Vec<u8>,
+}
+
+async fn composed() -> Result<Composed, BoxError> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("in"))?;
+    let content: Vec<u8> = (0..FILE_LEN).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(root.join("f.bin"), &content)?;
+    let access = dir.path().join("access.toml");
+    std::fs::write(&access, ACCESS)?;
+    // Made before the start, so that the copies' client can trust it.
+    let (made, _) =
+        reuse_or_generate_self_signed(&["127.0.0.1".to_string()], &dir.path().join("cert"), false)?;
+    let mut cfg = ServeConfig::new(
+        root.clone(),
+        ServerTls::Files {
+            cert: made.cert_path.clone(),
+            key: made.key_path.clone(),
+        },
+    );
+    cfg.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    cfg.quic_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.access_file = Some(access);
+    cfg.uploads = Some(Default::default());
+    // Its remotes are itself, on loopback, which the default policy refuses.
+    cfg.tpc = Some(TpcConfig {
+        remote_policy: RemotePolicy::allowing(["127.0.0.0/8".parse()?]),
+        ..TpcConfig::default()
+    });
+    let trust = ClientTlsOptions {
+        client_identity: None,
+        ca_certs: vec![made.cert_path.clone()],
+        dangerous_insecure: false,
+    };
+    cfg.tpc_client = xfer::ClientConfig::default().with_tls(trust.clone());
+    let servers = Servers::start(cfg).await?;
+    let client_tls = client_config(&trust, &[])?;
+    Ok(Composed {
+        _dir: dir,
+        servers,
+        client_tls,
+        root,
+        content,
+    })
+}
+
+/// A request of the write cases, said once and sent over each codec.
+#[derive(Debug, Clone)]
+struct Exchange {
+    method: &'static str,
+    path: String,
+    token: Option<&'static str>,
+    body: Vec<u8>,
+    /// HTTP-only fields (`Source` of a `COPY`).
+    headers: Vec<(&'static str, String)>,
+}
+
+fn get(path: &str) -> Exchange {
+    Exchange {
+        method: "GET",
+        path: path.into(),
+        token: None,
+        body: Vec::new(),
+        headers: Vec::new(),
+    }
+}
+
+fn put(path: &str, token: Option<&'static str>, body: &[u8]) -> Exchange {
+    Exchange {
+        method: "PUT",
+        token,
+        body: body.to_vec(),
+        ..get(path)
+    }
+}
+
+/// What a write case is compared on: the status, the validators and digest, and the body of
+/// a success. A refusal's text is left out: HTTP puts it in the body, `xfer/1` in the head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    etag: Option<String>,
+    repr_digest: Option<String>,
+    body: Option<Bytes>,
+    /// HTTP's challenge on a 401; `xfer/1` has none, so it is checked apart.
+    challenge: bool,
+}
+
+async fn http_answer(c: &Composed, codec: Codec, x: &Exchange) -> Result<Answer, BoxError> {
+    let addr = c.servers.http_addr;
+    let mut req = http::Request::builder()
+        .method(x.method)
+        .uri(format!("https://{addr}{}", x.path))
+        .header(http::header::HOST, addr.to_string());
+    if let Some(t) = x.token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    for (name, value) in &x.headers {
+        req = req.header(*name, value);
+    }
+    let req = req.body(Full::new(Bytes::from(x.body.clone())))?;
+    let (parts, collected) = http_exchange(addr, &c.client_tls, codec, req).await?;
+    let body = collected.to_bytes();
+    let header = |name: &str| header_of(&parts, name);
+    let status = parts.status.as_u16();
+    Ok(Answer {
+        status,
+        etag: header("etag"),
+        repr_digest: header("repr-digest"),
+        body: (200..300).contains(&status).then_some(body),
+        challenge: header("www-authenticate").is_some(),
+    })
+}
+
+async fn quic_answer(conn: &quinn::Connection, x: &Exchange) -> Result<Answer, BoxError> {
+    let upload = x.method == "PUT";
+    let method = if upload {
+        wire::Method::Put
+    } else {
+        wire::Method::Get
+    };
+    let req = wire::Request {
+        upload: upload.then(wire::UploadFields::default),
+        token: x.token.map(str::to_string),
+        ..plain_request(method, &x.path)
+    };
+    let all = quic_send(conn, &req, &x.body).await?;
+    let (head, body) = split_head(&all)?;
+    Ok(Answer {
+        status: head.status,
+        etag: head.etag.clone(),
+        repr_digest: head.repr_sha256.map(|d| d.to_header_value()),
+        body: (200..300)
+            .contains(&head.status)
+            .then(|| Bytes::copy_from_slice(body)),
+        challenge: false,
+    })
+}
+
+/// The answers of HTTP/1.1, HTTP/2 and, when `xfer/1` can say it, QUIC, to the same request.
+async fn answers(
+    c: &Composed,
+    quic: &quinn::Connection,
+    x: &Exchange,
+) -> Result<Vec<(Codec, Answer)>, BoxError> {
+    let mut out = Vec::new();
+    for codec in [Codec::Http1Tls, Codec::Http2Tls] {
+        out.push((codec, http_answer(c, codec, x).await?));
+    }
+    if x.method == "GET" || x.method == "PUT" {
+        out.push((Codec::Quic, quic_answer(quic, x).await?));
+    }
+    Ok(out)
+}
+
+/// Every codec's answer equals HTTP/1.1's but for the challenge, which only HTTP carries;
+/// returns HTTP/1.1's.
+fn same(what: &str, answers: &[(Codec, Answer)]) -> Answer {
+    let (_, first) = &answers[0];
+    for (codec, a) in &answers[1..] {
+        let challenge = if *codec == Codec::Quic {
+            first.challenge
+        } else {
+            a.challenge
+        };
+        assert_eq!(
+            &Answer {
+                challenge,
+                ..a.clone()
+            },
+            first,
+            "{what}: {codec:?} differs from HTTP/1.1"
+        );
+    }
+    first.clone()
+}
+
+/// A GET of `path` once its `Repr-Digest` is known (the digest is computed in the background),
+/// within 20 s.
+async fn get_with_digest(c: &Composed, path: &str) -> Result<Answer, BoxError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let a = http_answer(c, Codec::Http1Tls, &get(path)).await?;
+        if a.repr_digest.is_some() {
+            return Ok(a);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("no Repr-Digest for {path} within 20 s").into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn sha256_field(bytes: &[u8]) -> String {
+    xfer_core::Sha256Digest::of(bytes).to_header_value()
+}
+
+/// Over the one composed server, uploads, refusals, `Repr-Digest` and what a `COPY` stored are
+/// answered alike by HTTP/1.1, HTTP/2 and QUIC: they share one request core, so its digests,
+/// uploads and access rules are the same object for every codec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_refusals_and_digests_answer_the_same_over_http_and_quic() -> Result<(), BoxError> {
+    let c = composed().await?;
+    let addr = c.servers.quic_addr.ok_or("no quic server")?;
+    let (_endpoint, quic) = quic_connect(addr, c.client_tls.clone()).await?;
+    let sha = sha256_field(&c.content);
+
+    // Repr-Digest on a GET: once known, every codec sends the same one.
+    get_with_digest(&c, "/f.bin").await?;
+    let got = same("get", &answers(&c, &quic, &get("/f.bin")).await?);
+    assert_eq!(got.status, 200);
+    assert_eq!(got.repr_digest.as_deref(), Some(sha.as_str()));
+    assert_eq!(got.body.as_deref(), Some(c.content.as_slice()));
+
+    // 401 without a token or with an unknown one, 403 out of the token's scope; nothing stored.
+    for (what, token, path, status) in [
+        ("anonymous put", None, "/in/refused.bin", 401),
+        (
+            "unknown token",
+            Some("no-such-token"),
+            "/in/refused.bin",
+            401,
+        ),
+        ("read-only token", Some(READER), "/in/refused.bin", 403),
+        ("outside the prefix", Some(WRITER), "/refused.bin", 403),
+    ] {
+        let got = same(what, &answers(&c, &quic, &put(path, token, b"x")).await?);
+        assert_eq!(got.status, status, "{what}");
+        assert_eq!(got.challenge, status == 401, "{what}: WWW-Authenticate");
+        assert!(
+            !c.root.join(path.trim_start_matches('/')).exists(),
+            "{what}"
+        );
+    }
+
+    // A PUT creates (201) and then replaces (204) over every codec, answering the digest of
+    // what was stored; each codec reads what the others wrote.
+    let mut created = Vec::new();
+    for codec in [Codec::Http1Tls, Codec::Http2Tls, Codec::Quic] {
+        let path = format!("/in/{codec:?}.bin");
+        let x = put(&path, Some(WRITER), &c.content);
+        let answer = match codec {
+            Codec::Quic => quic_answer(&quic, &x).await?,
+            _ => http_answer(&c, codec, &x).await?,
+        };
+        created.push((codec, answer));
+        assert_eq!(std::fs::read(c.root.join(&path[1..]))?, c.content, "{path}");
+    }
+    let got = same("put that creates", &created);
+    assert_eq!(got.status, 201);
+    assert_eq!(got.repr_digest.as_deref(), Some(sha.as_str()));
+    let replaced = answers(&c, &quic, &put("/in/Quic.bin", Some(WRITER), &c.content)).await?;
+    let got = same("put that replaces", &replaced);
+    assert_eq!(got.status, 204);
+    assert_eq!(got.repr_digest.as_deref(), Some(sha.as_str()));
+    for codec in [Codec::Http1Tls, Codec::Http2Tls, Codec::Quic] {
+        let path = format!("/in/{codec:?}.bin");
+        get_with_digest(&c, &path).await?;
+        let got = same(&path, &answers(&c, &quic, &get(&path)).await?);
+        assert_eq!(got.body.as_deref(), Some(c.content.as_slice()), "{path}");
+        assert_eq!(got.repr_digest.as_deref(), Some(sha.as_str()), "{path}");
+    }
+
+    // COPY is HTTP's alone (xfer/1 has no such request): its refusals agree across the HTTP
+    // codecs, and what a pull stored is served alike by all three.
+    let source = format!("https://{}/f.bin", c.servers.http_addr);
+    let copy = |token| Exchange {
+        method: "COPY",
+        token,
+        headers: vec![("source", source.clone())],
+        ..get("/in/copied.bin")
+    };
+    for (what, token, status) in [
+        ("anonymous copy", None, 401),
+        ("read-only copy", Some(READER), 403),
+    ] {
+        let got = same(what, &answers(&c, &quic, &copy(token)).await?);
+        assert_eq!(got.status, status, "{what}");
+        assert!(!c.root.join("in/copied.bin").exists(), "{what}");
+    }
+    let pulled = http_answer(&c, Codec::Http2Tls, &copy(Some(WRITER))).await?;
+    assert_eq!(pulled.status, 202);
+    let markers = String::from_utf8(pulled.body.unwrap_or_default().to_vec())?;
+    assert_eq!(
+        markers.lines().last(),
+        Some("success: Created"),
+        "{markers}"
+    );
+    get_with_digest(&c, "/in/copied.bin").await?;
+    let got = same("copied", &answers(&c, &quic, &get("/in/copied.bin")).await?);
+    assert_eq!(got.body.as_deref(), Some(c.content.as_slice()));
+    assert_eq!(got.repr_digest.as_deref(), Some(sha.as_str()));
+
+    c.servers.shutdown().await;
     Ok(())
 }

@@ -13,7 +13,7 @@
 //!
 //! LIST answers with the core's manifest of a directory, streamed to FIN.
 //!
-//! What it does not do: client authentication, 0-RTT, WebDAV, compression.
+//! What it does not do: WebDAV, third-party copy, compression.
 
 use std::future::Future;
 use std::io;
@@ -27,17 +27,10 @@ use bytes::Bytes;
 use quinn::{Connection, Endpoint, RecvStream, SendStream, WriteError};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use xfer_common::fault::FaultInjection;
 use xfer_common::path_share::PathShare;
-use xfer_common::resource::StreamOptions;
-use xfer_common::DigestCache;
-use xfer_core::checksum::ChecksumAlgorithm;
 use xfer_service::admission::{self, Admission, Admit, Ticket};
 use xfer_service::upload::{self, UploadBody, UploadHead};
-use xfer_service::{
-    AccessControl, Body, BodyEvent, ChecksumCache, ResponsePlan, Service, ServiceConfig,
-    UploadConfig, Uploads,
-};
+use xfer_service::{Body, BodyEvent, ResponsePlan, Service, ServiceConfig, ServiceSource};
 
 use crate::resume::{CarefulResume, PathCache, PerPeerConfig};
 use crate::socket::{bind_udp, wrap_for_quinn, SocketBuffers};
@@ -58,11 +51,16 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct QuicServerConfig {
-    /// Directory whose regular files are served; nothing outside it is reachable.
-    pub root: PathBuf,
+    /// The request core this server is the `xfer/1` codec of: shared with the HTTP server
+    /// (`xfer serve`), or built from a [`ServiceConfig`] when the server binds. Its root, digests,
+    /// checksums, uploads, access rules and streaming (block size, read-ahead, memory budget)
+    /// are the server's. `xfer/1` has no `COPY` and no field for mirrors, so a core's
+    /// third-party copy and mirrors are HTTP's alone.
+    pub service: ServiceSource,
     /// UDP address to listen on (port 0 picks a free one; see [`QuicServer::local_addr`]).
     pub listen: SocketAddr,
-    /// Certificate and key; the server sets ALPN to `xfer/1` itself and disables 0-RTT.
+    /// Certificate and key; the server sets ALPN to `xfer/1` itself, and early data as
+    /// [`QuicServerConfig::early_data`] says.
     pub tls: Arc<rustls::ServerConfig>,
     /// Windows, congestion control (the server is the sender of a download, so its controller
     /// is the one that matters), MTU, UDP buffers.
@@ -88,17 +86,6 @@ pub struct QuicServerConfig {
     /// Default 64: well above the client's default of 4 and bounds per-connection memory to
     /// about 64 × (1 + read-ahead) × 256 KiB. Allowed 1 to 10000.
     pub max_streams_per_connection: u32,
-    /// Whole-resource digests, shared with other servers of the process when given;
-    /// `None` makes a private cache with default settings.
-    pub digest_cache: Option<DigestCache>,
-    /// adler32 and MD5 values, shared with other servers of the process when given.
-    pub checksum_cache: Option<ChecksumCache>,
-    /// Send the whole-resource SHA-256 in response heads (and compute it in the background).
-    /// Default on.
-    pub repr_digest: bool,
-    /// Block size and read-ahead of response bodies, the same policy as the HTTP server's.
-    /// Default 256 KiB blocks, one ahead.
-    pub stream: StreamOptions,
     /// A response stream whose client takes no bytes for this long (its flow-control window
     /// stays shut while the connection lives on keep-alives) is reset with
     /// [`ErrorCode::Stalled`], which frees its send buffer and read-ahead. Default 60 s:
@@ -106,18 +93,6 @@ pub struct QuicServerConfig {
     /// client that stops reading holds up to a stream window of server memory. Allowed 1 s
     /// to 1 h.
     pub stall_timeout: Duration,
-    /// Test hook: corrupt a byte after the digest is computed. Never set in production.
-    pub dangerous_fault: Option<Arc<FaultInjection>>,
-    /// Who may read and write what; the same rules as the HTTP server's when both run.
-    pub access: Arc<AccessControl>,
-    /// Accept uploads. Default off. (`xfer/1` has no upload request yet; the core answers
-    /// its status queries the same as HTTP's.)
-    pub uploads: Option<UploadConfig>,
-    /// Parallel uploads in progress, shared with the HTTP server.
-    pub upload_state: Uploads,
-    /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
-    /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
-    pub checksums_on_send: Vec<ChecksumAlgorithm>,
     /// Take reads (GET, STAT, LIST) that a returning client sends as 0-RTT early data and
     /// answer them before its handshake completes, saving the client a round trip; uploads
     /// still wait for the handshake. Session tickets are single-use (the server's session
@@ -137,8 +112,17 @@ pub struct QuicServerConfig {
 impl QuicServerConfig {
     /// A configuration with default limits and tuning.
     pub fn new(root: PathBuf, listen: SocketAddr, tls: Arc<rustls::ServerConfig>) -> Self {
+        Self::with_service(ServiceConfig::new(root).into(), listen, tls)
+    }
+
+    /// Default limits and tuning, serving `service`.
+    pub fn with_service(
+        service: ServiceSource,
+        listen: SocketAddr,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> Self {
         Self {
-            root,
+            service,
             listen,
             tls,
             tuning: QuicTuning::for_server(),
@@ -147,16 +131,7 @@ impl QuicServerConfig {
             shutdown_grace: Duration::from_secs(30),
             stateless_reset_key: None,
             max_streams_per_connection: 64,
-            digest_cache: None,
-            checksum_cache: None,
-            repr_digest: true,
-            stream: StreamOptions::default(),
             stall_timeout: Duration::from_secs(60),
-            dangerous_fault: None,
-            access: Arc::new(AccessControl::anonymous(true)),
-            uploads: None,
-            upload_state: Uploads::default(),
-            checksums_on_send: vec![ChecksumAlgorithm::Adler32],
             early_data: true,
             careful_resume: CarefulResume::default(),
             path_share: PathShare::default(),
@@ -167,7 +142,7 @@ impl QuicServerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.tuning.validate()?;
         self.careful_resume.validate()?;
-        xfer_service::check_stream_options(&self.stream)?;
+        xfer_service::check_stream_options(&self.service.config().stream)?;
         if !(1..=100_000).contains(&self.max_connections) {
             return Err(ConfigError::new(
                 "max_connections",
@@ -238,7 +213,7 @@ struct State {
     max_connections_per_address: usize,
     shutdown_grace: Duration,
     stall_timeout: Duration,
-    service: Service,
+    service: Arc<Service>,
     resume: Option<PerPeerConfig>,
 }
 
@@ -312,7 +287,8 @@ impl QuicServer {
         )
         .map_err(bind_err)?;
         let local_addr = endpoint.local_addr().map_err(bind_err)?;
-        tracing::info!(addr = %local_addr, root = %config.root.display(), gso_segments = offload.gso_segments, gro_segments = offload.gro_segments, "quic server bound");
+        let service = config.service.into_service();
+        tracing::info!(addr = %local_addr, root = %service.config().root.display(), gso_segments = offload.gso_segments, gro_segments = offload.gro_segments, "quic server bound");
         Ok(Self {
             endpoint,
             local_addr,
@@ -324,22 +300,7 @@ impl QuicServer {
                 shutdown_grace: config.shutdown_grace,
                 stall_timeout: config.stall_timeout,
                 resume,
-                service: Service::new(ServiceConfig {
-                    checksums: config.checksum_cache.unwrap_or_default(),
-                    root: config.root,
-                    digests: config.digest_cache.unwrap_or_default(),
-                    repr_digest: config.repr_digest,
-                    stream: config.stream,
-                    dangerous_fault: config.dangerous_fault,
-                    access: config.access,
-                    uploads: config.uploads,
-                    upload_state: config.upload_state,
-                    checksums_on_send: config.checksums_on_send,
-                    // xfer/1 has no COPY: third-party copy is HTTP's (the WLCG's) protocol.
-                    tpc: None,
-                    // xfer/1 has no field for them; HTTP answers name the mirrors.
-                    mirrors: Vec::new(),
-                }),
+                service,
             }),
         })
     }
@@ -905,6 +866,8 @@ fn encode_head(plan: &ResponsePlan) -> ResponseHead {
             status: plan.status,
             streamed: matches!(plan.body, Body::Listing(_)),
             message: message.map(fit_message),
+            // An upload's answer: the digest of what was stored, as HTTP's `Repr-Digest`.
+            repr_sha256: plan.repr_digest,
             ..ResponseHead::default()
         };
     };

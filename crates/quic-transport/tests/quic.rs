@@ -18,6 +18,7 @@ use xfer_core::transport::{
 use xfer_core::{Sha256Digest, TransferError};
 use xfer_quic::wire::{self, ErrorCode, Method, Request, ResponseHead, ALPN};
 use xfer_quic::{QuicClientConfig, QuicServer, QuicServerConfig, QuicTransport, QuicTuning};
+use xfer_service::ServiceConfig;
 
 /// Bounds every test so a hang fails instead of blocking the suite; not a speed assertion.
 const TEST_LIMIT: Duration = Duration::from_secs(60);
@@ -52,13 +53,14 @@ impl Fixture {
         .expect("self-signed certificate");
         let server_tls =
             tls::server_config(&certs.cert_path, &certs.key_path, &[]).expect("server tls");
-        let mut config = QuicServerConfig::new(
-            root,
+        let mut service = ServiceConfig::new(root);
+        service.dangerous_fault = fault;
+        let mut config = QuicServerConfig::with_service(
+            service.into(),
             "127.0.0.1:0".parse().expect("literal"),
             Arc::new(server_tls),
         );
         config.tuning = small_buffers();
-        config.dangerous_fault = fault;
         tweak(&mut config);
         let server = QuicServer::bind(config).await.expect("bind quic server");
         let addr = server.local_addr();

@@ -68,7 +68,7 @@ pub struct BodyStream {
     plan: StreamPlan,
     done: bool,
     /// The request's record, ended when this body is.
-    pub(crate) finish: Option<Box<crate::exchange::Finish>>,
+    pub(crate) finish: Option<Box<crate::record::Finish>>,
 }
 
 /// Where the running SHA-256 of the sent bytes (and the checksums to cache) are.

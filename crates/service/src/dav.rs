@@ -17,7 +17,7 @@ use crate::directory::{decoded_path, listing_plan, resolve_target};
 use crate::listing_body::ListingStream;
 use crate::plan::{ResponsePlan, CONTENT_TYPE_XML};
 use crate::request::Request;
-use crate::respond::{allowed, status};
+use crate::status::{self, allowed};
 
 /// Sent with `OPTIONS` when uploads are on: this server understands xfer's parallel upload
 /// protocol (chunks with `Content-Range`), so a client may use it rather than one plain `PUT`.
@@ -38,7 +38,7 @@ const FINITE_DEPTH_ERROR: &str = concat!(
 /// tells a client (`xfer put`, a pushing third-party copy) that chunked, parallel uploads
 /// with `Content-Range` are understood here (docs/upload-protocol.md); any other server
 /// gets whole-file `PUT`s only.
-pub(crate) fn options(uploads: Option<&crate::UploadConfig>, tpc: bool) -> ResponsePlan {
+pub(crate) fn options(uploads: Option<&crate::upload::UploadConfig>, tpc: bool) -> ResponsePlan {
     let mut plan = ResponsePlan {
         allow: Some(allowed(uploads.is_some(), tpc)),
         dav: Some("1"),
@@ -74,7 +74,7 @@ fn parse_depth(value: Option<&str>) -> Option<Depth> {
 
 /// `PROPFIND`: a 207 Multi-Status with the resource itself and, at `Depth: 1` on a
 /// collection, its members.
-pub(crate) async fn propfind(cfg: &crate::ServiceConfig, req: &Request) -> ResponsePlan {
+pub(crate) async fn propfind(cfg: &crate::config::ServiceConfig, req: &Request) -> ResponsePlan {
     let depth = match parse_depth(req.depth.as_deref()) {
         Some(Depth::Infinity) => {
             let mut plan = ResponsePlan::refusal(

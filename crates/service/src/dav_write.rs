@@ -23,9 +23,10 @@ use rustix::io::Errno;
 use xfer_common::paths::{sanitize, PathError, STAGING_PREFIX};
 
 use crate::access::Operation;
+use crate::config::ServiceConfig;
 use crate::plan::ResponsePlan;
 use crate::request::Request;
-use crate::respond::{status, ServiceConfig};
+use crate::status;
 use crate::upload::{off_runtime, Refusal, UploadBody};
 
 /// What a tree change needs from the caller's scope.

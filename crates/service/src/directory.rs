@@ -11,10 +11,11 @@ use xfer_common::listing::html::HtmlIndexWriter;
 use xfer_common::listing::manifest::{ManifestWriter, MANIFEST_MEDIA_TYPE};
 use xfer_common::{resolve_target_under, ResourceError, Target, TargetKind};
 
+use crate::config::ServiceConfig;
 use crate::listing_body::ListingStream;
 use crate::plan::{Body, ResponsePlan, CONTENT_TYPE_HTML};
 use crate::request::Request;
-use crate::respond::{refusal_for, status, ServiceConfig};
+use crate::status::{self, refusal_for};
 
 /// Entries an HTML index shows before it says it was cut and points at the manifest: a page
 /// a browser still renders quickly.

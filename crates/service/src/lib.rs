@@ -21,6 +21,16 @@
 //!                (PROPFIND, HTML index, manifest)                            pool, bounded channel
 //! ```
 //!
+//! A process builds one [`Service`] and hands the same `Arc<Service>` to every codec
+//! (`xfer serve` does; [`ServiceSource`] lets a server used alone build its own), so the
+//! digests, checksums, uploads in progress, access rules and memory budget are shared because
+//! the core is, not copied into each server.
+//!
+//! Inside, the modules form no import circle (a test in `tests/imports.rs` keeps it so): the
+//! request and its heads (`request`), the status codes ([`status`]), the configuration
+//! ([`ServiceConfig`]) and the record of a request (`record`) are leaves that the deciding
+//! modules (`respond`, `upload`, `tpc`, `dav`, ...) import, never the other way round.
+//!
 //! Listings (WebDAV `PROPFIND`, the HTML index, xfer's manifest) are decided here too, and
 //! stream: their bodies are produced while they are sent, in bounded memory.
 //!
@@ -36,6 +46,7 @@ pub mod access_log;
 pub mod admission;
 mod body;
 mod checksums;
+mod config;
 mod dav;
 mod dav_write;
 mod directory;
@@ -43,9 +54,11 @@ mod exchange;
 mod listing_body;
 mod macaroon;
 mod plan;
+mod record;
 mod request;
 mod respond;
 mod stale_staging;
+pub mod status;
 pub mod status_page;
 pub mod tpc;
 pub mod upload;
@@ -57,6 +70,7 @@ pub use access::{
 pub use access_log::AccessLogTarget;
 pub use body::{BodyEvent, BodyStream};
 pub use checksums::ChecksumCache;
+pub use config::{check_stream_options, ServiceConfig};
 pub use dav::{UPLOAD_PROTOCOL, UPLOAD_PROTOCOL_VERSION};
 pub use directory::MAX_HTML_ENTRIES;
 pub use listing_body::ListingStream;
@@ -64,8 +78,8 @@ pub use plan::{
     Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES, CONTENT_TYPE_HTML, CONTENT_TYPE_TEXT,
     CONTENT_TYPE_XML,
 };
-pub use request::{Method, Request};
-pub use respond::{check_stream_options, status, Service, ServiceConfig};
+pub use request::{CopyHead, DraftHead, Method, Request, UploadHead};
+pub use respond::{Service, ServiceSource};
 pub use stale_staging::{remove_stale_staging, spawn_stale_staging_sweeper};
 pub use tpc::{CopyRunner, RemotePolicy, Tpc, TpcConfig};
-pub use upload::{UploadBody, UploadConfig, UploadHead, Uploads};
+pub use upload::{UploadBody, UploadConfig, Uploads};

@@ -34,7 +34,7 @@ pub struct ListingStream {
     rx: mpsc::Receiver<io::Result<Bytes>>,
     done: bool,
     /// The request's record, ended when this body is.
-    pub(crate) finish: Option<Box<crate::exchange::Finish>>,
+    pub(crate) finish: Option<Box<crate::record::Finish>>,
     /// The body is one chunk: sent once it is yielded (codecs that know the length stop
     /// there, without asking for the end).
     single: bool,

@@ -10,7 +10,7 @@
 
 use crate::plan::ResponsePlan;
 use crate::request::{Method, Request};
-use crate::respond::status;
+use crate::status;
 
 /// The media type of a macaroon request (dCache's and XRootD's convention).
 const MACAROON_REQUEST: &str = "application/macaroon-request";

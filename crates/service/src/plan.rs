@@ -64,9 +64,9 @@ pub struct ResponsePlan {
     pub detail: Option<String>,
     pub body: Body,
     /// A third-party copy's outcome, filled in when it ends, for its record.
-    pub(crate) copy_report: Option<std::sync::Arc<crate::exchange::CopyReport>>,
+    pub(crate) copy_report: Option<std::sync::Arc<crate::record::CopyReport>>,
     /// The request's record, when the body does not carry it: ended with the plan.
-    pub(crate) finish: Option<Box<crate::exchange::Finish>>,
+    pub(crate) finish: Option<Box<crate::record::Finish>>,
 }
 
 /// Where the body bytes come from.

@@ -1,5 +1,8 @@
-//! What a codec decodes a request into.
+//! What a codec decodes a request into: the method, the target, and the heads of uploads
+//! (`UploadHead`, `DraftHead`) and copies (`CopyHead`), kept as sent; the modules that act on
+//! them parse them. A leaf but for the credentials it carries.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::ops::Range;
 
@@ -7,8 +10,6 @@ use xfer_core::checksum::{want_repr_digest_preferences, ChecksumAlgorithm};
 use xfer_core::digest::wants_sha256;
 
 use crate::access::Credentials;
-use crate::tpc::CopyHead;
-use crate::upload::UploadHead;
 
 /// The request method. Unknown methods are kept so that the core, not the codec, answers 405.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +197,92 @@ impl Request {
         let joined = values.into_iter().collect::<Vec<_>>().join(", ");
         self.want_repr_digest = want_repr_digest_preferences(&joined);
         self
+    }
+}
+
+/// What a codec decoded about an upload request.
+#[derive(Debug, Clone, Default)]
+pub struct UploadHead {
+    /// `Content-Length`, when the body announced it.
+    pub content_length: Option<u64>,
+    /// `Content-Range` as sent: `bytes START-END/TOTAL`.
+    pub content_range: Option<String>,
+    /// `Content-Digest` as sent.
+    pub content_digest: Option<String>,
+    /// `Repr-Digest` as sent: the whole file's digest.
+    pub repr_digest: Option<String>,
+    /// `Xfer-Upload`: the client's id for a parallel upload.
+    pub id: Option<String>,
+    /// `Xfer-Upload-Complete: ?1`.
+    pub complete: bool,
+    /// The resumable-upload draft's fields (`upload::resumable`).
+    pub draft: DraftHead,
+}
+
+/// What a codec passes on of the resumable-upload draft's fields, verbatim; the core parses them (RFC 9651
+/// items), so every codec reads them alike.
+#[derive(Debug, Clone, Default)]
+pub struct DraftHead {
+    /// `Upload-Complete` (Boolean).
+    pub upload_complete: Option<String>,
+    /// `Upload-Offset` (Integer).
+    pub upload_offset: Option<String>,
+    /// `Upload-Length` (Integer).
+    pub upload_length: Option<String>,
+    /// `Upload-Draft-Interop-Version` (Integer).
+    pub interop_version: Option<String>,
+    /// `Content-Type` of the request.
+    pub content_type: Option<String>,
+}
+
+/// What a codec decoded about a `COPY`. Its `Debug` shows the names of the
+/// `TransferHeader` fields, never their values (tokens for the remote).
+#[derive(Clone, Default)]
+pub struct CopyHead {
+    /// `Source`: pull from this URL.
+    pub source: Option<String>,
+    /// `Destination`: push to this URL.
+    pub destination: Option<String>,
+    /// `Overwrite` (RFC 4918 §10.6): `F` refuses to replace an existing file.
+    pub overwrite: Option<String>,
+    /// `X-Number-Of-Streams`, verbatim.
+    pub streams: Option<String>,
+    /// `RequireChecksumVerification: true` (any case): the copy must be checked against a
+    /// checksum the remote gives, or fail.
+    pub require_checksum: bool,
+    /// `TransferHeader<Name>: value` fields, as (`Name`, value), in order.
+    pub transfer_headers: Vec<(String, String)>,
+    /// `Credential`, verbatim: `none`, or a delegation kind this server refuses.
+    pub credential: Option<String>,
+    /// `X-No-Delegate`, verbatim.
+    pub no_delegate: Option<String>,
+    /// `ClientInfo` (FTS: job, file and retry), verbatim; only logged.
+    pub client_info: Option<String>,
+    /// `SciTag`, verbatim: the SciTags flow label; only logged.
+    pub scitag: Option<String>,
+}
+
+impl fmt::Debug for CopyHead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CopyHead")
+            .field("source", &self.source)
+            .field("destination", &self.destination)
+            .field("overwrite", &self.overwrite)
+            .field("streams", &self.streams)
+            .field("require_checksum", &self.require_checksum)
+            .field(
+                "transfer_headers",
+                &self
+                    .transfer_headers
+                    .iter()
+                    .map(|(n, _)| n)
+                    .collect::<Vec<_>>(),
+            )
+            .field("credential", &self.credential)
+            .field("no_delegate", &self.no_delegate)
+            .field("client_info", &self.client_info)
+            .field("scitag", &self.scitag)
+            .finish()
     }
 }
 

@@ -2,178 +2,85 @@
 //! logging. Directories and WebDAV are decided in [`crate::directory`] and [`crate::dav`].
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use xfer_common::paths::sanitize_relative;
 use xfer_common::ranges::{parse_range, RangeOutcome};
-use xfer_common::{DigestCache, ErrorClass, FaultInjection, Resource, StreamOptions};
+use xfer_common::Resource;
 use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
-use xfer_core::error::ConfigError;
 
-use crate::access::{AccessControl, Denied, Identity, Operation};
+use crate::access::{Denied, Identity, Operation};
 use crate::body::{BodyStream, ChecksumsOnSend, StreamPlan};
-use crate::checksums::{self, ChecksumCache};
+use crate::checksums;
+use crate::config::ServiceConfig;
 use crate::dav_write::{self, Change};
 use crate::exchange::Exchange;
 use crate::plan::{Body, ContentRange, ResponsePlan, CONTENT_TYPE_BYTES};
 use crate::request::{Method, Request};
-use crate::tpc::{self, Tpc};
-use crate::upload::{self, resumable, NoBody, Replace, UploadBody, UploadConfig, Uploads};
+use crate::status::{self, allowed, refusal_for};
+use crate::tpc;
+use crate::upload::{self, resumable, NoBody, Replace, UploadBody, UploadConfig};
 use crate::{dav, directory, macaroon, status_page};
 
 /// How long a macaroon refusal waits to name its caller in the log (a JWT whose issuer's keys
 /// must first be fetched is logged as anonymous past it).
 const MACAROON_IDENTITY_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Status codes the core answers with, numbered as in HTTP (`xfer/1` carries the same
-/// numbers, so `xfer_core::error::is_transient_status` classifies both).
-pub mod status {
-    /// Whole resource follows.
-    pub const OK: u16 = 200;
-    /// A third-party copy started; its outcome follows in the body.
-    pub const ACCEPTED: u16 = 202;
-    /// An upload created a new file.
-    pub const CREATED: u16 = 201;
-    /// An upload replaced a file, or a chunk of a parallel upload was stored.
-    pub const NO_CONTENT: u16 = 204;
-    /// The requested range follows.
-    pub const PARTIAL_CONTENT: u16 = 206;
-    /// A WebDAV `PROPFIND` answer (RFC 4918 §13).
-    pub const MULTI_STATUS: u16 = 207;
-    /// A directory asked for without its trailing `/`; the plan carries the location.
-    pub const MOVED_PERMANENTLY: u16 = 301;
-    /// The request names something unusable (malformed path, bad synthetic spec).
-    pub const BAD_REQUEST: u16 = 400;
-    /// Credentials are needed and none were given, or they match nothing; the plan carries
-    /// `WWW-Authenticate`.
-    pub const UNAUTHORIZED: u16 = 401;
-    /// The path leaves the served root (traversal, symlink out) or may not be read; the
-    /// request is outside the caller's scope; or `PROPFIND` with `Depth: infinity`.
-    pub const FORBIDDEN: u16 = 403;
-    /// No such resource, or not a regular file.
-    pub const NOT_FOUND: u16 = 404;
-    /// A method the core does not serve; the plan carries `Allow`.
-    pub const METHOD_NOT_ALLOWED: u16 = 405;
-    /// An upload conflicts with the tree (a directory has its name) or with another upload
-    /// (an id reused for another file, a completion with bytes missing).
-    pub const CONFLICT: u16 = 409;
-    /// The validator does not match the resource's current ETag.
-    pub const PRECONDITION_FAILED: u16 = 412;
-    /// An upload larger than the server accepts.
-    pub const PAYLOAD_TOO_LARGE: u16 = 413;
-    /// An append to a resumable upload without `Content-Type: application/partial-upload`.
-    pub const UNSUPPORTED_MEDIA_TYPE: u16 = 415;
-    /// A path segment is longer than the filesystem allows. Permanent, unlike 500.
-    pub const URI_TOO_LONG: u16 = 414;
-    /// The range starts at or beyond the end of the resource.
-    pub const RANGE_NOT_SATISFIABLE: u16 = 416;
-    /// As many third-party copies as allowed are running; retry later.
-    pub const TOO_MANY_REQUESTS: u16 = 429;
-    /// The server failed before sending the body.
-    pub const INTERNAL_ERROR: u16 = 500;
-    /// A third-party copy to a URL scheme the server cannot reach.
-    pub const NOT_IMPLEMENTED: u16 = 501;
-    /// A `MOVE` to another server (RFC 4918 §9.9.4).
-    pub const BAD_GATEWAY: u16 = 502;
-    /// The server is shutting down or over a limit; retry later.
-    pub const SERVICE_UNAVAILABLE: u16 = 503;
-    /// The server's disk is full (or a quota reached); nothing was stored under the final
-    /// name. Retry once space is freed.
-    pub const INSUFFICIENT_STORAGE: u16 = 507;
-}
-
-/// Methods the core serves, for `Allow`: `PUT`, `POST` (resumable uploads) and the tree
-/// changes `DELETE`, `MKCOL`, `MOVE` when uploads are on, `COPY` when third-party copy is.
-pub(crate) fn allowed(uploads: bool, tpc: bool) -> &'static str {
-    match (uploads, tpc) {
-        (false, false) => "GET, HEAD, OPTIONS, PROPFIND",
-        (true, false) => "GET, HEAD, OPTIONS, PROPFIND, PUT, POST, DELETE, MKCOL, MOVE",
-        (false, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND",
-        (true, true) => "COPY, GET, HEAD, OPTIONS, PROPFIND, PUT, POST, DELETE, MKCOL, MOVE",
-    }
-}
-
-/// What the core serves and how.
+/// Where a server's request core comes from: one shared with the process's other codecs, or
+/// its own, built from a configuration when the server starts (a server used alone, as tests
+/// and embedders do).
 #[derive(Debug, Clone)]
-pub struct ServiceConfig {
-    /// Canonical directory whose regular files are served.
-    pub root: PathBuf,
-    /// Whole-resource digests, shared by every server of the process.
-    pub digests: DigestCache,
-    /// Send `Repr-Digest` (and compute it in the background). Default on.
-    pub repr_digest: bool,
-    /// Block size and read-ahead of streamed bodies: one policy for every codec.
-    pub stream: StreamOptions,
-    /// Test hook: corrupt a byte after the digest is computed. Never set in production.
-    pub dangerous_fault: Option<Arc<FaultInjection>>,
-    /// Who may read and write what. Default: anonymous reads, no writes.
-    pub access: Arc<AccessControl>,
-    /// Accept uploads (`PUT`) from callers with write access. Default off: `None`.
-    pub uploads: Option<UploadConfig>,
-    /// Parallel uploads in progress, shared by every codec.
-    pub upload_state: Uploads,
-    /// adler32 and MD5 computed for `Want-Digest`, shared by every codec.
-    pub checksums: ChecksumCache,
-    /// Checksums computed while a whole file is sent, unless already known, so that the
-    /// `Want-Digest` FTS sends after a copy is answered without reading the file again.
-    /// Default adler32 (about 4 times SHA-256's speed, docs/wlcg.md); empty turns it off. SHA-256 here is kept in
-    /// [`ServiceConfig::digests`]. Synthetic resources are never hashed this way.
-    pub checksums_on_send: Vec<ChecksumAlgorithm>,
-    /// HTTP third-party copy (`COPY`). Default off: `None`.
-    pub tpc: Option<Tpc>,
-    /// Base URLs of mirrors that hold the same tree: each file's answer names its copy there
-    /// (`Link: <base/path>; rel=duplicate`, RFC 6249), which clients may fetch from as well.
-    /// Default none.
-    pub mirrors: Vec<String>,
+pub enum ServiceSource {
+    /// Build a core of its own with [`Service::new`].
+    Build(Box<ServiceConfig>),
+    /// Serve this core, shared with other codecs.
+    Shared(Arc<Service>),
 }
 
-impl ServiceConfig {
-    /// Serve `root` with a private digest cache and default streaming.
-    pub fn new(root: PathBuf) -> Self {
-        Self {
-            root,
-            digests: DigestCache::default(),
-            repr_digest: true,
-            stream: StreamOptions::default(),
-            dangerous_fault: None,
-            access: Arc::new(AccessControl::anonymous(true)),
-            uploads: None,
-            upload_state: Uploads::default(),
-            checksums: ChecksumCache::default(),
-            checksums_on_send: vec![ChecksumAlgorithm::Adler32],
-            tpc: None,
-            mirrors: Vec::new(),
+impl ServiceSource {
+    /// The configuration the core has or will have.
+    pub fn config(&self) -> &ServiceConfig {
+        match self {
+            Self::Build(cfg) => cfg,
+            Self::Shared(service) => service.config(),
+        }
+    }
+
+    /// The core to serve: the shared one, or one built now.
+    pub fn into_service(self) -> Arc<Service> {
+        match self {
+            Self::Build(cfg) => Arc::new(Service::new(*cfg)),
+            Self::Shared(service) => service,
         }
     }
 }
 
-/// Reject streaming settings no server supports: blocks of 4 KiB to 64 MiB, at most 64 ahead.
-pub fn check_stream_options(opts: &StreamOptions) -> Result<(), ConfigError> {
-    if !(4096..=(64 << 20)).contains(&opts.block_size) {
-        return Err(ConfigError::new(
-            "stream.block_size",
-            opts.block_size,
-            "4 KiB to 64 MiB",
-        ));
+impl From<ServiceConfig> for ServiceSource {
+    fn from(cfg: ServiceConfig) -> Self {
+        Self::Build(Box::new(cfg))
     }
-    if opts.read_ahead > 64 {
-        return Err(ConfigError::new(
-            "stream.read_ahead",
-            opts.read_ahead,
-            "0 to 64",
-        ));
+}
+
+impl From<Arc<Service>> for ServiceSource {
+    fn from(service: Arc<Service>) -> Self {
+        Self::Shared(service)
     }
-    Ok(())
 }
 
 /// The request core; cheap to share behind an `Arc`.
+///
+/// A process builds one and hands it to every codec (`xfer serve` does), the way hyper's
+/// `serve_connection(io, service)` takes its service: the codecs then share its digests,
+/// checksums, uploads in progress, access rules and memory budget because they share it, not
+/// because each was handed copies of them.
 #[derive(Debug)]
 pub struct Service {
     cfg: ServiceConfig,
 }
 
 impl Service {
+    /// The one constructor: every server's core, shared or its own, is built here.
     pub fn new(cfg: ServiceConfig) -> Self {
         Self { cfg }
     }
@@ -699,16 +606,6 @@ fn denial(denied: Denied) -> (ResponsePlan, Identity) {
     }
 }
 
-pub(crate) fn refusal_for(class: ErrorClass) -> (u16, &'static str) {
-    match class {
-        ErrorClass::BadRequest => (status::BAD_REQUEST, "bad request\n"),
-        ErrorClass::Forbidden => (status::FORBIDDEN, "forbidden\n"),
-        ErrorClass::NotFound => (status::NOT_FOUND, "not found\n"),
-        ErrorClass::UriTooLong => (status::URI_TOO_LONG, "path segment too long\n"),
-        ErrorClass::Internal => (status::INTERNAL_ERROR, "server error\n"),
-    }
-}
-
 /// Apply `Range` and `If-Range` (RFC 9110 §13.1.5, §14.2), or `xfer/1`'s exact range.
 fn select_range(req: &Request, resource: &Resource) -> RangeOutcome {
     let size = resource.size();
@@ -759,4 +656,63 @@ fn duplicate_links(mirrors: &[String], req: &Request) -> Option<String> {
         })
         .collect();
     Some(links.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::BodyEvent;
+    use crate::record::{activity, lock};
+
+    fn live_paths() -> Vec<String> {
+        lock(&activity().live)
+            .values()
+            .map(|l| l.path.clone())
+            .collect()
+    }
+
+    fn failed_paths() -> Vec<String> {
+        lock(&activity().errors)
+            .iter()
+            .map(|e| e.path.clone())
+            .collect()
+    }
+
+    /// A body is listed while it is sent; one dropped half-way is a failure, a HEAD is not.
+    #[tokio::test]
+    async fn a_request_is_live_until_its_body_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("root");
+        std::fs::write(root.join("exchange-live.bin"), vec![7u8; 3 << 20]).expect("write");
+        let service = Service::new(ServiceConfig::new(root));
+        let peer = "127.0.0.1:1".parse().expect("address");
+        let path = "/exchange-live.bin";
+
+        let head = service
+            .respond(&Request::new(Method::Head, path, peer, "h2"))
+            .await;
+        assert_eq!(head.status, 200);
+        drop(head);
+        assert!(!live_paths().iter().any(|p| p == path));
+        assert!(!failed_paths().iter().any(|p| p == path), "a HEAD failed");
+
+        let plan = service
+            .respond(&Request::new(Method::Get, path, peer, "h2"))
+            .await;
+        let Body::Stream(mut body) = plan.body else {
+            panic!("a file's GET has no stream body");
+        };
+        let first = body.next().await.expect("a block").expect("read");
+        assert!(matches!(first, BodyEvent::Data(_)));
+        assert!(
+            live_paths().iter().any(|p| p == path),
+            "not listed while sent"
+        );
+        drop(body);
+        assert!(!live_paths().iter().any(|p| p == path));
+        assert!(
+            failed_paths().iter().any(|p| p == path),
+            "a body dropped half-way is not a failure"
+        );
+    }
 }

@@ -18,11 +18,11 @@ use serde_json::json;
 use xfer_common::metrics;
 
 use crate::access_log::format_rfc3339;
-use crate::exchange::activity;
 use crate::listing_body::ListingStream;
 use crate::plan::{Body, ResponsePlan, CONTENT_TYPE_HTML};
+use crate::record::activity;
 use crate::request::{Method, Request};
-use crate::respond::status;
+use crate::status;
 
 pub const STATUS_PATH: &str = "/.well-known/xfer/status";
 pub const STATUS_JSON_PATH: &str = "/.well-known/xfer/status.json";

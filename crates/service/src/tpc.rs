@@ -44,11 +44,12 @@ use xfer_core::digest::Sha256Digest;
 use xfer_core::journal;
 use xfer_core::progress::Progress;
 
-use crate::exchange::CopyReport;
 use crate::listing_body::ListingStream;
 use crate::plan::ResponsePlan;
+use crate::record::CopyReport;
+pub use crate::request::CopyHead;
 use crate::request::Request;
-use crate::respond::{refusal_for, status};
+use crate::status::{self, refusal_for};
 use crate::upload::{self, Refusal, Replace};
 
 mod connections;
@@ -137,57 +138,6 @@ impl TpcConfig {
             ));
         }
         Ok(())
-    }
-}
-
-/// What a codec decoded about a `COPY`. Its `Debug` shows the names of the
-/// `TransferHeader` fields, never their values (tokens for the remote).
-#[derive(Clone, Default)]
-pub struct CopyHead {
-    /// `Source`: pull from this URL.
-    pub source: Option<String>,
-    /// `Destination`: push to this URL.
-    pub destination: Option<String>,
-    /// `Overwrite` (RFC 4918 §10.6): `F` refuses to replace an existing file.
-    pub overwrite: Option<String>,
-    /// `X-Number-Of-Streams`, verbatim.
-    pub streams: Option<String>,
-    /// `RequireChecksumVerification: true` (any case): the copy must be checked against a
-    /// checksum the remote gives, or fail.
-    pub require_checksum: bool,
-    /// `TransferHeader<Name>: value` fields, as (`Name`, value), in order.
-    pub transfer_headers: Vec<(String, String)>,
-    /// `Credential`, verbatim: `none`, or a delegation kind this server refuses.
-    pub credential: Option<String>,
-    /// `X-No-Delegate`, verbatim.
-    pub no_delegate: Option<String>,
-    /// `ClientInfo` (FTS: job, file and retry), verbatim; only logged.
-    pub client_info: Option<String>,
-    /// `SciTag`, verbatim: the SciTags flow label; only logged.
-    pub scitag: Option<String>,
-}
-
-impl fmt::Debug for CopyHead {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CopyHead")
-            .field("source", &self.source)
-            .field("destination", &self.destination)
-            .field("overwrite", &self.overwrite)
-            .field("streams", &self.streams)
-            .field("require_checksum", &self.require_checksum)
-            .field(
-                "transfer_headers",
-                &self
-                    .transfer_headers
-                    .iter()
-                    .map(|(n, _)| n)
-                    .collect::<Vec<_>>(),
-            )
-            .field("credential", &self.credential)
-            .field("no_delegate", &self.no_delegate)
-            .field("client_info", &self.client_info)
-            .field("scitag", &self.scitag)
-            .finish()
     }
 }
 

@@ -28,7 +28,8 @@ use xfer_common::{stored_digest, DigestCache, Resource};
 use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
 use crate::plan::ResponsePlan;
-use crate::respond::status;
+pub use crate::request::UploadHead;
+use crate::status;
 
 mod place;
 pub mod resumable;
@@ -69,25 +70,6 @@ impl Default for UploadConfig {
             max_size: 16 << 40,
         }
     }
-}
-
-/// What a codec decoded about an upload request.
-#[derive(Debug, Clone, Default)]
-pub struct UploadHead {
-    /// `Content-Length`, when the body announced it.
-    pub content_length: Option<u64>,
-    /// `Content-Range` as sent: `bytes START-END/TOTAL`.
-    pub content_range: Option<String>,
-    /// `Content-Digest` as sent.
-    pub content_digest: Option<String>,
-    /// `Repr-Digest` as sent: the whole file's digest.
-    pub repr_digest: Option<String>,
-    /// `Xfer-Upload`: the client's id for a parallel upload.
-    pub id: Option<String>,
-    /// `Xfer-Upload-Complete: ?1`.
-    pub complete: bool,
-    /// The resumable-upload draft's fields ([`resumable`]).
-    pub draft: resumable::DraftHead,
 }
 
 /// A request body, pulled piece by piece.

@@ -7,6 +7,8 @@ mod access;
 mod dav_write;
 #[path = "decisions.rs"]
 mod decisions;
+#[path = "imports.rs"]
+mod imports;
 #[path = "listing.rs"]
 mod listing;
 #[path = "no_replace.rs"]

@@ -4,22 +4,28 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use xfer_service::{AccessControl, Tpc, UploadConfig, Uploads};
+use xfer_service::{AccessControl, ChecksumCache, ServiceConfig, Tpc, UploadConfig, Uploads};
 
 use xfer_common::memory::{MAX_MEMORY_BUDGET, MIN_MEMORY_BUDGET};
 use xfer_common::path_share::PathShare;
 use xfer_common::resource::{StreamOptions, DEFAULT_BLOCK_SIZE};
-use xfer_common::{DigestCacheConfig, FaultInjection, MemoryBudget};
+use xfer_common::{DigestCache, DigestCacheConfig, FaultInjection, MemoryBudget};
 use xfer_core::checksum::ChecksumAlgorithm;
 
 use crate::config::{ConfigError, Http2Config, TcpConfig};
 
 use super::tcp_resume::TcpResumeConfig;
+use super::ServerError;
 
 /// Default [`ServerConfig::max_early_data_size`]: 16 KiB.
 pub const DEFAULT_MAX_EARLY_DATA: u32 = 16 << 10;
 
 /// Settings of an [`super::HttpServer`]. All fields but `root` have a [`Default`].
+///
+/// Some describe the request core rather than HTTP (root, streaming and memory budget, digests,
+/// access, uploads, third-party copy, mirrors, checksums on send, the test fault):
+/// [`ServerConfig::service_config`] turns them into the core's configuration. A server handed a
+/// core ([`super::HttpServer::bind_with`]) reads only the rest.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Directory served (written only by uploads the access rules allow). Files outside it
@@ -69,7 +75,7 @@ pub struct ServerConfig {
     /// previous block is written). Raise for slow or networked storage.
     pub read_ahead: usize,
     /// Bytes of outgoing blocks (read-ahead, HTTP/2 and HTTP/1.1 send queues, and QUIC's
-    /// unacknowledged data when `xfer serve` shares it with the QUIC server) held at once by
+    /// unacknowledged data when `xfer serve` shares the request core with it) held at once by
     /// the whole process. Default [`xfer_common::DEFAULT_MEMORY_BUDGET`] (512 MiB), at least
     /// two blocks. A response whose next block does not fit waits for room. One connection
     /// holds at most 1/8 of it and one client address 1/4, and 1/8 is kept for connections
@@ -95,11 +101,11 @@ pub struct ServerConfig {
     /// exercise clients' verification. Default `None`; never set in production.
     pub dangerous_fault: Option<Arc<FaultInjection>>,
     /// Who may read and write what (tokens, client certificates). Default: anonymous reads,
-    /// no writes. Shared with the QUIC server by `xfer serve`.
+    /// no writes. Part of the request core, which `xfer serve` shares with the QUIC server.
     pub access: Arc<AccessControl>,
     /// Accept uploads (`PUT`). Default off.
     pub uploads: Option<UploadConfig>,
-    /// Parallel uploads in progress; shared with the QUIC server by `xfer serve`.
+    /// Parallel uploads in progress; part of the request core, as `access` is.
     pub upload_state: Uploads,
     /// Checksums computed while a whole file is sent, for `Want-Digest` / `Want-Repr-Digest`
     /// asked later (FTS checks adler32 after every copy). Default adler32; empty turns it off.
@@ -265,7 +271,50 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// How responses read the resource; `xfer serve` gives the QUIC server the same.
+    /// The request core these settings describe, for [`super::HttpServer::bind`] or for a
+    /// process that shares one core among its codecs (`xfer serve`): validated, with the root
+    /// made canonical and a digest cache of its own. `tpc` and `mirrors` are HTTP's answers;
+    /// a codec that cannot express them shares them unused.
+    pub fn service_config(&self) -> Result<ServiceConfig, ServerError> {
+        self.validate()?;
+        let root = self
+            .root
+            .canonicalize()
+            .and_then(|r| {
+                if r.is_dir() {
+                    Ok(r)
+                } else {
+                    Err(std::io::Error::other("not a directory"))
+                }
+            })
+            .map_err(|source| ServerError::Root {
+                root: self.root.clone(),
+                source,
+            })?;
+        let digests = DigestCache::new(self.digest_cache.clone()).map_err(|e| {
+            ConfigError::new(
+                "digest_cache",
+                format!("{} = {}", e.field, e.value),
+                e.allowed,
+            )
+        })?;
+        Ok(ServiceConfig {
+            root,
+            digests,
+            repr_digest: self.repr_digest,
+            stream: self.stream_options(),
+            dangerous_fault: self.dangerous_fault.clone(),
+            access: self.access.clone(),
+            uploads: self.uploads.clone(),
+            upload_state: self.upload_state.clone(),
+            checksums: ChecksumCache::default(),
+            checksums_on_send: self.checksums_on_send.clone(),
+            tpc: self.tpc.clone(),
+            mirrors: self.mirrors.clone(),
+        })
+    }
+
+    /// How responses read the resource.
     pub fn stream_options(&self) -> StreamOptions {
         StreamOptions {
             block_size: self.read_block_size,

@@ -55,9 +55,9 @@ use tokio_util::sync::CancellationToken;
 
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
-use xfer_common::{BudgetAccount, DigestCache};
+use xfer_common::BudgetAccount;
 use xfer_service::admission::{self, Admission, Admit, Ticket};
-use xfer_service::{ChecksumCache, Service, ServiceConfig};
+use xfer_service::{Service, ServiceSource};
 
 pub use config::{ServerConfig, DEFAULT_MAX_EARLY_DATA};
 
@@ -115,7 +115,7 @@ pub enum ServerError {
 /// What every connection and request shares.
 pub(crate) struct Shared {
     /// The request core; this server is its HTTP codec.
-    pub service: Service,
+    pub service: Arc<Service>,
     cfg: ServerConfig,
     tls: Option<TlsAcceptor>,
     #[cfg(target_os = "linux")]
@@ -144,24 +144,21 @@ impl std::fmt::Debug for HttpServer {
 }
 
 impl HttpServer {
-    /// Validate `cfg`, check the root, and bind the listening socket (tuned with `cfg.tcp`
-    /// before `listen`, so accepted sockets inherit buffers and congestion control).
+    /// Serve a request core of its own, built from `cfg` ([`ServerConfig::service_config`]):
+    /// see [`HttpServer::bind_with`].
     pub async fn bind(cfg: ServerConfig) -> Result<Self, ServerError> {
+        let service = ServiceSource::from(cfg.service_config()?).into_service();
+        Self::bind_with(cfg, service).await
+    }
+
+    /// Validate `cfg` and bind the listening socket (tuned with `cfg.tcp` before `listen`, so
+    /// accepted sockets inherit buffers and congestion control), to serve `service`, the
+    /// request core the process's other codecs may share. What `cfg` says of the core (root,
+    /// digests, access, uploads, copies, mirrors, streaming and memory budget) is the core's
+    /// business, not read here: `service` has its own.
+    pub async fn bind_with(cfg: ServerConfig, service: Arc<Service>) -> Result<Self, ServerError> {
         cfg.validate()?;
-        let root = cfg
-            .root
-            .canonicalize()
-            .and_then(|r| {
-                if r.is_dir() {
-                    Ok(r)
-                } else {
-                    Err(std::io::Error::other("not a directory"))
-                }
-            })
-            .map_err(|source| ServerError::Root {
-                root: cfg.root.clone(),
-                source,
-            })?;
+        let root = service.config().root.clone();
         let addr = cfg.listen;
         let listener = listen(addr, &cfg)?;
         let local_addr = listener
@@ -182,13 +179,6 @@ impl HttpServer {
             }
             TlsAcceptor::from(Arc::new(tls))
         });
-        let digests = DigestCache::new(cfg.digest_cache.clone()).map_err(|e| {
-            ConfigError::new(
-                "digest_cache",
-                format!("{} = {}", e.field, e.value),
-                e.allowed,
-            )
-        })?;
         #[cfg(target_os = "linux")]
         let (tcp_resume, tcp_resume_status) =
             start_tcp_resume(local_addr.port(), &cfg.tcp_resume, &cfg.path_share);
@@ -205,20 +195,7 @@ impl HttpServer {
             local_addr,
             tcp_resume: tcp_resume_status,
             shared: Arc::new(Shared {
-                service: Service::new(ServiceConfig {
-                    checksums: Default::default(),
-                    root,
-                    digests,
-                    repr_digest: cfg.repr_digest,
-                    stream: cfg.stream_options(),
-                    dangerous_fault: cfg.dangerous_fault.clone(),
-                    access: cfg.access.clone(),
-                    uploads: cfg.uploads.clone(),
-                    upload_state: cfg.upload_state.clone(),
-                    checksums_on_send: cfg.checksums_on_send.clone(),
-                    tpc: cfg.tpc.clone(),
-                    mirrors: cfg.mirrors.clone(),
-                }),
+                service,
                 cfg,
                 tls,
                 #[cfg(target_os = "linux")]
@@ -238,15 +215,9 @@ impl HttpServer {
         &self.tcp_resume
     }
 
-    /// The server's whole-file digest cache, to share with another server on the same root
-    /// (so each file is hashed once, not once per protocol).
-    pub fn digest_cache(&self) -> DigestCache {
-        self.shared.service.config().digests.clone()
-    }
-
-    /// The adler32 and MD5 values this server computed, to share with a QUIC server.
-    pub fn checksum_cache(&self) -> ChecksumCache {
-        self.shared.service.config().checksums.clone()
+    /// The request core this server is a codec of.
+    pub fn service(&self) -> &Arc<Service> {
+        &self.shared.service
     }
 
     /// Serve until `shutdown` completes, then stop accepting, ask every connection to finish
@@ -619,7 +590,7 @@ async fn drive<I>(
     let idle = idle_override.unwrap_or(cfg.idle_timeout);
     // Every block this connection's responses read counts against its share of the budget
     // and its address's (xfer_common::memory, "Fair shares").
-    let account = cfg.memory_budget.account(peer.ip());
+    let account = shared.service.config().stream.budget.account(peer.ip());
     // HTTP/1.1's 503 closes its connection; HTTP/2's winds down with GOAWAY once answered.
     let refused = (refusing && h2).then(CancellationToken::new);
     let evict = evict.or_else(|| refused.clone());

@@ -8,7 +8,7 @@
 //! certificate away too. A `Credential` the server cannot honour is refused before anything
 //! starts, as XRootD does, rather than copying with other credentials than the caller chose.
 
-use crate::respond::status;
+use crate::status;
 use crate::upload::Refusal;
 
 /// Which credentials a copy presents to the remote besides its `TransferHeader` fields.

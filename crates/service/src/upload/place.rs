@@ -16,7 +16,7 @@ use rustix::fs::{RenameFlags, CWD};
 use rustix::io::Errno;
 
 use super::Refusal;
-use crate::respond::status;
+use crate::status;
 
 /// Whether a write's final rename may take the name of a file that exists by then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,7 +32,8 @@ use super::{
     stored_resource, Refusal, Replace, UploadBody, UploadConfig, UploadHead, Uploads, WRITE_BLOCK,
 };
 use crate::plan::{Body, ResponsePlan};
-use crate::respond::status;
+pub use crate::request::DraftHead;
+use crate::status;
 
 /// The draft's interop version this server speaks (`Upload-Draft-Interop-Version`).
 pub const INTEROP_VERSION: &str = "9";
@@ -43,22 +44,6 @@ pub const PARTIAL_UPLOAD: &str = "application/partial-upload";
 const PROBLEM_JSON: &str = "application/problem+json";
 /// Directory of upload records under the root; the staging prefix hides it from every request.
 const RECORD_DIR: &str = ".xfer-upload.resumable";
-
-/// What a codec passes on of the draft's fields, verbatim; the core parses them (RFC 9651
-/// items), so every codec reads them alike.
-#[derive(Debug, Clone, Default)]
-pub struct DraftHead {
-    /// `Upload-Complete` (Boolean).
-    pub upload_complete: Option<String>,
-    /// `Upload-Offset` (Integer).
-    pub upload_offset: Option<String>,
-    /// `Upload-Length` (Integer).
-    pub upload_length: Option<String>,
-    /// `Upload-Draft-Interop-Version` (Integer).
-    pub interop_version: Option<String>,
-    /// `Content-Type` of the request.
-    pub content_type: Option<String>,
-}
 
 impl DraftHead {
     /// `Upload-Complete`, when present and a valid Boolean (anything else is ignored, as the
@@ -563,7 +548,7 @@ async fn start(
 pub(crate) async fn on_resource(
     ctx: &Ctx<'_>,
     found: Option<Arc<Resumable>>,
-    method: &crate::Method,
+    method: &crate::request::Method,
     head: &UploadHead,
     body: &mut dyn UploadBody,
 ) -> ResponsePlan {
@@ -576,16 +561,16 @@ pub(crate) async fn on_resource(
         .plan();
     };
     match method {
-        crate::Method::Head | crate::Method::Get => {
+        crate::request::Method::Head | crate::request::Method::Get => {
             let (guard, _) = up.take_over().await;
             let plan = offset_answer(ctx.cfg, &up);
             drop(guard);
             plan
         }
-        crate::Method::Patch => patch(ctx, &up, head, body)
+        crate::request::Method::Patch => patch(ctx, &up, head, body)
             .await
             .unwrap_or_else(|p| p.plan(ctx.cfg)),
-        crate::Method::Delete => {
+        crate::request::Method::Delete => {
             let (guard, _) = up.take_over().await;
             ctx.uploads.resumable.remove(&up.id);
             let was_complete = up.lock().complete;

@@ -11,7 +11,7 @@ use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
-use crate::respond::status;
+use crate::status;
 use crate::upload::Refusal;
 
 fn no_follow() -> i32 {
