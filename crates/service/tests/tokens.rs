@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::token_table::{es, Case, Issuers, Keys, Op, TREE};
+use crate::token_table::{es, now, with, Case, Issuers, Keys, Op, TREE};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use xfer_service::upload::{UploadBody, UploadHead};
