@@ -27,11 +27,11 @@ mod lab_tree;
 mod output;
 #[path = "resume.rs"]
 mod resume;
+#[path = "safe_defaults.rs"]
+mod safe_defaults;
 #[path = "serve_config.rs"]
 mod serve_config;
 #[path = "serve_reload.rs"]
 mod serve_reload;
-#[path = "safe_defaults.rs"]
-mod safe_defaults;
 #[path = "serve_signal.rs"]
 mod serve_signal;

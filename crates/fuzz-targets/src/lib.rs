@@ -49,6 +49,7 @@ pub const TARGETS: &[Target] = &[
     ("jwt", jwt),
     ("link", link),
     ("http1_pipeline", http1_pipeline),
+    ("copy_fields", copy_fields),
 ];
 
 /// `Range` against a size (first 8 bytes, little-endian), and `Content-Range` round trips.
@@ -323,4 +324,10 @@ pub fn link(data: &[u8]) {
 /// [`xfer_http::fuzzing::pipelined_responses`]).
 pub fn http1_pipeline(data: &[u8]) {
     xfer_http::fuzzing::pipelined_responses(data);
+}
+
+/// A `COPY` request's fields, as `Name: value` lines (see
+/// [`xfer_service::tpc::fuzzing::copy_fields`]).
+pub fn copy_fields(data: &[u8]) {
+    xfer_service::tpc::fuzzing::copy_fields(data);
 }

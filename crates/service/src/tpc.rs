@@ -39,6 +39,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use url::{Host, Url};
 use xfer_common::{DigestCache, Resource};
 use xfer_core::digest::Sha256Digest;
 use xfer_core::journal;
@@ -54,6 +55,8 @@ use crate::upload::{self, Refusal, Replace};
 
 mod connections;
 mod fields;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod remote_policy;
 
 pub use connections::{OpenConnection, RemoteConnections};
@@ -423,6 +426,7 @@ async fn start(
     };
     let url = remote_url(remote, tpc.runner.schemes())?;
     check_literal_host(&url, &tpc.config.remote_policy)?;
+    let url = url.to_string();
     let headers = outgoing_headers(&head.transfer_headers)?;
     let credentials = fields::credentials(head.credential.as_deref(), head.no_delegate.as_deref())?;
     let client_info = fields::client_info(head.client_info.as_deref());
@@ -558,13 +562,18 @@ async fn start(
     Ok(plan)
 }
 
-/// The remote URL, with WebDAV's `davs`/`dav` spelled as the HTTP they are.
-fn remote_url(remote: &str, schemes: &[&str]) -> Result<String, Refusal> {
+/// The remote URL, read by the URL standard's parser (the one the HTTP client uses), with
+/// WebDAV's `davs`/`dav` spelled as the HTTP they are. A host is required; credentials in the
+/// URL are refused (a token travels in `TransferHeaderAuthorization`), a fragment is dropped.
+/// The URL returned is the parser's normalised form, so the host judged is the host reached:
+/// `http://0x7f.1/` is `http://127.0.0.1/`.
+fn remote_url(remote: &str, schemes: &[&str]) -> Result<Url, Refusal> {
+    let malformed = |why: String| Refusal::new(status::BAD_REQUEST, "malformed remote URL\n", why);
     let Some((scheme, rest)) = remote.split_once("://") else {
         return Err(Refusal::new(
             status::BAD_REQUEST,
             "the remote must be an absolute URL\n",
-            format!("{remote:?} has no scheme"),
+            format!("{:?} has no scheme", fields::bounded(remote)),
         ));
     };
     let scheme = match scheme.to_ascii_lowercase().as_str() {
@@ -577,7 +586,8 @@ fn remote_url(remote: &str, schemes: &[&str]) -> Result<String, Refusal> {
             status::NOT_IMPLEMENTED,
             "this server cannot copy over that URL scheme\n",
             format!(
-                "{scheme}:// is not one of {}",
+                "{}:// is not one of {}",
+                fields::bounded(&scheme),
                 schemes
                     .iter()
                     .map(|s| format!("{s}://"))
@@ -586,14 +596,27 @@ fn remote_url(remote: &str, schemes: &[&str]) -> Result<String, Refusal> {
             ),
         ));
     }
-    if rest.is_empty() || remote.chars().any(|c| c.is_ascii_control() || c == ' ') {
+    // The parser would drop tabs and newlines silently; a remote holding them is refused.
+    if remote.chars().any(|c| c.is_ascii_control() || c == ' ') {
+        return Err(malformed(format!("{:?}", fields::bounded(remote))));
+    }
+    let mut url = Url::parse(&format!("{scheme}://{rest}"))
+        .map_err(|e| malformed(format!("{:?}: {e}", fields::bounded(remote))))?;
+    if url.host().is_none() {
+        return Err(malformed(format!(
+            "{:?} names no host",
+            fields::bounded(remote)
+        )));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
         return Err(Refusal::new(
             status::BAD_REQUEST,
-            "malformed remote URL\n",
-            format!("{remote:?}"),
+            "credentials in the remote URL are not passed on: send the remote's token in TransferHeaderAuthorization\n",
+            "a remote URL with user information",
         ));
     }
-    Ok(format!("{scheme}://{rest}"))
+    url.set_fragment(None);
+    Ok(url)
 }
 
 /// The 403's body: [`remote_policy::NOT_ALLOWED`] as a line.
@@ -602,20 +625,13 @@ const NOT_ALLOWED_TEXT: &str = "the remote is not allowed by the server's copy p
 /// A remote whose host is an IP literal is judged at once, so a refused one is a 403 before
 /// anything starts; names are judged on the addresses they resolve to, as the runner
 /// connects.
-fn check_literal_host(url: &str, policy: &RemotePolicy) -> Result<(), Refusal> {
-    let authority = url
-        .split_once("://")
-        .map_or(url, |(_, rest)| rest)
-        .split(['/', '?', '#'])
-        .next()
-        .unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if host_port.starts_with('[') {
-        host_port.split_once(']').map_or(host_port, |(h, _)| h)
-    } else {
-        host_port.split(':').next().unwrap_or(host_port)
+fn check_literal_host(url: &Url, policy: &RemotePolicy) -> Result<(), Refusal> {
+    let host = match url.host() {
+        Some(Host::Ipv4(ip)) => ip.to_string(),
+        Some(Host::Ipv6(ip)) => format!("[{ip}]"),
+        Some(Host::Domain(_)) | None => return Ok(()),
     };
-    match policy.check_literal(host) {
+    match policy.check_literal(&host) {
         Some(Err(why)) => Err(Refusal::new(
             status::FORBIDDEN,
             NOT_ALLOWED_TEXT,
@@ -874,9 +890,21 @@ mod tests {
     fn schemes_and_reserved_headers() {
         let schemes = ["https", "http"];
         assert_eq!(
-            remote_url("davs://h/x", &schemes).ok().as_deref(),
-            Some("https://h/x")
+            remote_url("davs://h/x", &schemes).ok().map(String::from),
+            Some("https://h/x".to_string())
         );
+        for bad in [
+            "https://",
+            "https://u:p@h/x",
+            "https://h/\tx",
+            "https://[::1/x",
+        ] {
+            assert_eq!(
+                remote_url(bad, &schemes).err().map(|r| r.status),
+                Some(status::BAD_REQUEST),
+                "{bad:?}"
+            );
+        }
         assert_eq!(
             remote_url("ftp://h/x", &schemes).err().map(|r| r.status),
             Some(status::NOT_IMPLEMENTED)
@@ -896,27 +924,32 @@ mod tests {
             refuse_own_addresses: false,
             ..RemotePolicy::default()
         };
-        for url in [
+        let url = |u: &str| Url::parse(u).expect("a URL");
+        for u in [
             "https://127.0.0.1:8443/x",
             "http://[::1]/x",
             "https://user@10.0.0.1/x",
             "https://169.254.169.254",
+            // Spellings of 127.0.0.1 the parser normalises, as the resolver would.
+            "http://0x7f.1/x",
+            "http://2130706433/x",
+            "http://[::ffff:127.0.0.1]/x",
         ] {
             assert_eq!(
-                check_literal_host(url, &policy).err().map(|r| r.status),
+                check_literal_host(&url(u), &policy).err().map(|r| r.status),
                 Some(status::FORBIDDEN),
-                "{url}"
+                "{u}"
             );
         }
-        for url in [
+        for u in [
             "https://8.8.8.8/x",
             "https://localhost/x",
             "https://[2001:db8::1]:1/x",
         ] {
-            assert!(check_literal_host(url, &policy).is_ok(), "{url}");
+            assert!(check_literal_host(&url(u), &policy).is_ok(), "{u}");
         }
         let allowed = RemotePolicy::allowing(["127.0.0.0/8".parse().expect("net")]);
-        assert!(check_literal_host("https://127.0.0.1:8443/x", &allowed).is_ok());
+        assert!(check_literal_host(&url("https://127.0.0.1:8443/x"), &allowed).is_ok());
     }
 
     #[test]

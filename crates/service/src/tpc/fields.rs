@@ -61,7 +61,9 @@ pub(crate) fn client_info(value: Option<&str>) -> Option<String> {
     (!v.is_empty()).then(|| bounded(v))
 }
 
-fn bounded(v: &str) -> String {
+/// A caller's text as logs and refusals show it: printable ASCII, at most
+/// [`CLIENT_INFO_MAX`] characters.
+pub(crate) fn bounded(v: &str) -> String {
     let mut out: String = v
         .chars()
         .take(CLIENT_INFO_MAX)
