@@ -359,18 +359,6 @@ fn failed(why: CopyFailure) -> RunningCopy {
     }
 }
 
-/// An error with its causes, as one line, for the log.
-pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
 /// What the caller may learn of a client error: refused, reset, timed out, no such name and
 /// a peer that does not speak HTTP are one class, so that copies cannot map a network.
 pub(crate) fn failed_transfer(e: &TransferError) -> CopyFailed {
@@ -392,7 +380,7 @@ pub(crate) fn failed_transfer(e: &TransferError) -> CopyFailed {
 }
 
 pub(crate) fn failure_of_transfer(e: &TransferError) -> CopyFailure {
-    CopyFailure::new(failed_transfer(e), chain(e))
+    CopyFailure::new(failed_transfer(e), xfer_core::error::error_chain(e))
 }
 
 fn failure_of_get(e: &GetError) -> CopyFailure {
@@ -416,7 +404,7 @@ fn failure_of_get(e: &GetError) -> CopyFailure {
         GetError::Interrupted => CopyFailed::Stopped,
         _ => CopyFailed::Other,
     };
-    CopyFailure::new(what, chain(e))
+    CopyFailure::new(what, xfer_core::error::error_chain(e))
 }
 
 fn failure_of_put(e: &PutError) -> CopyFailure {
@@ -427,7 +415,7 @@ fn failure_of_put(e: &PutError) -> CopyFailure {
         PutError::Interrupted => CopyFailed::Stopped,
         _ => CopyFailed::Other,
     };
-    CopyFailure::new(what, chain(e))
+    CopyFailure::new(what, xfer_core::error::error_chain(e))
 }
 
 /// A [`xfer_service::Tpc`] over [`EngineCopyRunner`], with the config's remote policy.

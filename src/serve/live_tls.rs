@@ -29,7 +29,7 @@ impl LiveTls {
             ),
             Err(e) => {
                 tracing::error!(
-                    error = %crate::tpc::chain(&e),
+                    error = %xfer_core::error::error_chain(&e),
                     "TLS certificate not reloaded; the previous one stays in use"
                 );
                 failed.push(e);
@@ -43,7 +43,7 @@ impl LiveTls {
                 ),
                 Err(e) => {
                     tracing::error!(
-                        error = %crate::tpc::chain(&e),
+                        error = %xfer_core::error::error_chain(&e),
                         "client CAs not reloaded; the previous ones stay in use"
                     );
                     failed.push(e);
