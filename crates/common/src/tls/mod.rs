@@ -77,7 +77,9 @@ pub enum TlsError {
     },
 }
 
-pub(crate) fn provider() -> Arc<CryptoProvider> {
+/// The crypto provider every xfer TLS configuration is built with (`xfer bench --floor`
+/// measures its ciphers).
+pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(ring::default_provider())
 }
 
