@@ -380,27 +380,16 @@ mod tests {
     }
 
     #[test]
-    fn a_short_floor_has_every_row_and_consistent_sums() {
+    fn every_row_measures_at_least_one_pass_and_is_printed() {
+        // Keys, order and the floors' sums are checked on the command's JSON
+        // (crates/cli/tests/bench.rs).
         let report = measure(Duration::from_millis(1)).expect("floor");
-        let keys: Vec<_> = report.rows.iter().map(|r| r.key).collect();
-        assert_eq!(
-            keys,
-            [
-                "seal",
-                "open",
-                "chacha20_seal",
-                "chacha20_open",
-                "sha256",
-                "adler32",
-                "copy"
-            ]
-        );
+        let text = report.text();
         for r in &report.rows {
             assert!(r.bytes >= WORKING_SET as u64, "{r:?}");
             assert!(r.cpu_seconds_per_gib > 0.0, "{r:?}");
+            assert!(text.contains(r.key), "{r:?} not in {text}");
         }
-        let sum = report.per_gib("open") + report.per_gib("copy") + report.per_gib("sha256");
-        assert!((report.client_floor_sha256 - sum).abs() < 1e-9);
-        assert!(report.text().contains(&report.negotiated_suite));
+        assert!(text.contains(&report.negotiated_suite));
     }
 }
