@@ -29,6 +29,8 @@ use xfer::crates::core::digest::Sha256Hasher;
 /// The largest TLS record payload (RFC 8446 §5.1), what a bulk transfer's records carry.
 const RECORD: usize = 16 * 1024;
 const WORKING_SET: usize = 32 << 20;
+/// Rows measured; `--duration` is shared among them.
+pub const ROWS: u32 = 7;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// One primitive's rate on one core.
@@ -385,6 +387,11 @@ mod tests {
         // (crates/cli/tests/bench.rs).
         let report = measure(Duration::from_millis(1)).expect("floor");
         let text = report.text();
+        assert_eq!(
+            report.rows.len(),
+            ROWS as usize,
+            "--duration is shared by ROWS rows"
+        );
         for r in &report.rows {
             assert!(r.bytes >= WORKING_SET as u64, "{r:?}");
             assert!(r.cpu_seconds_per_gib > 0.0, "{r:?}");

@@ -4,7 +4,8 @@
 //!
 //! It does not write files, read files on the server, or measure the server's CPU (run the
 //! server as its own process and read its `/proc/PID/stat` for that, as
-//! `scripts/bench-loopback.sh` does).
+//! `scripts/bench-loopback.sh` does). `--floor` measures no server: what TLS, hashing and a
+//! copy cost on one core, the yardstick for the CPU per GiB the runs report (`floor`).
 
 mod cpu;
 mod floor;
@@ -206,7 +207,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// `xfer bench --floor`, on a blocking thread: the measurement is CPU-bound by design.
 async fn run_floor(window: Duration, json: bool) -> anyhow::Result<ExitCode> {
-    let per_row = window / 7;
+    let per_row = window / floor::ROWS;
     let report = tokio::task::spawn_blocking(move || floor::measure(per_row))
         .await
         .context("the floor measurement stopped abnormally")??;
