@@ -220,3 +220,72 @@ fn duration_takes_the_duration_grammar() {
         assert!(stderr.contains("duration"), "{bad}: {stderr}");
     }
 }
+
+#[test]
+fn floor_reports_every_primitive_and_the_sums_it_is_read_against() {
+    let out = match Command::new(env!("CARGO_BIN_EXE_xfer"))
+        .args(["bench", "--floor", "--duration", "70ms", "--json"])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run xfer: {e}"),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = match serde_json::from_str(&stdout) {
+        Ok(v) => v,
+        Err(e) => panic!("floor output is not JSON ({e}): {stdout}"),
+    };
+    let suite = v["negotiated_suite"].as_str().unwrap_or_default();
+    assert!(suite.starts_with("TLS13_"), "{v}");
+    let keys: Vec<&str> = v["rows"]
+        .as_array()
+        .map(|rows| rows.iter().filter_map(|r| r["key"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        keys,
+        [
+            "seal",
+            "open",
+            "chacha20_seal",
+            "chacha20_open",
+            "sha256",
+            "adler32",
+            "copy"
+        ]
+    );
+    let per_gib = |k: &str| {
+        v["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["key"] == k))
+            .and_then(|r| r["cpu_seconds_per_gib"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    let field = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9 * b.max(1.0);
+    assert!(
+        close(field("server_floor"), per_gib("seal") + per_gib("copy")),
+        "{v}"
+    );
+    assert!(
+        close(
+            field("client_floor_sha256"),
+            per_gib("open") + per_gib("copy") + per_gib("sha256")
+        ),
+        "{v}"
+    );
+}
+
+#[test]
+fn floor_measures_no_server() {
+    let out = match Command::new(env!("CARGO_BIN_EXE_xfer"))
+        .args(["bench", "--floor", "http://127.0.0.1:1"])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run xfer: {e}"),
+    };
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--floor"), "{stderr}");
+}

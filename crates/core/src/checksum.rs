@@ -231,6 +231,73 @@ impl Checksummer {
     }
 }
 
+/// adler32's modulus: the largest prime below 2^16.
+const ADLER_BASE: u64 = 65_521;
+
+/// The adler32 of `A ‖ B` from `adler32(A)`, `adler32(B)` and the length of `B`, exactly, without
+/// the bytes (zlib's `adler32_combine`). Chunks fetched and checked on different lanes can
+/// so give the whole file's adler32 in order at the cost of a few multiplications per chunk.
+///
+/// adler32 is `s2 << 16 | s1` with `s1 = 1 + Σ bytes` and `s2 = Σ s1 after each byte`, both mod
+/// 65521. Appending `B` adds `s1(B) - 1` to `s1`, and to `s2` adds `s2(B)` plus `s1(A) - 1`
+/// once for each of B's `len_b` bytes.
+pub fn adler32_combine(a: u32, b: u32, len_b: u64) -> u32 {
+    let rem = len_b % ADLER_BASE;
+    let (a1, a2) = (u64::from(a & 0xffff), u64::from(a >> 16));
+    let (b1, b2) = (u64::from(b & 0xffff), u64::from(b >> 16));
+    // Operands below 2^16 each: every intermediate fits in 34 bits.
+    let s1 = (a1 + b1 + ADLER_BASE - 1) % ADLER_BASE;
+    let s2 = (rem * (a1 % ADLER_BASE) + a2 + b2 + ADLER_BASE - rem) % ADLER_BASE;
+    // Both sums are below 65521: the value fits 32 bits.
+    u32::try_from(s2 << 16 | s1).unwrap_or(u32::MAX)
+}
+
+/// A file's adler32 from its chunks' adler32 values, given in file order.
+#[derive(Debug, Clone, Copy)]
+pub struct Adler32Chain {
+    value: u32,
+    len: u64,
+}
+
+impl Default for Adler32Chain {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Adler32Chain {
+    /// The adler32 of nothing (1).
+    pub fn new() -> Self {
+        Self { value: 1, len: 0 }
+    }
+
+    /// Append a chunk of `len` bytes whose adler32 is `value`.
+    pub fn push(&mut self, value: u32, len: u64) {
+        self.value = adler32_combine(self.value, value, len);
+        self.len += len;
+    }
+
+    /// Bytes covered so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn value(&self) -> u32 {
+        self.value
+    }
+
+    pub fn finish(self) -> Checksum {
+        Checksum {
+            algorithm: ChecksumAlgorithm::Adler32,
+            bytes: self.value.to_be_bytes().to_vec(),
+        }
+    }
+}
+
 /// The algorithms an RFC 3230 `Want-Digest` value accepts, best first: by q-value (default
 /// 1), ties broken by strength (SHA-256, then MD5, then adler32). `q=0` and unknown names are
 /// dropped; a malformed q-value drops that member only.
@@ -340,6 +407,83 @@ pub fn parse_digest_field(value: &str) -> Vec<Checksum> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn adler(data: &[u8]) -> u32 {
+        let mut h = adler2::Adler32::new();
+        h.write_slice(data);
+        h.checksum()
+    }
+
+    #[test]
+    fn adler32_combine_matches_the_whole_buffer() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(38);
+        // Lengths around the modulus and long runs of 0xff push both sums past 65521.
+        for len in [
+            0usize,
+            1,
+            2,
+            5551,
+            5552,
+            65_520,
+            65_521,
+            65_522,
+            200_000,
+            1 << 20,
+        ] {
+            let mut data = vec![0u8; len];
+            if len % 2 == 0 {
+                rng.fill(data.as_mut_slice());
+            } else {
+                data.fill(0xff);
+            }
+            let whole = adler(&data);
+            for _ in 0..8 {
+                let cut = rng.gen_range(0..=len);
+                let (a, b) = data.split_at(cut);
+                assert_eq!(
+                    adler32_combine(adler(a), adler(b), b.len() as u64),
+                    whole,
+                    "len {len} cut at {cut}"
+                );
+            }
+        }
+        // An empty right side leaves the left one as it was.
+        assert_eq!(
+            adler32_combine(adler(b"Wikipedia"), 1, 0),
+            adler(b"Wikipedia")
+        );
+        assert_eq!(
+            adler32_combine(1, adler(b"Wikipedia"), 9),
+            adler(b"Wikipedia")
+        );
+    }
+
+    #[test]
+    fn adler32_chain_of_uneven_chunks_is_the_files_checksum() {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9530);
+        let mut data = vec![0u8; 3 << 20];
+        rng.fill(data.as_mut_slice());
+        let mut chain = Adler32Chain::new();
+        let mut rest = data.as_slice();
+        while !rest.is_empty() {
+            let n = rng.gen_range(1..=rest.len().min(300_000));
+            let (chunk, tail) = rest.split_at(n);
+            chain.push(adler(chunk), n as u64);
+            rest = tail;
+        }
+        assert_eq!(chain.len(), data.len() as u64);
+        assert_eq!(
+            chain.finish(),
+            Checksummer::of(ChecksumAlgorithm::Adler32, &data)
+        );
+        assert!(Adler32Chain::new().is_empty());
+        assert_eq!(
+            Adler32Chain::new().finish(),
+            Checksummer::of(ChecksumAlgorithm::Adler32, b"")
+        );
+    }
 
     #[test]
     fn known_values() {

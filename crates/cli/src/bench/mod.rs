@@ -4,9 +4,11 @@
 //!
 //! It does not write files, read files on the server, or measure the server's CPU (run the
 //! server as its own process and read its `/proc/PID/stat` for that, as
-//! `scripts/bench-loopback.sh` does).
+//! `scripts/bench-loopback.sh` does). `--floor` measures no server: what TLS, hashing and a
+//! copy cost on one core, the yardstick for the CPU per GiB the runs report (`floor`).
 
 mod cpu;
+mod floor;
 mod load;
 mod report;
 mod sizes;
@@ -50,8 +52,13 @@ Exit status: 0 when no operation failed, 3 when any did (after the report is pri
 pub struct BenchArgs {
     /// Servers' base URLs (https://host:port, http://host:port, quic://host:port). Requests go
     /// to them round-robin.
-    #[arg(required = true, num_args = 1..)]
+    #[arg(required_unless_present = "floor", num_args = 1..)]
     pub urls: Vec<String>,
+    /// Measure no server: print what the unavoidable work costs on one core of this machine
+    /// (the negotiated TLS suite's seal and open, ChaCha20-Poly1305, SHA-256, adler32, a memory
+    /// copy) in GiB/s and CPU seconds per GiB, each for a seventh of --duration.
+    #[arg(long, conflicts_with = "urls")]
+    pub floor: bool,
     /// Length of the measurement window (`10s`, `500ms`, `2m`; a bare number is seconds).
     /// Transfers still running at its end are cancelled: their bytes count toward volume and
     /// goodput, they do not count as completed operations (see cut_at_deadline).
@@ -87,11 +94,14 @@ pub struct BenchArgs {
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let client = args.client.to_config()?;
     let window = args.duration;
     if window.is_zero() {
         return Err(UsageError("--duration must be longer than zero".into()).into());
     }
+    if args.floor {
+        return run_floor(window, args.json).await;
+    }
+    let client = args.client.to_config()?;
     if args.mean_size == 0 {
         return Err(UsageError("--mean-size must be at least one byte".into()).into());
     }
@@ -191,6 +201,23 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if report.errors > 0 {
         eprintln!("xfer bench: {} operations failed", report.errors);
         return Ok(ExitCode::from(REMOTE));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `xfer bench --floor`, on a blocking thread: the measurement is CPU-bound by design.
+async fn run_floor(window: Duration, json: bool) -> anyhow::Result<ExitCode> {
+    let per_row = window / floor::ROWS;
+    let report = tokio::task::spawn_blocking(move || floor::measure(per_row))
+        .await
+        .context("the floor measurement stopped abnormally")??;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("serializing the floor")?
+        );
+    } else {
+        print!("{}", report.text());
     }
     Ok(ExitCode::SUCCESS)
 }

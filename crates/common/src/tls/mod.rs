@@ -1,8 +1,9 @@
 //! rustls set-up shared by the HTTP and QUIC servers and clients.
 //!
-//! Everything is built with the *ring* provider passed explicitly
-//! (`builder_with_provider`), so no process-wide default provider has to be installed and
-//! nothing depends on which rustls features another crate turned on.
+//! Everything is built with the *ring* provider (aws-lc-rs with the `aws-lc-rs` feature:
+//! [`provider`]) passed explicitly (`builder_with_provider`), so no process-wide default
+//! provider has to be installed and nothing depends on which rustls features another crate
+//! turned on.
 //!
 //! - [`server_config`]: certificate chain and key from PEM files, ALPN list;
 //!   [`server_config_reloadable`] with a [`ReloadableCert`] that a reload swaps (`reloadable`).
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{ring, CryptoProvider};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -77,8 +78,14 @@ pub enum TlsError {
     },
 }
 
-pub(crate) fn provider() -> Arc<CryptoProvider> {
-    Arc::new(ring::default_provider())
+/// The crypto provider every xfer TLS configuration is built with (`xfer bench --floor`
+/// measures its ciphers): *ring*, or aws-lc-rs with the `aws-lc-rs` feature.
+pub fn provider() -> Arc<CryptoProvider> {
+    #[cfg(feature = "aws-lc-rs")]
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    #[cfg(not(feature = "aws-lc-rs"))]
+    let provider = rustls::crypto::ring::default_provider();
+    Arc::new(provider)
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
