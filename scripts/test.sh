@@ -50,8 +50,9 @@ done
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# The resume and CLI tests drive the real binary.
-cargo build --locked -p xfer-cli
+# The resume, CLI and end-to-end tests drive the real binary: `cargo test` builds it (xfer-cli
+# has integration tests) with the same features as the tests, so a separate `cargo build`
+# would only compile hyper, quinn and their kin a second time.
 # The binary's path memory goes to a scratch file, not the user's ~/.cache.
 XFER_PATH_MEMORY="$(mktemp -d)/path-memory" cargo test --workspace --locked
 # The library's documentation builds without warnings (broken links, bad HTML).
