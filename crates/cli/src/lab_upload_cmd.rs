@@ -25,9 +25,26 @@ pub struct UploadArgs {
     pub size: String,
     #[arg(long, default_value_t = 2)]
     pub repetitions: u32,
-    /// HTTP versions to measure, comma-separated: http1, http2.
-    #[arg(long, default_value = "http1,http2")]
-    pub protocols: String,
+    /// HTTP versions to measure, comma-separated: http1, http2 (with --tree-files also
+    /// `default`, `xfer put` without --protocol; the default there).
+    #[arg(long)]
+    pub protocols: Option<String>,
+    /// Upload a generated tree of this many files (log-normal sizes as the tree scenarios',
+    /// median --tree-median) with `xfer put DIR URL/`, against `rclone copy` over WebDAV to
+    /// the same server and a shell loop of `curl -T`, instead of one file.
+    #[arg(long)]
+    pub tree_files: Option<u32>,
+    /// Median file size of --tree-files.
+    #[arg(long, default_value = "240KiB")]
+    pub tree_median: String,
+    /// `rclone copy --transfers N` with --tree-files; 0 leaves rclone out.
+    #[arg(long, default_value_t = 32)]
+    pub rclone_transfers: usize,
+    /// With --tree-files: one more `xfer put` case per protocol with these arguments,
+    /// space-separated (repeatable; `""` is the command as it is), e.g.
+    /// `--put-case "" --put-case "--files 64"`.
+    #[arg(long = "put-case", allow_hyphen_values = true)]
+    pub put_cases: Vec<String>,
     /// Skip `curl -T`.
     #[arg(long)]
     pub no_curl: bool,
@@ -63,16 +80,39 @@ pub fn run(a: UploadArgs) -> anyhow::Result<ExitCode> {
         "tuned" => HostProfile::tuned(),
         other => return Err(UsageError(format!("--profile {other}: stock or tuned")).into()),
     };
+    let tree = match a.tree_files {
+        None => None,
+        Some(files) => Some(
+            xfer_lab::scenario::TreeFile {
+                files: Some(files),
+                median: Some(a.tree_median.clone()),
+                sigma: None,
+                max: None,
+                dirs: None,
+                seed: None,
+            }
+            .validate()
+            .map_err(|e| UsageError(format!("--tree-files/--tree-median: {e}")))?,
+        ),
+    };
+    let default_protocols = if tree.is_some() {
+        "default"
+    } else {
+        "http1,http2"
+    };
     let protocols: Vec<String> = a
         .protocols
+        .as_deref()
+        .unwrap_or(default_protocols)
         .split(',')
         .map(|p| p.trim().to_string())
         .collect();
-    if let Some(p) = protocols
-        .iter()
-        .find(|p| !matches!(p.as_str(), "http1" | "http2"))
-    {
-        return Err(UsageError(format!("--protocols: {p} is not http1 or http2")).into());
+    let known = |p: &str| matches!(p, "http1" | "http2") || (tree.is_some() && p == "default");
+    if let Some(p) = protocols.iter().find(|p| !known(p)) {
+        return Err(UsageError(format!(
+            "--protocols: {p} is not http1 or http2 (or default, with --tree-files)"
+        ))
+        .into());
     }
     let bench = UploadBench {
         xfer_bin: std::env::current_exe().context("finding the xfer binary")?,
@@ -89,6 +129,13 @@ pub fn run(a: UploadArgs) -> anyhow::Result<ExitCode> {
         port: a.port,
         work_dir: PathBuf::from(format!("/dev/shm/xfer-lab-upload-{}", a.prefix)),
         timeout,
+        tree,
+        rclone_transfers: a.rclone_transfers,
+        put_cases: a
+            .put_cases
+            .iter()
+            .map(|c| c.split_whitespace().map(String::from).collect())
+            .collect(),
     };
     std::fs::create_dir_all(&bench.work_dir)
         .with_context(|| format!("creating {}", bench.work_dir.display()))?;

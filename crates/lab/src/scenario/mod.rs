@@ -28,6 +28,7 @@ mod tools;
 mod tree;
 pub mod units;
 pub mod upload;
+mod upload_tree;
 
 use std::path::{Path, PathBuf};
 

@@ -47,6 +47,14 @@ pub struct UploadBench {
     pub work_dir: PathBuf,
     /// Per-transfer limit.
     pub timeout: Duration,
+    /// Upload a generated tree instead of one file: `xfer put DIR URL/` against `rclone copy`
+    /// over WebDAV and a shell loop of `curl -T` (`upload_tree.rs`); `size` is then unused.
+    pub tree: Option<super::tree::TreeShape>,
+    /// `rclone copy --transfers N` in tree mode; 0 leaves rclone out.
+    pub rclone_transfers: usize,
+    /// Tree mode: each entry is one more `xfer put` case per protocol, with these arguments
+    /// (after `put_args`); none: one case with `put_args` alone.
+    pub put_cases: Vec<Vec<String>>,
 }
 
 /// One transfer.
@@ -76,6 +84,8 @@ pub struct UploadReport {
     pub rtt_ms: f64,
     pub profile: String,
     pub size: u64,
+    /// Files of the tree in tree mode.
+    pub files: Option<u64>,
     pub server_command: String,
     pub load_start: String,
     pub load_end: String,
@@ -135,7 +145,14 @@ pub fn run_upload_bench(b: &UploadBench) -> Result<UploadReport, ScenarioError> 
     std::fs::write(&curl_header, format!("Authorization: Bearer {TOKEN}\n"))
         .map_err(io_err("writing", &curl_header))?;
     let source = www.join("src.bin");
-    write_source(&source, b.size)?;
+    let tree_source = b.work_dir.join("tree");
+    let tree_entries = match &b.tree {
+        Some(shape) => Some(shape.generate(&tree_source)?),
+        None => {
+            write_source(&source, b.size)?;
+            None
+        }
+    };
     let got = b.work_dir.join("got.bin");
 
     let lab = Lab::start(LabConfig {
@@ -167,7 +184,27 @@ pub fn run_upload_bench(b: &UploadBench) -> Result<UploadReport, ScenarioError> 
     let base = format!("https://{SERVER}:{}", b.port);
     let load_start = load_average();
     let mut runs = Vec::new();
-    for rep in 1..=b.repetitions {
+    if let Some(entries) = &tree_entries {
+        let ctx = super::upload_tree::TreeUploadContext {
+            lab: &lab,
+            bench: b,
+            server: &server,
+            source: &tree_source,
+            entries,
+            www: &www,
+            base: &base,
+            ca: &ca,
+            token_file: &token_file,
+            curl_header: &curl_header,
+        };
+        runs = super::upload_tree::run_cases(&ctx)?;
+    }
+    let single = if tree_entries.is_some() {
+        0
+    } else {
+        b.repetitions
+    };
+    for rep in 1..=single {
         for proto in &b.protocols {
             let mut get = vec![
                 "get".into(),
@@ -247,11 +284,15 @@ pub fn run_upload_bench(b: &UploadBench) -> Result<UploadReport, ScenarioError> 
     stop(&mut server, Duration::from_secs(2));
     lab.shutdown()?;
     let _ = std::fs::remove_file(&source);
+    let _ = std::fs::remove_dir_all(&tree_source);
     Ok(UploadReport {
         rate_bps: b.rate_bps,
         rtt_ms: b.rtt.as_secs_f64() * 1e3,
         profile: b.profile.name.clone(),
-        size: b.size,
+        size: tree_entries
+            .as_ref()
+            .map_or(b.size, |e| e.iter().map(|e| e.size).sum()),
+        files: tree_entries.as_ref().map(|e| e.len() as u64),
         server_command,
         load_start,
         load_end,
@@ -259,7 +300,11 @@ pub fn run_upload_bench(b: &UploadBench) -> Result<UploadReport, ScenarioError> 
     })
 }
 
-fn spawn(mut cmd: Command, stderr: &Path, stdout: Option<&Path>) -> Result<Child, ScenarioError> {
+pub(super) fn spawn(
+    mut cmd: Command,
+    stderr: &Path,
+    stdout: Option<&Path>,
+) -> Result<Child, ScenarioError> {
     let err = std::fs::File::create(stderr).map_err(io_err("creating", stderr))?;
     cmd.stderr(err).stdin(Stdio::null());
     match stdout {
@@ -352,47 +397,23 @@ fn parse_goodput(case: &str, stdout: &str, size: u64, wall: f64) -> (Option<f64>
     }
 }
 
-/// The Markdown summary: median goodput per case and protocol, and put/get per repetition.
+/// The Markdown summary: median goodput per case and protocol, and put/get per repetition
+/// (tree mode: files per second and the ratios of xfer's put to the others).
 pub fn summary(r: &UploadReport) -> String {
-    let mut s = format!(
-        "{} over {:.0} Mbit/s, {:.0} ms ({}), load {} -> {}\n\n| case | protocol | median Mbit/s | runs |\n|---|---|---|---|\n",
-        human(r.size),
-        r.rate_bps as f64 / 1e6,
-        r.rtt_ms,
-        r.profile,
-        r.load_start,
-        r.load_end
-    );
-    let mut keys: Vec<(String, String)> = Vec::new();
-    for run in &r.runs {
-        let k = (run.case.clone(), run.protocol.clone());
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
+    if r.files.is_some() {
+        return super::upload_tree::summary(r);
     }
-    let med = |case: &str, proto: &str| {
-        let v: Vec<f64> = r
-            .runs
-            .iter()
-            .filter(|x| x.case == case && x.protocol == proto && x.ok)
-            .filter_map(|x| x.goodput_bps)
-            .collect();
-        median(v)
-    };
+    let mut s = format!(
+        "{}\n\n| case | protocol | median Mbit/s | runs |\n|---|---|---|---|\n",
+        link_line(r)
+    );
+    let keys = case_keys(r);
+    let med = |case: &str, proto: &str| median_goodput(r, case, proto);
     for (case, proto) in &keys {
-        let all: Vec<String> = r
-            .runs
-            .iter()
-            .filter(|x| &x.case == case && &x.protocol == proto)
-            .map(|x| match x.goodput_bps {
-                Some(g) if x.ok => format!("{:.0}", g / 1e6),
-                _ => "failed".into(),
-            })
-            .collect();
         s += &format!(
             "| {case} | {proto} | {} | {} |\n",
             med(case, proto).map_or("-".into(), |m| format!("{:.0}", m / 1e6)),
-            all.join(", ")
+            runs_cell(r, case, proto)
         );
     }
     s += "\n| protocol | put / get (median) | put / curl -T (median) |\n|---|---|---|\n";
@@ -413,6 +434,56 @@ pub fn summary(r: &UploadReport) -> String {
         );
     }
     s
+}
+
+/// What moved over which link, and the load: the first line of a summary.
+pub(super) fn link_line(r: &UploadReport) -> String {
+    format!(
+        "{} over {:.0} Mbit/s, {:.0} ms ({}), load {} -> {}",
+        human(r.size),
+        r.rate_bps as f64 / 1e6,
+        r.rtt_ms,
+        r.profile,
+        r.load_start,
+        r.load_end
+    )
+}
+
+/// The (case, protocol) pairs of a report, in the order they first ran.
+pub(super) fn case_keys(r: &UploadReport) -> Vec<(String, String)> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for run in &r.runs {
+        let k = (run.case.clone(), run.protocol.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// Median goodput (bit/s) of the runs of one case that succeeded.
+pub(super) fn median_goodput(r: &UploadReport, case: &str, proto: &str) -> Option<f64> {
+    median(
+        r.runs
+            .iter()
+            .filter(|x| x.case == case && x.protocol == proto && x.ok)
+            .filter_map(|x| x.goodput_bps)
+            .collect(),
+    )
+}
+
+/// Every run of one case, Mbit/s or `failed`, comma-separated.
+pub(super) fn runs_cell(r: &UploadReport, case: &str, proto: &str) -> String {
+    let all: Vec<String> = r
+        .runs
+        .iter()
+        .filter(|x| x.case == case && x.protocol == proto)
+        .map(|x| match x.goodput_bps {
+            Some(g) if x.ok => format!("{:.0}", g / 1e6),
+            _ => "failed".into(),
+        })
+        .collect();
+    all.join(", ")
 }
 
 fn human(bytes: u64) -> String {
