@@ -90,6 +90,7 @@ pub fn run(a: UploadArgs) -> anyhow::Result<ExitCode> {
                 max: None,
                 dirs: None,
                 seed: None,
+                large: None,
             }
             .validate()
             .map_err(|e| UsageError(format!("--tree-files/--tree-median: {e}")))?,

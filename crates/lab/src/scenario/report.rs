@@ -67,6 +67,12 @@ pub struct RunRecord {
     /// the last reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lanes: Option<String>,
+    /// Tree runs: how many files the tree holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<u64>,
+    /// Tree runs with a large file: when it and the last small file were complete.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion: Option<super::tree::Completion>,
     /// The client command as run.
     pub command: String,
 }
@@ -331,6 +337,9 @@ impl Results {
                     r.link_drops_loss,
                 );
             }
+            s.push_str(&tree_table(
+                self.runs.iter().filter(|r| r.point_key() == key),
+            ));
         }
         s
     }
@@ -430,6 +439,36 @@ fn csv_field(f: &str) -> String {
     }
 }
 
+/// Tree runs at one point: files per second over the whole command (what bounds a tree of
+/// small files is round trips, not bytes), and, with a large file in the tree, when it and
+/// the last small file were complete. Empty when the runs are not of a tree.
+fn tree_table<'a>(runs: impl Iterator<Item = &'a RunRecord>) -> String {
+    let runs: Vec<&RunRecord> = runs.filter(|r| r.files.is_some()).collect();
+    if runs.is_empty() {
+        return String::new();
+    }
+    let secs = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    let mut s = String::from(
+        "\n| case | files | files/s | large file complete s | last small file complete s |\n|---|---:|---:|---:|---:|\n",
+    );
+    for r in runs {
+        let files = r.files.unwrap_or(0);
+        let per_s = match (r.ok, r.seconds.or(Some(r.wall_seconds))) {
+            (true, Some(t)) if t > 0.0 => format!("{:.0}", files as f64 / t),
+            _ => "-".into(),
+        };
+        let c = r.completion.unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "| {} | {files} | {per_s} | {} | {} |",
+            r.case,
+            secs(c.large_s),
+            secs(c.last_small_s)
+        );
+    }
+    s
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -468,6 +507,8 @@ pub(crate) mod tests {
             relay_cpu: 0.2,
             relay_late_wakeups: 0,
             retransmits: Some(0),
+            files: None,
+            completion: None,
             link_drops_queue: 5,
             link_drops_loss: 0,
             link_packets: 1000,
@@ -565,5 +606,22 @@ pub(crate) mod tests {
         let p = res.point_keys();
         let v = res.ratio(&res.ratios[0], &p[1]).unwrap_or_default();
         assert!((v - 9.6 / 9.0).abs() < 1e-9, "{v}");
+    }
+
+    #[test]
+    fn tree_table_reports_files_per_second_and_completion() {
+        let mut r = record("xfer default", 100.0, Some(8e8), false);
+        assert_eq!(tree_table([&r].into_iter()), "", "not a tree run");
+        r.files = Some(20_000);
+        r.seconds = Some(8.0);
+        r.completion = Some(crate::scenario::tree::Completion {
+            large_s: Some(7.5),
+            last_small_s: None,
+        });
+        let t = tree_table([&r].into_iter());
+        assert!(
+            t.contains("| xfer default | 20000 | 2500 | 7.5 | - |"),
+            "{t}"
+        );
     }
 }

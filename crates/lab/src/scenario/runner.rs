@@ -172,6 +172,10 @@ fn run_point(
     total: usize,
 ) -> Result<(PointRecord, Vec<RunRecord>), ScenarioError> {
     let lab = Lab::start(config.clone())?;
+    // Every point starts a fresh server; its first xfer run meets it with a fresh client too
+    // (no path remembered from another point's link), so that run is a cold start on both
+    // ends, and later runs at the point are warm.
+    let _ = std::fs::remove_file(opts.work_dir.join("path-memory"));
     let link = config.link.clone();
     let rtt_ms = link.rtt.as_secs_f64() * 1e3;
     let key = super::report::point_key(&config.profile.name, rtt_ms, link.loss);
@@ -356,13 +360,14 @@ fn run_case(
     let stderr_path = opts.work_dir.join("client.err");
     let mut cmd = lab.command_in_client(&program);
     cmd.args(&args);
-    // xfer's path memory: one per scenario run, shared by its cells as a long-running
-    // client's transfers share one, and not carried over from an earlier run.
+    // xfer's path memory: one per link point, shared by its runs as a long-running client's
+    // transfers share one, and not carried over from an earlier point or run.
     cmd.env("XFER_PATH_MEMORY", opts.work_dir.join("path-memory"));
     let relay_before = lab.relay_stats();
     let server_cpu_before = server_pid.and_then(proc_cpu_time);
     let started = Instant::now();
     let child = spawn_logged(cmd, Some(&stdout_path), &stderr_path, case.tool.name())?;
+    let watch = tree.and_then(|t| tree::CompletionWatch::start(t, started));
     // iperf3 runs for its duration plus connection set-up; give it the same slack.
     let limit = match case.tool {
         Tool::Iperf3 => ctx.duration + Duration::from_secs(15),
@@ -375,6 +380,7 @@ fn run_case(
             source,
         })?;
     drop(child);
+    let completion = watch.map(tree::CompletionWatch::finish);
     let relay_after = lab.relay_stats();
     let server_cpu = match (server_cpu_before, server_pid.and_then(proc_cpu_time)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
@@ -433,6 +439,8 @@ fn run_case(
         transport_rtt_ms: outcome.rtt_ms,
         round_trips: outcome.round_trips.clone(),
         lanes: outcome.lanes.clone(),
+        files: tree.map(|t| t.entries.len() as u64),
+        completion,
         command,
     })
 }

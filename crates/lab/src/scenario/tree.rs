@@ -12,7 +12,13 @@
 //! max = "64MiB"           # sizes are capped here
 //! dirs = 20               # files are spread round-robin over this many directories
 //! seed = 42
+//! large = "4GiB"          # optional: one more file of this size, first in every listing
 //! ```
+//!
+//! `sigma = 0` makes every file exactly `median` (20,000 files of 4 KiB: round-trip bound,
+//! reported in files per second). With `large`, the runner also watches the destination and
+//! reports when the large file and when the last small file were complete: neither kind may
+//! starve the other.
 //!
 //! Peers in a tree scenario: `aria2c -i URLS -j N -x1` (one `out=` line per file keeps the
 //! tree's layout) and `rclone copy --transfers N` from an HTTP remote, both from nginx over
@@ -52,6 +58,10 @@ pub struct TreeFile {
     /// Seed of the sizes and contents. Default 42.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// One extra file of this size (`large.bin` at the tree's root, listed first), to see
+    /// whether a large file and many small ones starve each other. Default none.
+    #[serde(default)]
+    pub large: Option<String>,
 }
 
 /// A validated tree shape.
@@ -63,7 +73,11 @@ pub struct TreeShape {
     pub max: u64,
     pub dirs: u32,
     pub seed: u64,
+    pub large: Option<u64>,
 }
+
+/// The path of the optional large file under the tree's root.
+pub const LARGE_FILE: &str = "large.bin";
 
 impl TreeFile {
     pub fn validate(&self) -> Result<TreeShape, ScenarioError> {
@@ -88,6 +102,10 @@ impl TreeFile {
         if !(1..=10_000).contains(&dirs) {
             return Err(invalid("tree.dirs", dirs, "1 ..= 10000"));
         }
+        let large = match &self.large {
+            None => None,
+            Some(v) => Some(size("tree.large", &Some(v.clone()), 0)?),
+        };
         Ok(TreeShape {
             files,
             median,
@@ -95,6 +113,7 @@ impl TreeFile {
             max,
             dirs,
             seed: self.seed.unwrap_or(42),
+            large,
         })
     }
 }
@@ -108,22 +127,31 @@ pub struct TreeEntry {
 
 impl TreeShape {
     /// The files' paths and sizes, without writing anything: `dir-DD/file-NNNNN.bin`, sizes
-    /// log-normal (Box-Muller from the seed), capped at `max`.
+    /// log-normal (Box-Muller from the seed), capped at `max`; with `large`, `large.bin`
+    /// first.
     pub fn entries(&self) -> Vec<TreeEntry> {
         let mut rng = SplitMix64::new(self.seed);
         let mu = (self.median as f64).ln();
-        (0..self.files)
-            .map(|i| {
-                // 1 - u is in (0, 1], so the logarithm is finite.
-                let (u1, u2) = (1.0 - rng.next_f64(), rng.next_f64());
-                let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                let size = (mu + self.sigma * normal).exp().min(self.max as f64) as u64;
-                TreeEntry {
-                    path: format!("dir-{:02}/file-{i:05}.bin", i % self.dirs),
-                    size,
-                }
-            })
-            .collect()
+        let large = self.large.map(|size| TreeEntry {
+            path: LARGE_FILE.to_string(),
+            size,
+        });
+        let small = (0..self.files).map(|i| {
+            // 1 - u is in (0, 1], so the logarithm is finite.
+            let (u1, u2) = (1.0 - rng.next_f64(), rng.next_f64());
+            let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            // exp(ln(m)) need not round-trip exactly; a fixed size must be that size.
+            let size = if self.sigma == 0.0 {
+                self.median.min(self.max)
+            } else {
+                (mu + self.sigma * normal).exp().min(self.max as f64) as u64
+            };
+            TreeEntry {
+                path: format!("dir-{:02}/file-{i:05}.bin", i % self.dirs),
+                size,
+            }
+        });
+        large.into_iter().chain(small).collect()
     }
 
     /// Writes the tree under `root` (created), contents from the seed; returns its entries.
@@ -189,6 +217,72 @@ impl TreeContext {
     /// Removes the destination, and with it the tree journal xfer keeps inside it.
     pub fn clear_dest(&self) {
         let _ = std::fs::remove_dir_all(&self.dest);
+    }
+}
+
+/// When the large file and the last small file of a run were complete, in seconds from the
+/// client's start: what shows whether one kind starved the other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Completion {
+    pub large_s: Option<f64>,
+    pub last_small_s: Option<f64>,
+}
+
+/// Watches a run's destination for complete files while the client runs: a file counts once
+/// it has its final name and size and no aria2c control file beside it (aria2c preallocates;
+/// xfer and rclone rename a finished file into place). Only the files not yet seen are
+/// looked at, every 100 ms.
+pub struct CompletionWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Completion>,
+}
+
+impl CompletionWatch {
+    /// Starts watching when the tree has a large file; `started` is the client's start.
+    pub fn start(tree: &TreeContext, started: std::time::Instant) -> Option<CompletionWatch> {
+        let large = tree.entries.iter().find(|e| e.path == LARGE_FILE)?.clone();
+        let small: Vec<TreeEntry> = tree
+            .entries
+            .iter()
+            .filter(|e| e.path != LARGE_FILE)
+            .cloned()
+            .collect();
+        let dest = tree.dest.clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let complete = |e: &TreeEntry| {
+                let path = dest.join(&e.path);
+                let control = dest.join(format!("{}.aria2", e.path));
+                matches!(std::fs::symlink_metadata(&path), Ok(m) if m.is_file() && m.len() == e.size)
+                    && std::fs::symlink_metadata(control).is_err()
+            };
+            let mut pending = small;
+            let mut done = Completion::default();
+            loop {
+                // Read the flag first, so the pass after the client's exit still counts.
+                let last_pass = stopped.load(std::sync::atomic::Ordering::Acquire);
+                let now = started.elapsed().as_secs_f64();
+                if done.large_s.is_none() && complete(&large) {
+                    done.large_s = Some(now);
+                }
+                pending.retain(|e| !complete(e));
+                if pending.is_empty() && done.last_small_s.is_none() {
+                    done.last_small_s = Some(now);
+                }
+                if last_pass || (done.large_s.is_some() && done.last_small_s.is_some()) {
+                    return done;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        Some(CompletionWatch { stop, thread })
+    }
+
+    /// Stops watching (after one last look) and returns what was seen.
+    pub fn finish(self) -> Completion {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.join().unwrap_or_default()
     }
 }
 
@@ -348,6 +442,7 @@ mod tests {
             max: None,
             dirs: Some(2),
             seed: None,
+            large: None,
         }
         .validate()
         .unwrap_or_else(|e| panic!("{e}"));
@@ -372,6 +467,7 @@ mod tests {
             max: None,
             dirs: None,
             seed: None,
+            large: None,
         }
         .validate()
         .unwrap_or_else(|e| panic!("{e}"));
@@ -389,6 +485,64 @@ mod tests {
         let mean = sizes.iter().sum::<u64>() as f64 / sizes.len() as f64;
         assert!((1.6..2.3).contains(&(mean / median)), "mean {mean}");
         assert_eq!(entries[21].path, "dir-01/file-00021.bin");
+    }
+
+    #[test]
+    fn fixed_sizes_and_a_large_file_first() {
+        let shape = TreeFile {
+            files: Some(20_000),
+            median: Some("4KiB".into()),
+            sigma: Some(0.0),
+            max: None,
+            dirs: None,
+            seed: None,
+            large: Some("4GiB".into()),
+        }
+        .validate()
+        .unwrap_or_else(|e| panic!("{e}"));
+        let entries = shape.entries();
+        assert_eq!(entries.len(), 20_001);
+        assert_eq!(entries[0].path, LARGE_FILE);
+        assert_eq!(entries[0].size, 4 << 30);
+        assert!(
+            entries[1..].iter().all(|e| e.size == 4096),
+            "every small file 4 KiB"
+        );
+    }
+
+    #[test]
+    fn completion_watch_sees_files_only_when_whole_and_without_a_control_file() {
+        let dir = std::env::temp_dir().join(format!("xfer-lab-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let entry = |path: &str, size| TreeEntry {
+            path: path.into(),
+            size,
+        };
+        let tree = TreeContext {
+            entries: vec![entry(LARGE_FILE, 10), entry("d/a.bin", 3)],
+            nginx_port: 0,
+            dest: dir.clone(),
+            aria2c_input: dir.join("urls"),
+        };
+        std::fs::create_dir_all(dir.join("d")).unwrap_or_else(|e| panic!("{e}"));
+        // Preallocated with its control file: not yet complete.
+        std::fs::write(dir.join(LARGE_FILE), [0u8; 10]).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("large.bin.aria2"), b"x").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("d/a.bin"), b"ab").unwrap_or_else(|e| panic!("{e}"));
+        let watch = CompletionWatch::start(&tree, std::time::Instant::now())
+            .unwrap_or_else(|| panic!("a tree with a large file is watched"));
+        let seen = watch.finish();
+        assert_eq!(seen, Completion::default(), "nothing complete yet");
+        std::fs::remove_file(dir.join("large.bin.aria2")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("d/a.bin"), b"abc").unwrap_or_else(|e| panic!("{e}"));
+        let seen = CompletionWatch::start(&tree, std::time::Instant::now())
+            .unwrap_or_else(|| panic!("watched"))
+            .finish();
+        assert!(
+            seen.large_s.is_some() && seen.last_small_s.is_some(),
+            "{seen:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
