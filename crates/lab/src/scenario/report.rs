@@ -11,6 +11,26 @@ use super::units::{format_loss, format_rate, format_size, trim_float};
 /// One transfer at one link point.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRecord {
+    /// The name of a cell that overrides the base link (None for grid points).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell: Option<String>,
+    /// A first transfer: fresh server, no saved path memory.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cold: bool,
+    /// Mechanism settings (`NAME=on|off`) and the case they are compared against.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mechanisms: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// xfer: connections its report lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections_used: Option<u32>,
+    /// Payload bytes the competing TCP flow received during the run, and their rate over the
+    /// run's wall time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub competitor_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub competitor_bps: Option<f64>,
     pub profile: String,
     pub rtt_ms: f64,
     pub loss: f64,
@@ -83,6 +103,12 @@ pub struct PingCheck {
 /// One emulated link and host setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct PointRecord {
+    /// The name of a cell that overrides the base link (None for grid points).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell: Option<String>,
+    pub jitter_ms: f64,
+    /// A competing bulk TCP flow ran through the point.
+    pub competitor: bool,
     pub profile: String,
     pub rtt_ms: f64,
     pub loss: f64,
@@ -130,7 +156,23 @@ pub fn point_key(profile: &str, rtt_ms: f64, loss: f64) -> String {
 
 impl RunRecord {
     pub fn point_key(&self) -> String {
-        point_key(&self.profile, self.rtt_ms, self.loss)
+        self.cell
+            .clone()
+            .unwrap_or_else(|| point_key(&self.profile, self.rtt_ms, self.loss))
+    }
+
+    /// The connections the run used: as the tool reported, else as configured.
+    pub fn connections_in_use(&self) -> u32 {
+        self.connections_used.unwrap_or(self.connections).max(1)
+    }
+}
+
+impl PointRecord {
+    /// The point's name in tables: its cell name, else profile, RTT and loss.
+    pub fn key(&self) -> String {
+        self.cell
+            .clone()
+            .unwrap_or_else(|| point_key(&self.profile, self.rtt_ms, self.loss))
     }
 }
 
@@ -174,10 +216,7 @@ impl Results {
 
     /// Link points in the order they ran.
     pub fn point_keys(&self) -> Vec<String> {
-        self.points
-            .iter()
-            .map(|p| point_key(&p.profile, p.rtt_ms, p.loss))
-            .collect()
+        self.points.iter().map(PointRecord::key).collect()
     }
 
     /// Median goodput in Mbit/s of a case at a point, with a marker: `T` some runs timed out
@@ -264,12 +303,25 @@ impl Results {
             let _ = writeln!(s, "| {c} | {} |", cells.join(" | "));
         }
         s.push_str(&self.ratios_markdown(&points));
+        s.push_str(&super::held_out::held_out_markdown(self, &points));
+        s.push_str(&super::held_out::fairness_markdown(self));
         for p in &self.points {
-            let key = point_key(&p.profile, p.rtt_ms, p.loss);
+            let key = p.key();
+            let extra = match (p.jitter_ms > 0.0, p.competitor) {
+                (true, true) => format!(
+                    ", jitter {} ms, one competing TCP flow",
+                    trim_float(p.jitter_ms)
+                ),
+                (true, false) => format!(", jitter {} ms", trim_float(p.jitter_ms)),
+                (false, true) => ", one competing TCP flow".to_string(),
+                (false, false) => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "\n#### {key} (rate {}, queue {})\n",
+                "\n#### {key} (rate {}, RTT {} ms, loss {}, queue {}{extra})\n",
                 format_rate(p.rate_bps),
+                trim_float(p.rtt_ms),
+                format_loss(p.loss),
                 format_size(p.queue_bytes)
             );
             if let Some(ping) = &p.ping {
@@ -436,6 +488,13 @@ pub(crate) mod tests {
 
     pub(crate) fn record(case: &str, rtt_ms: f64, bps: Option<f64>, timed_out: bool) -> RunRecord {
         RunRecord {
+            cell: None,
+            cold: false,
+            mechanisms: vec![],
+            baseline: None,
+            connections_used: None,
+            competitor_bytes: None,
+            competitor_bps: None,
             profile: "tuned".into(),
             rtt_ms,
             loss: 0.0,
@@ -483,6 +542,9 @@ pub(crate) mod tests {
         for r in &runs {
             if !points.iter().any(|p: &PointRecord| p.rtt_ms == r.rtt_ms) {
                 points.push(PointRecord {
+                    cell: None,
+                    jitter_ms: 0.0,
+                    competitor: false,
                     profile: r.profile.clone(),
                     rtt_ms: r.rtt_ms,
                     loss: r.loss,
