@@ -34,6 +34,7 @@ mod upload_tree;
 
 use std::path::{Path, PathBuf};
 
+pub use competitor::Competitor;
 pub use held_out::{held_out_rows, HeldOutRow, Verdict};
 pub use plot::draw_all;
 pub use report::{median, run_bps, Machine, PingCheck, PointRecord, Results, RunRecord};

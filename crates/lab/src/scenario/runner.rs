@@ -213,7 +213,11 @@ fn run_point(
     let server_command = format!("{} {}", opts.xfer_bin.display(), serve_args.join(" "));
     let serve_log = opts.work_dir.join("serve.log");
     let start_xfer = |extra: &[String]| {
-        let mut cmd = if serve_args.iter().any(|a| a.contains("tcp-resume=on")) {
+        let mut cmd = if serve_args
+            .iter()
+            .chain(extra)
+            .any(|a| a.contains("tcp-resume=on"))
+        {
             lab.command_in_server_with_cgroup2(&opts.xfer_bin)
         } else {
             lab.command_in_server(&opts.xfer_bin)
@@ -271,7 +275,7 @@ fn run_point(
     };
     let mut records = Vec::new();
     for rep in 1..=s.repetitions {
-        for listed in &s.cases {
+        for listed in s.cases.iter().filter(|c| s.runs_at(c, p)) {
             let (size, timeout) = p.size_and_timeout(listed);
             let case = &Case {
                 size,

@@ -290,6 +290,10 @@ pub struct TransferFile {
     /// that has served it before (implied for mechanisms that need a server of their own).
     #[serde(default)]
     pub warm_up: bool,
+    /// Run only in these cells (names of `link.extra` entries, or of grid points as tables
+    /// print them); default every point.
+    #[serde(default)]
+    pub cells: Vec<String>,
 }
 
 /// Which server a single-file case fetches from.
@@ -423,6 +427,8 @@ pub struct Case {
     /// Run the case once unrecorded before the measured run: a case whose mechanisms need
     /// a server of their own would otherwise meet it fresh, unlike the warm baseline.
     pub warm_up: bool,
+    /// The points this case runs at, by name; empty for all.
+    pub cells: Vec<String>,
 }
 
 impl Scenario {
@@ -592,6 +598,16 @@ impl Scenario {
                 ));
             }
         }
+        let point_names: Vec<String> = points.iter().map(|p| point_name(p, rate_bps)).collect();
+        for (i, t) in f.transfers.iter().enumerate() {
+            if let Some(c) = t.cells.iter().find(|c| !point_names.contains(c)) {
+                return Err(invalid_owned(
+                    format!("transfer[{i}].cells"),
+                    c,
+                    &format!("names of points: {}", point_names.join(", ")),
+                ));
+            }
+        }
         for (i, r) in f.ratios.iter().enumerate() {
             for (part, case) in [("numerator", &r.numerator), ("denominator", &r.denominator)] {
                 if !cases.iter().any(|c| &c.name == case) {
@@ -643,7 +659,17 @@ impl Scenario {
 
     /// Number of runs the scenario makes.
     pub fn run_count(&self) -> usize {
-        self.points.len() * self.cases.len() * self.repetitions as usize
+        let per_rep: usize = self
+            .points
+            .iter()
+            .map(|p| self.cases.iter().filter(|c| self.runs_at(c, p)).count())
+            .sum();
+        per_rep * self.repetitions as usize
+    }
+
+    /// Whether `case` runs at point `p` (its `cells`, when it names any).
+    pub fn runs_at(&self, case: &Case, p: &LinkPoint) -> bool {
+        case.cells.is_empty() || case.cells.contains(&point_name(p, self.rate_bps))
     }
 }
 
@@ -956,6 +982,7 @@ fn expand(
                     mechanisms: switches.settings.clone(),
                     baseline,
                     warm_up: t.warm_up || (switches.needs_server && !t.cold),
+                    cells: t.cells.clone(),
                 });
             }
         }
@@ -1229,6 +1256,10 @@ mod tests {
             tool = "xfer"
             protocol = "quic"
             warm_up = true
+            [[transfer]]
+            tool = "xfer"
+            protocol = "http2"
+            cells = ["competitor"]
         "#;
         let s = Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}"));
         let names: Vec<String> = s.points.iter().map(|p| point_name(p, s.rate_bps)).collect();
@@ -1265,6 +1296,7 @@ mod tests {
                 "xfer default, tcp-bbr off",
                 "xfer default, tcp-resume on",
                 "xfer quic c=2 K=4",
+                "xfer http2 c=1 K=8",
             ]
         );
         let c = &s.cases;
@@ -1280,6 +1312,8 @@ mod tests {
         assert!(c[4].args.is_empty());
         assert_eq!(c[4].server_args, ["--mechanism", "tcp-resume=on"]);
         assert!(c[5].warm_up);
+        assert_eq!(s.run_count(), 5 * 6 + 1);
+        assert!(s.runs_at(&c[6], &s.points[3]) && !s.runs_at(&c[6], &s.points[0]));
 
         let err = |t: String| {
             Scenario::from_toml(&t)
@@ -1287,6 +1321,11 @@ mod tests {
                 .map(|e| e.to_string())
                 .unwrap_or_default()
         };
+        let e = err(text.replace("cells = [\"competitor\"]", "cells = [\"nowhere\"]"));
+        assert!(
+            e.contains("transfer[6].cells") && e.contains("nowhere"),
+            "{e}"
+        );
         let e = err(text.replace("window-cap=off", "window-cap=maybe"));
         assert!(e.contains("transfer[2].mechanisms"), "{e}");
         let e = err(text.replace("window-cap=off", "no-such=off"));
