@@ -419,7 +419,7 @@ impl Results {
     /// CSV, one line per run, with a header.
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,relay_late_wakeups,retransmits,link_drops_queue,link_drops_loss,link_packets,transport_rtt_ms,command\n",
+            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,relay_late_wakeups,retransmits,link_drops_queue,link_drops_loss,link_packets,transport_rtt_ms,command,cell,cold,mechanisms,connections_used,competitor_bytes,competitor_bps\n",
         );
         let opt = |v: Option<String>| v.unwrap_or_default();
         for r in &self.runs {
@@ -457,6 +457,12 @@ impl Results {
                 r.link_packets.to_string(),
                 opt(r.transport_rtt_ms.map(|v| format!("{v:.2}"))),
                 r.command.clone(),
+                r.point_key(),
+                r.cold.to_string(),
+                r.mechanisms.join(" "),
+                opt(r.connections_used.map(|v| v.to_string())),
+                opt(r.competitor_bytes.map(|v| v.to_string())),
+                opt(r.competitor_bps.map(|v| format!("{v:.0}"))),
             ];
             let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
             s.push_str(&line.join(","));

@@ -413,6 +413,15 @@ fn run_case(
     // xfer's path memory: one per scenario run, shared by its cells as a long-running
     // client's transfers share one, and not carried over from an earlier run.
     cmd.env("XFER_PATH_MEMORY", path_memory(opts));
+    if case.cold {
+        // Whatever else a client may keep under its home or cache directory starts empty too.
+        let home = opts.work_dir.join("cold-home");
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(home.join(".cache"))
+            .map_err(|source| ScenarioError::io("creating", &home, source))?;
+        cmd.env("HOME", &home)
+            .env("XDG_CACHE_HOME", home.join(".cache"));
+    }
     let relay_before = lab.relay_stats();
     let competitor_before = competitor.map(Competitor::received);
     let server_cpu_before = server_pid.and_then(proc_cpu_time);
