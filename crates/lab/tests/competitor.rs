@@ -23,7 +23,9 @@ fn the_competitor_flows_through_the_emulated_link_and_is_counted() {
     .unwrap_or_else(|e| panic!("lab {prefix}: {e}"));
     let relay_before = lab.relay_stats().server_to_client.bytes_forwarded;
     let started = Instant::now();
-    let competitor = Competitor::start(&lab, 9551).unwrap_or_else(|e| panic!("competitor: {e}"));
+    let competitor =
+        Competitor::start(&lab, 9551, Some("cubic")).unwrap_or_else(|e| panic!("competitor: {e}"));
+    assert_eq!(competitor.congestion(), Some("cubic"));
     // Poll until a few hundred kilobytes arrived: well into the flow, far below a second's
     // worth at the link's rate.
     let deadline = started + Duration::from_secs(20);

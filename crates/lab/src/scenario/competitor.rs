@@ -5,7 +5,8 @@
 //!
 //! The sockets are made on threads inside each namespace and then used from plain threads:
 //! a socket keeps its namespace for life. The sender uses the namespace's default congestion
-//! control (recorded with the point's settings), as an unrelated bulk flow would.
+//! control (recorded with the point's settings), as an unrelated bulk flow would, or the one
+//! the cell names (`TCP_CONGESTION` on its socket).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -22,6 +23,8 @@ const POLL: Duration = Duration::from_millis(200);
 
 /// A running competitor; stopped on drop.
 pub struct Competitor {
+    /// The sender's congestion control as its socket reports it.
+    congestion: Option<String>,
     received: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     sockets: Vec<TcpStream>,
@@ -46,8 +49,13 @@ fn in_namespace<T: Send + 'static>(
 }
 
 impl Competitor {
-    /// Connects the flow on `port` of the server address and starts sending.
-    pub fn start(lab: &Lab, port: u16) -> Result<Competitor, ScenarioError> {
+    /// Connects the flow on `port` of the server address and starts sending, with the
+    /// congestion control `congestion` when given.
+    pub fn start(
+        lab: &Lab,
+        port: u16,
+        congestion: Option<&str>,
+    ) -> Result<Competitor, ScenarioError> {
         let addr = SocketAddr::from((SERVER_ADDR, port));
         let listener: TcpListener = in_namespace(
             lab.spawn_in_server(move || TcpListener::bind(addr)),
@@ -61,6 +69,11 @@ impl Competitor {
         let (server, _) = listener
             .accept()
             .map_err(|e| failed("accepting the competitor's connection", e))?;
+        if let Some(cc) = congestion {
+            set_congestion(&server, cc)
+                .map_err(|e| failed(&format!("setting congestion control {cc}"), e))?;
+        }
+        let congestion = get_congestion(&server);
         let received = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let mut sockets = Vec::new();
@@ -94,11 +107,17 @@ impl Competitor {
             threads.push(t);
         }
         Ok(Competitor {
+            congestion,
             received,
             stop,
             sockets,
             threads,
         })
+    }
+
+    /// The sender's congestion control, as its socket reports it.
+    pub fn congestion(&self) -> Option<&str> {
+        self.congestion.as_deref()
     }
 
     /// Payload bytes the client side has received so far.
@@ -158,4 +177,45 @@ fn receive_until(mut stream: TcpStream, stop: &AtomicBool, received: &AtomicU64)
             }
         }
     }
+}
+
+fn set_congestion(s: &TcpStream, name: &str) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: a valid socket, a buffer of the given length that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get_congestion(s: &TcpStream) -> Option<String> {
+    use std::os::fd::AsRawFd as _;
+    let mut buf = [0_u8; 16];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: a valid socket; buf and len describe a writable buffer that outlives the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let got = &buf[..(len as usize).min(buf.len())];
+    let end = got.iter().position(|&b| b == 0).unwrap_or(got.len());
+    Some(String::from_utf8_lossy(&got[..end]).into_owned())
 }

@@ -228,7 +228,12 @@ pub fn fairness_markdown(res: &Results) -> String {
                 mbit(r.competitor_bps),
             );
         }
-        let _ = writeln!(s, "\nLink rate at {key}: {}.", format_rate(p.rate_bps));
+        let _ = writeln!(
+            s,
+            "\nLink rate at {key}: {}; the competitor's congestion control: {}.",
+            format_rate(p.rate_bps),
+            p.competitor_congestion.as_deref().unwrap_or("?")
+        );
     }
     s
 }

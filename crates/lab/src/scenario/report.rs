@@ -107,8 +107,10 @@ pub struct PointRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cell: Option<String>,
     pub jitter_ms: f64,
-    /// A competing bulk TCP flow ran through the point.
+    /// A competing bulk TCP flow ran through the point, with this congestion control.
     pub competitor: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub competitor_congestion: Option<String>,
     pub profile: String,
     pub rtt_ms: f64,
     pub loss: f64,
@@ -307,15 +309,16 @@ impl Results {
         s.push_str(&super::held_out::fairness_markdown(self));
         for p in &self.points {
             let key = p.key();
-            let extra = match (p.jitter_ms > 0.0, p.competitor) {
-                (true, true) => format!(
-                    ", jitter {} ms, one competing TCP flow",
-                    trim_float(p.jitter_ms)
-                ),
-                (true, false) => format!(", jitter {} ms", trim_float(p.jitter_ms)),
-                (false, true) => ", one competing TCP flow".to_string(),
-                (false, false) => String::new(),
-            };
+            let mut extra = String::new();
+            if p.jitter_ms > 0.0 {
+                extra.push_str(&format!(", jitter {} ms", trim_float(p.jitter_ms)));
+            }
+            if p.competitor {
+                extra.push_str(", one competing TCP flow");
+                if let Some(cc) = &p.competitor_congestion {
+                    extra.push_str(&format!(" ({cc})"));
+                }
+            }
             let _ = writeln!(
                 s,
                 "\n#### {key} (rate {}, RTT {} ms, loss {}, queue {}{extra})\n",
@@ -551,6 +554,7 @@ pub(crate) mod tests {
                     cell: None,
                     jitter_ms: 0.0,
                     competitor: false,
+                    competitor_congestion: None,
                     profile: r.profile.clone(),
                     rtt_ms: r.rtt_ms,
                     loss: r.loss,

@@ -267,7 +267,11 @@ fn run_point(
         nginx_port,
     };
     let competitor = if p.competitor {
-        let c = Competitor::start(&lab, opts.port.wrapping_add(2))?;
+        let c = Competitor::start(
+            &lab,
+            opts.port.wrapping_add(2),
+            p.competitor_congestion.as_deref(),
+        )?;
         warm_up_competitor(&c, link.rtt);
         Some(c)
     } else {
@@ -357,6 +361,9 @@ fn run_point(
         }
     }
     let competitor_ran = competitor.as_ref().map(Competitor::running);
+    let competitor_congestion = competitor
+        .as_ref()
+        .and_then(|c| c.congestion().map(String::from));
     drop(competitor);
     drop(nginx);
     drop(servers);
@@ -372,6 +379,7 @@ fn run_point(
             cell,
             jitter_ms: link.jitter.as_secs_f64() * 1e3,
             competitor: p.competitor,
+            competitor_congestion,
             profile: config.profile.name.clone(),
             rtt_ms,
             loss: link.loss,

@@ -157,6 +157,9 @@ pub struct ExtraPointFile {
     /// cell's first transfer and kept running through all of them.
     #[serde(default)]
     pub competitor: bool,
+    /// The competitor's congestion control (e.g. `cubic`); default the namespace's.
+    #[serde(default)]
+    pub competitor_congestion: Option<String>,
     /// Download size of every transfer in this cell (a slower link moves less).
     #[serde(default)]
     pub size: Option<String>,
@@ -190,8 +193,10 @@ pub struct LinkPoint {
     pub rate_bps: Option<u64>,
     pub queue_bytes: Option<u64>,
     pub jitter: Duration,
-    /// Run one competing bulk TCP flow through the cell.
+    /// Run one competing bulk TCP flow through the cell, with this congestion control when
+    /// given.
     pub competitor: bool,
+    pub competitor_congestion: Option<String>,
     /// Overrides of every case's size and run limit in this cell.
     pub size: Option<u64>,
     pub timeout: Option<Duration>,
@@ -208,6 +213,7 @@ impl LinkPoint {
             queue_bytes: None,
             jitter: Duration::ZERO,
             competitor: false,
+            competitor_congestion: None,
             size: None,
             timeout: None,
         }
@@ -729,6 +735,18 @@ fn extra_point(
         )?),
         None => None,
     };
+    if let Some(cc) = &e.competitor_congestion {
+        let ok = e.competitor
+            && (1..=15).contains(&cc.len())
+            && cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(invalid_owned(
+                field("competitor_congestion"),
+                cc,
+                "a congestion control name such as cubic, with competitor = true",
+            ));
+        }
+    }
     if let Some(n) = &e.name {
         let ok = !n.trim().is_empty() && n.len() <= 40 && !n.contains(['|', '\n', ',']);
         if !ok {
@@ -748,6 +766,7 @@ fn extra_point(
         queue_bytes: queue,
         jitter,
         competitor: e.competitor,
+        competitor_congestion: e.competitor_congestion.clone(),
         size,
         timeout,
     };
@@ -1235,7 +1254,7 @@ mod tests {
             extra = [
                 { name = "queue 0.25 BDP", rtt = "100ms", queue_bdp = 0.25 },
                 { name = "100 Mbit/s", rtt = "100ms", rate = "100M", size = "64MiB" },
-                { name = "competitor", rtt = "100ms", competitor = true, timeout = "30s" },
+                { name = "competitor", rtt = "100ms", competitor = true, competitor_congestion = "cubic", timeout = "30s" },
                 { rtt = "100ms", jitter = "5ms" },
             ]
             [[transfer]]
@@ -1280,6 +1299,7 @@ mod tests {
         assert_eq!(slow.size_and_timeout(&s.cases[0]).0, 64 << 20);
         assert_eq!(s.points[0].size_and_timeout(&s.cases[0]).0, 512 << 20);
         assert!(s.points[3].competitor);
+        assert_eq!(s.points[3].competitor_congestion.as_deref(), Some("cubic"));
         assert_eq!(
             s.points[3].size_and_timeout(&s.cases[0]).1,
             Duration::from_secs(30)
@@ -1330,6 +1350,8 @@ mod tests {
         assert!(e.contains("transfer[2].mechanisms"), "{e}");
         let e = err(text.replace("window-cap=off", "no-such=off"));
         assert!(e.contains("no mechanism"), "{e}");
+        let e = err(text.replace("competitor = true, ", ""));
+        assert!(e.contains("link.extra[2].competitor_congestion"), "{e}");
         let e = err(text.replace("queue_bdp = 0.25", "queue_bdp = 0.0"));
         assert!(e.contains("link.extra[0].queue_bdp"), "{e}");
         let e = err(text.replace("jitter = \"5ms\"", "jitter = \"2s\""));
