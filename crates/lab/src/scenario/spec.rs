@@ -652,13 +652,17 @@ impl Scenario {
     }
 
     /// The `--quick` variant: one repetition, a quarter of each size and duration (at least
-    /// 8 MiB and 3 s), timeouts halved (at least 20 s).
+    /// 8 MiB and 3 s), timeouts halved (at least 20 s), cells' overrides alike.
     pub fn quick(mut self) -> Scenario {
         self.repetitions = 1;
         self.duration = (self.duration / 4).max(Duration::from_secs(3));
         for c in &mut self.cases {
             c.size = (c.size / 4).max(8 << 20);
             c.timeout = (c.timeout / 2).max(Duration::from_secs(20));
+        }
+        for p in &mut self.points {
+            p.size = p.size.map(|n| (n / 4).max(8 << 20));
+            p.timeout = p.timeout.map(|t| (t / 2).max(Duration::from_secs(20)));
         }
         self
     }
@@ -1305,6 +1309,8 @@ mod tests {
             Duration::from_secs(30)
         );
         assert_eq!(s.points[4].jitter, Duration::from_millis(5));
+        let quick = s.clone().quick();
+        assert_eq!(quick.points[2].size, Some(16 << 20));
 
         let names: Vec<&str> = s.cases.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
