@@ -129,6 +129,26 @@ fn run_scenario(a: RunArgs) -> anyhow::Result<ExitCode> {
                 t.seed
             );
         }
+        for p in s.points.iter().filter(|p| p.name.is_some()) {
+            let link = p.link(s.rate_bps, s.queue_bytes);
+            println!(
+                "cell {}: {}, RTT {:?}, loss {}, queue {}, jitter {:?}{}{}",
+                scenario::point_name(p, s.rate_bps),
+                units::format_rate(link.rate_bps),
+                link.rtt,
+                link.loss,
+                units::format_size(link.effective_queue_bytes()),
+                link.jitter,
+                if p.competitor {
+                    ", one competing TCP flow"
+                } else {
+                    ""
+                },
+                p.size
+                    .map(|n| format!(", size {}", units::format_size(n)))
+                    .unwrap_or_default(),
+            );
+        }
         for c in &s.cases {
             let what = match &s.tree {
                 Some(_) => "the tree".to_string(),

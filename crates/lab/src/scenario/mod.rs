@@ -18,6 +18,8 @@
 //!
 //! Key types: [`Scenario`], [`Case`], [`RunOptions`], [`Results`], [`RunRecord`].
 
+mod competitor;
+mod held_out;
 mod nginx;
 mod plot;
 mod process;
@@ -32,12 +34,14 @@ mod upload_tree;
 
 use std::path::{Path, PathBuf};
 
+pub use competitor::Competitor;
+pub use held_out::{held_out_rows, HeldOutRow, Verdict};
 pub use plot::draw_all;
 pub use report::{median, run_bps, Machine, PingCheck, PointRecord, Results, RunRecord};
 pub use runner::{ping_times_ms, run_scenario, RunOptions};
 pub use spec::{
-    Case, ExtraPointFile, LinkFile, LinkPoint, Protocol, Ratio, Scenario, ScenarioFile, Server,
-    Tool, TransferFile,
+    point_name, Case, ExtraPointFile, LinkFile, LinkPoint, Protocol, Ratio, Scenario, ScenarioFile,
+    Server, Tool, TransferFile,
 };
 pub use tree::{TreeEntry, TreeFile, TreeShape};
 
@@ -71,6 +75,8 @@ pub enum ScenarioError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the competing TCP flow failed: {reason}")]
+    Competitor { reason: String },
     #[error("the server did not start: {reason}")]
     ServerStart { reason: String },
     #[error("{op} {path}")]

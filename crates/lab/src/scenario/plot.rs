@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::report::{median, point_key, run_bps, Results};
+use super::report::{median, run_bps, Results};
 use super::units::{format_loss, trim_float};
 use super::ScenarioError;
 
@@ -18,7 +18,7 @@ type Series = BTreeMap<String, Vec<(f64, f64)>>;
 pub fn draw_all(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
     let mut written = Vec::new();
     for p in &results.points {
-        let key = point_key(&p.profile, p.rtt_ms, p.loss);
+        let key = p.key();
         let mut series: Series = BTreeMap::new();
         for case in results.cases() {
             let runs: Vec<_> = results
@@ -79,7 +79,7 @@ pub fn draw_all(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, ScenarioE
         let mut series: Series = BTreeMap::new();
         for case in results.cases() {
             for p in &points {
-                let key = point_key(&p.profile, p.rtt_ms, p.loss);
+                let key = p.key();
                 let bps: Vec<f64> = results
                     .runs
                     .iter()

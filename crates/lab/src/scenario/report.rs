@@ -11,6 +11,26 @@ use super::units::{format_loss, format_rate, format_size, trim_float};
 /// One transfer at one link point.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunRecord {
+    /// The name of a cell that overrides the base link (None for grid points).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell: Option<String>,
+    /// A first transfer: fresh server, no saved path memory.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cold: bool,
+    /// Mechanism settings (`NAME=on|off`) and the case they are compared against.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mechanisms: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// xfer: connections its report lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections_used: Option<u32>,
+    /// Payload bytes the competing TCP flow received during the run, and their rate over the
+    /// run's wall time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub competitor_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub competitor_bps: Option<f64>,
     pub profile: String,
     pub rtt_ms: f64,
     pub loss: f64,
@@ -89,6 +109,14 @@ pub struct PingCheck {
 /// One emulated link and host setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct PointRecord {
+    /// The name of a cell that overrides the base link (None for grid points).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell: Option<String>,
+    pub jitter_ms: f64,
+    /// A competing bulk TCP flow ran through the point, with this congestion control.
+    pub competitor: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub competitor_congestion: Option<String>,
     pub profile: String,
     pub rtt_ms: f64,
     pub loss: f64,
@@ -136,7 +164,23 @@ pub fn point_key(profile: &str, rtt_ms: f64, loss: f64) -> String {
 
 impl RunRecord {
     pub fn point_key(&self) -> String {
-        point_key(&self.profile, self.rtt_ms, self.loss)
+        self.cell
+            .clone()
+            .unwrap_or_else(|| point_key(&self.profile, self.rtt_ms, self.loss))
+    }
+
+    /// The connections the run used: as the tool reported, else as configured.
+    pub fn connections_in_use(&self) -> u32 {
+        self.connections_used.unwrap_or(self.connections).max(1)
+    }
+}
+
+impl PointRecord {
+    /// The point's name in tables: its cell name, else profile, RTT and loss.
+    pub fn key(&self) -> String {
+        self.cell
+            .clone()
+            .unwrap_or_else(|| point_key(&self.profile, self.rtt_ms, self.loss))
     }
 }
 
@@ -180,10 +224,7 @@ impl Results {
 
     /// Link points in the order they ran.
     pub fn point_keys(&self) -> Vec<String> {
-        self.points
-            .iter()
-            .map(|p| point_key(&p.profile, p.rtt_ms, p.loss))
-            .collect()
+        self.points.iter().map(PointRecord::key).collect()
     }
 
     /// Median goodput in Mbit/s of a case at a point, with a marker: `T` some runs timed out
@@ -270,12 +311,26 @@ impl Results {
             let _ = writeln!(s, "| {c} | {} |", cells.join(" | "));
         }
         s.push_str(&self.ratios_markdown(&points));
+        s.push_str(&super::held_out::held_out_markdown(self, &points));
+        s.push_str(&super::held_out::fairness_markdown(self));
         for p in &self.points {
-            let key = point_key(&p.profile, p.rtt_ms, p.loss);
+            let key = p.key();
+            let mut extra = String::new();
+            if p.jitter_ms > 0.0 {
+                extra.push_str(&format!(", jitter {} ms", trim_float(p.jitter_ms)));
+            }
+            if p.competitor {
+                extra.push_str(", one competing TCP flow");
+                if let Some(cc) = &p.competitor_congestion {
+                    extra.push_str(&format!(" ({cc})"));
+                }
+            }
             let _ = writeln!(
                 s,
-                "\n#### {key} (rate {}, queue {})\n",
+                "\n#### {key} (rate {}, RTT {} ms, loss {}, queue {}{extra})\n",
                 format_rate(p.rate_bps),
+                trim_float(p.rtt_ms),
+                format_loss(p.loss),
                 format_size(p.queue_bytes)
             );
             if let Some(ping) = &p.ping {
@@ -376,7 +431,7 @@ impl Results {
     /// CSV, one line per run, with a header.
     pub fn csv(&self) -> String {
         let mut s = String::from(
-            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,relay_late_wakeups,retransmits,link_drops_queue,link_drops_loss,link_packets,transport_rtt_ms,command\n",
+            "profile,rtt_ms,loss,rate_bps,queue_bytes,case,label,tool,protocol,connections,streams,matrix,size,repetition,ok,timed_out,error,bytes,seconds,goodput_bps,wire_bps,wall_seconds,client_cpu_s,server_cpu_s,relay_cpu,relay_late_wakeups,retransmits,link_drops_queue,link_drops_loss,link_packets,transport_rtt_ms,command,cell,cold,mechanisms,connections_used,competitor_bytes,competitor_bps\n",
         );
         let opt = |v: Option<String>| v.unwrap_or_default();
         for r in &self.runs {
@@ -414,6 +469,12 @@ impl Results {
                 r.link_packets.to_string(),
                 opt(r.transport_rtt_ms.map(|v| format!("{v:.2}"))),
                 r.command.clone(),
+                r.point_key(),
+                r.cold.to_string(),
+                r.mechanisms.join(" "),
+                opt(r.connections_used.map(|v| v.to_string())),
+                opt(r.competitor_bytes.map(|v| v.to_string())),
+                opt(r.competitor_bps.map(|v| format!("{v:.0}"))),
             ];
             let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
             s.push_str(&line.join(","));
@@ -475,6 +536,13 @@ pub(crate) mod tests {
 
     pub(crate) fn record(case: &str, rtt_ms: f64, bps: Option<f64>, timed_out: bool) -> RunRecord {
         RunRecord {
+            cell: None,
+            cold: false,
+            mechanisms: vec![],
+            baseline: None,
+            connections_used: None,
+            competitor_bytes: None,
+            competitor_bps: None,
             profile: "tuned".into(),
             rtt_ms,
             loss: 0.0,
@@ -524,6 +592,10 @@ pub(crate) mod tests {
         for r in &runs {
             if !points.iter().any(|p: &PointRecord| p.rtt_ms == r.rtt_ms) {
                 points.push(PointRecord {
+                    cell: None,
+                    jitter_ms: 0.0,
+                    competitor: false,
+                    competitor_congestion: None,
                     profile: r.profile.clone(),
                     rtt_ms: r.rtt_ms,
                     loss: r.loss,

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::competitor::Competitor;
 use super::process::{die_with_parent, proc_cpu_time, stop, wait_with_deadline};
 use super::report::{Machine, PingCheck, PointRecord, Results, RunRecord};
-use super::spec::{Case, Scenario, Server, Tool};
+use super::spec::{point_name, Case, LinkPoint, Scenario, Server, Tool};
 use super::tools::{command_line, parse_outcome, source_file_name, ToolContext};
 use super::tree::{self, TreeContext};
 use super::ScenarioError;
@@ -98,19 +99,13 @@ pub fn run_scenario(s: &Scenario, opts: &RunOptions) -> Result<Results, Scenario
     let total = s.run_count();
     let result = (|| {
         for p in &s.points {
-            let link = LinkConfig {
-                rate_bps: s.rate_bps,
-                rtt: p.rtt,
-                loss: p.loss,
-                queue_bytes: s.queue_bytes,
-                ..LinkConfig::default()
-            };
+            let link: LinkConfig = p.link(s.rate_bps, s.queue_bytes);
             let config = LabConfig {
                 profile: p.profile.clone(),
                 ..LabConfig::new(opts.prefix.clone(), link)
             };
             let (point, mut point_runs) =
-                run_point(s, &config, opts, tree.as_ref(), runs.len(), total)?;
+                run_point(s, p, &config, opts, tree.as_ref(), runs.len(), total)?;
             points.push(point);
             runs.append(&mut point_runs);
         }
@@ -165,6 +160,7 @@ impl Drop for Servers {
 
 fn run_point(
     s: &Scenario,
+    p: &LinkPoint,
     config: &LabConfig,
     opts: &RunOptions,
     tree: Option<&TreeContext>,
@@ -175,10 +171,13 @@ fn run_point(
     // Every point starts a fresh server; its first xfer run meets it with a fresh client too
     // (no path remembered from another point's link), so that run is a cold start on both
     // ends, and later runs at the point are warm.
-    let _ = std::fs::remove_file(opts.work_dir.join("path-memory"));
+    let _ = std::fs::remove_file(path_memory(opts));
     let link = config.link.clone();
     let rtt_ms = link.rtt.as_secs_f64() * 1e3;
-    let key = super::report::point_key(&config.profile.name, rtt_ms, link.loss);
+    let key = point_name(p, s.rate_bps);
+    // Grid points keep their profile/RTT/loss key; cells with overrides carry their name.
+    let cell = (key != super::report::point_key(&config.profile.name, rtt_ms, link.loss))
+        .then(|| key.clone());
     let ping = ping_check(&lab);
     if opts.progress {
         match &ping {
@@ -218,7 +217,11 @@ fn run_point(
     let server_command = format!("{} {}", opts.xfer_bin.display(), serve_args.join(" "));
     let serve_log = opts.work_dir.join("serve.log");
     let start_xfer = |extra: &[String]| {
-        let mut cmd = if serve_args.iter().any(|a| a.contains("tcp-resume=on")) {
+        let mut cmd = if serve_args
+            .iter()
+            .chain(extra)
+            .any(|a| a.contains("tcp-resume=on"))
+        {
             lab.command_in_server_with_cgroup2(&opts.xfer_bin)
         } else {
             lab.command_in_server(&opts.xfer_bin)
@@ -267,13 +270,33 @@ fn run_point(
         file_source: s.file_source,
         nginx_port,
     };
+    let competitor = if p.competitor {
+        let c = Competitor::start(
+            &lab,
+            opts.port.wrapping_add(2),
+            p.competitor_congestion.as_deref(),
+        )?;
+        warm_up_competitor(&c, link.rtt);
+        Some(c)
+    } else {
+        None
+    };
     let mut records = Vec::new();
     for rep in 1..=s.repetitions {
-        for case in &s.cases {
-            if case.fresh_server || case.server_args.as_slice() != server_extra {
+        for listed in s.cases.iter().filter(|c| s.runs_at(c, p)) {
+            let (size, timeout) = p.size_and_timeout(listed);
+            let case = &Case {
+                size,
+                timeout,
+                ..listed.clone()
+            };
+            if case.fresh_server || case.cold || case.server_args.as_slice() != server_extra {
                 stop(&mut servers.xfer, Duration::from_secs(3));
                 servers.xfer = start_xfer(&case.server_args)?;
-                server_extra = &case.server_args;
+                server_extra = &listed.server_args;
+            }
+            if case.cold {
+                let _ = std::fs::remove_file(path_memory(opts));
             }
             let server_pid = match case.tool {
                 Tool::Iperf3 => servers.iperf3.as_ref().map(|c| c.id()),
@@ -281,7 +304,30 @@ fn run_point(
                 _ if case.server == Server::Nginx => nginx.as_ref().map(|n| n.pid()),
                 _ => Some(servers.xfer.id()),
             };
-            let r = run_case(&lab, case, &ctx, tree, opts, server_pid, rep)?;
+            let run = |lab: &Lab| {
+                run_case(
+                    lab,
+                    case,
+                    &ctx,
+                    tree,
+                    opts,
+                    server_pid,
+                    rep,
+                    competitor.as_ref(),
+                )
+            };
+            if case.warm_up {
+                let w = run(&lab)?;
+                if opts.progress {
+                    eprintln!(
+                        "  {key} | {} #{rep}: warm-up {}",
+                        case.name,
+                        if w.ok { "done" } else { "failed" }
+                    );
+                }
+            }
+            let mut r = run(&lab)?;
+            r.cell = cell.clone();
             if opts.progress {
                 let what = match (r.ok, r.timed_out, r.goodput_bps) {
                     (true, _, Some(g)) => format!(
@@ -318,12 +364,26 @@ fn run_point(
             }
         }
     }
+    let competitor_ran = competitor.as_ref().map(Competitor::running);
+    let competitor_congestion = competitor
+        .as_ref()
+        .and_then(|c| c.congestion().map(String::from));
+    drop(competitor);
     drop(nginx);
     drop(servers);
+    if competitor_ran == Some(false) {
+        return Err(ScenarioError::Competitor {
+            reason: format!("the flow stopped before the last run at {key}"),
+        });
+    }
     let settings = lab.settings_in_force().clone();
     lab.shutdown()?;
     Ok((
         PointRecord {
+            cell,
+            jitter_ms: link.jitter.as_secs_f64() * 1e3,
+            competitor: p.competitor,
+            competitor_congestion,
             profile: config.profile.name.clone(),
             rtt_ms,
             loss: link.loss,
@@ -338,6 +398,7 @@ fn run_point(
     ))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_case(
     lab: &Lab,
     case: &Case,
@@ -346,6 +407,7 @@ fn run_case(
     opts: &RunOptions,
     server_pid: Option<u32>,
     repetition: u32,
+    competitor: Option<&Competitor>,
 ) -> Result<RunRecord, ScenarioError> {
     remove_outputs(&opts.out_file);
     if let Some(t) = tree {
@@ -362,8 +424,18 @@ fn run_case(
     cmd.args(&args);
     // xfer's path memory: one per link point, shared by its runs as a long-running client's
     // transfers share one, and not carried over from an earlier point or run.
-    cmd.env("XFER_PATH_MEMORY", opts.work_dir.join("path-memory"));
+    cmd.env("XFER_PATH_MEMORY", path_memory(opts));
+    if case.cold {
+        // Whatever else a client may keep under its home or cache directory starts empty too.
+        let home = opts.work_dir.join("cold-home");
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(home.join(".cache"))
+            .map_err(|source| ScenarioError::io("creating", &home, source))?;
+        cmd.env("HOME", &home)
+            .env("XDG_CACHE_HOME", home.join(".cache"));
+    }
     let relay_before = lab.relay_stats();
+    let competitor_before = competitor.map(Competitor::received);
     let server_cpu_before = server_pid.and_then(proc_cpu_time);
     let started = Instant::now();
     let child = spawn_logged(cmd, Some(&stdout_path), &stderr_path, case.tool.name())?;
@@ -382,6 +454,10 @@ fn run_case(
     drop(child);
     let completion = watch.map(tree::CompletionWatch::finish);
     let relay_after = lab.relay_stats();
+    let competitor_bytes = competitor
+        .map(Competitor::received)
+        .zip(competitor_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let server_cpu = match (server_cpu_before, server_pid.and_then(proc_cpu_time)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
         _ => None,
@@ -405,6 +481,13 @@ fn run_case(
     let s2c = relay_after.server_to_client;
     let link = lab.server_to_client();
     Ok(RunRecord {
+        cell: None,
+        cold: case.cold,
+        mechanisms: case.mechanisms.clone(),
+        baseline: case.baseline.clone(),
+        connections_used: outcome.connections_used,
+        competitor_bytes,
+        competitor_bps: competitor_bytes.map(|b| b as f64 * 8.0 / wall.max(1e-9)),
         profile: lab.config().profile.name.clone(),
         rtt_ms: link.rtt.as_secs_f64() * 1e3,
         loss: link.loss,
@@ -443,6 +526,20 @@ fn run_case(
         completion,
         command,
     })
+}
+
+/// The client's path memory file: one per scenario run (see `run_case`).
+fn path_memory(opts: &RunOptions) -> PathBuf {
+    opts.work_dir.join("path-memory")
+}
+
+/// Lets the competing flow leave slow start and fill the queue before the first transfer
+/// meets it: a few seconds, and at least 20 round trips.
+fn warm_up_competitor(c: &Competitor, rtt: Duration) {
+    let until = Instant::now() + (rtt * 20).max(Duration::from_secs(3));
+    while Instant::now() < until && c.running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 pub(super) fn spawn_logged(
@@ -553,7 +650,11 @@ fn prepare_source_files(s: &Scenario, opts: &RunOptions) -> Result<(), ScenarioE
     std::fs::create_dir_all(&opts.source_dir)
         .map_err(|source| ScenarioError::io("creating", &opts.source_dir, source))?;
     let started = Instant::now();
-    let mut sizes: Vec<u64> = s.cases.iter().map(|c| c.size).collect();
+    let mut sizes: Vec<u64> = s
+        .points
+        .iter()
+        .flat_map(|p| s.cases.iter().map(|c| p.size_and_timeout(c).0))
+        .collect();
     sizes.sort_unstable();
     sizes.dedup();
     for size in sizes {

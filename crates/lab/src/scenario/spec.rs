@@ -18,6 +18,9 @@
 //! loss = [0.0]                  # probabilities, 0.0001 = 0.01%
 //! # queue = "12.5MB"            # default: one bandwidth-delay product
 //! # extra = [{ profile = "stock", rtt = "100ms", loss = 0.0001 }]   # points outside the grid
+//! # A cell of a one-factor-at-a-time matrix overrides the base link (see [`ExtraPointFile`]):
+//! # extra = [{ name = "queue 0.25 BDP", rtt = "100ms", queue_bdp = 0.25 },
+//! #          { name = "competitor", rtt = "100ms", competitor = true, size = "512MiB" }]
 //!
 //! # [tree]                      # optional: every transfer fetches one generated tree
 //! # files = 2000                # (tree.rs has the fields); tools then xfer, aria2c, rclone
@@ -30,6 +33,11 @@
 //! args = ["--h2-frame-size", "1MiB"]
 //! matrix = { "--h2-stream-window" = ["64KiB", "16MiB"] }   # cross product of flag values
 //! # server = "nginx"            # aria2c and curl only, with source = "file"
+//! # cold = true                 # fresh server and no saved path memory for the client
+//! # warm_up = true              # one unrecorded run first (implied by server mechanisms)
+//! # mechanisms = ["window-cap=off"]   # `--mechanism` to get and/or serve, by the side
+//! #                             # the registry gives; compared against the same transfer
+//! #                             # without them (its baseline case)
 //!
 //! [[ratio]]                     # printed per link point in table.md: median goodput of
 //! name = "HTTP/2 / HTTP/1.1"    # one case over another's, against an optional target
@@ -121,15 +129,43 @@ pub struct LinkFile {
     pub extra: Vec<ExtraPointFile>,
 }
 
-/// One entry of `link.extra`.
+/// One entry of `link.extra`: a point outside the grid, or a cell that overrides the base
+/// link in one or more factors (rate, queue, jitter, a competing flow).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExtraPointFile {
-    /// `stock` or `tuned`.
-    pub profile: String,
+    /// `stock` or `tuned`; default the scenario's first profile.
+    #[serde(default)]
+    pub profile: Option<String>,
     pub rtt: String,
     #[serde(default)]
     pub loss: f64,
+    /// The cell's name in tables; default derived from its settings.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Bottleneck rate of this cell; default `link.rate`.
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// Drop-tail queue in bandwidth-delay products of this cell (0.25, 4); default
+    /// `link.queue`, else one BDP.
+    #[serde(default)]
+    pub queue_bdp: Option<f64>,
+    /// Per-packet extra one-way delay `U(0, jitter)` (never reorders); default none.
+    #[serde(default)]
+    pub jitter: Option<String>,
+    /// One bulk TCP flow server-to-client across the same bottleneck, started before the
+    /// cell's first transfer and kept running through all of them.
+    #[serde(default)]
+    pub competitor: bool,
+    /// The competitor's congestion control (e.g. `cubic`); default the namespace's.
+    #[serde(default)]
+    pub competitor_congestion: Option<String>,
+    /// Download size of every transfer in this cell (a slower link moves less).
+    #[serde(default)]
+    pub size: Option<String>,
+    /// Run limit of every transfer in this cell (where cubic peers crawl).
+    #[serde(default)]
+    pub timeout: Option<String>,
 }
 
 /// A `[[ratio]]`: median goodput of `numerator` over that of `denominator` (case names), at
@@ -144,12 +180,64 @@ pub struct Ratio {
     pub target: Option<f64>,
 }
 
-/// One emulated link and host setting: a profile, an RTT and a loss probability.
+/// One emulated link and host setting: a profile, an RTT and a loss probability, and for a
+/// cell of `link.extra` what it overrides.
 #[derive(Debug, Clone)]
 pub struct LinkPoint {
     pub profile: HostProfile,
     pub rtt: Duration,
     pub loss: f64,
+    /// The cell's name in tables; None for grid points (named by profile, RTT and loss).
+    pub name: Option<String>,
+    /// Overrides of the scenario's rate and queue.
+    pub rate_bps: Option<u64>,
+    pub queue_bytes: Option<u64>,
+    pub jitter: Duration,
+    /// Run one competing bulk TCP flow through the cell, with this congestion control when
+    /// given.
+    pub competitor: bool,
+    pub competitor_congestion: Option<String>,
+    /// Overrides of every case's size and run limit in this cell.
+    pub size: Option<u64>,
+    pub timeout: Option<Duration>,
+}
+
+impl LinkPoint {
+    fn grid(profile: HostProfile, rtt: Duration, loss: f64) -> LinkPoint {
+        LinkPoint {
+            profile,
+            rtt,
+            loss,
+            name: None,
+            rate_bps: None,
+            queue_bytes: None,
+            jitter: Duration::ZERO,
+            competitor: false,
+            competitor_congestion: None,
+            size: None,
+            timeout: None,
+        }
+    }
+
+    /// The link of this point in a scenario of `rate_bps` and `queue_bytes`.
+    pub fn link(&self, rate_bps: u64, queue_bytes: Option<u64>) -> LinkConfig {
+        LinkConfig {
+            rate_bps: self.rate_bps.unwrap_or(rate_bps),
+            rtt: self.rtt,
+            loss: self.loss,
+            queue_bytes: self.queue_bytes.or(queue_bytes),
+            jitter: self.jitter,
+            ..LinkConfig::default()
+        }
+    }
+
+    /// A case's download size and run limit at this point.
+    pub fn size_and_timeout(&self, case: &Case) -> (u64, Duration) {
+        (
+            self.size.unwrap_or(case.size),
+            self.timeout.unwrap_or(case.timeout),
+        )
+    }
 }
 
 fn no_loss() -> Vec<f64> {
@@ -196,6 +284,22 @@ pub struct TransferFile {
     /// transfers left in the server (e.g. saved QUIC path state).
     #[serde(default)]
     pub fresh_server: bool,
+    /// A first transfer as a user meets it: a fresh server and a client without saved path
+    /// memory (its file is deleted before the run).
+    #[serde(default)]
+    pub cold: bool,
+    /// xfer only: `NAME=on|off` settings of the mechanism registry, passed as `--mechanism`
+    /// to `xfer get`, `xfer serve` or both, by the mechanism's side.
+    #[serde(default)]
+    pub mechanisms: Vec<String>,
+    /// Run the transfer once unrecorded before each measured run, so it meets a server
+    /// that has served it before (implied for mechanisms that need a server of their own).
+    #[serde(default)]
+    pub warm_up: bool,
+    /// Run only in these cells (names of `link.extra` entries, or of grid points as tables
+    /// print them); default every point.
+    #[serde(default)]
+    pub cells: Vec<String>,
 }
 
 /// Which server a single-file case fetches from.
@@ -319,6 +423,18 @@ pub struct Case {
     pub server_args: Vec<String>,
     /// Restart the server before this case.
     pub fresh_server: bool,
+    /// Restart the server and delete the client's path memory before this case.
+    pub cold: bool,
+    /// Mechanism settings (`NAME=on|off`) of this case; already in `args` / `server_args`.
+    pub mechanisms: Vec<String>,
+    /// The case this one's mechanism settings are compared against: the same transfer
+    /// without them.
+    pub baseline: Option<String>,
+    /// Run the case once unrecorded before the measured run: a case whose mechanisms need
+    /// a server of their own would otherwise meet it fresh, unlike the warm baseline.
+    pub warm_up: bool,
+    /// The points this case runs at, by name; empty for all.
+    pub cells: Vec<String>,
 }
 
 impl Scenario {
@@ -421,43 +537,31 @@ impl Scenario {
         for profile in &profiles {
             for &rtt in &rtts {
                 for &loss in &f.link.loss {
-                    points.push(LinkPoint {
-                        profile: profile.clone(),
-                        rtt,
-                        loss,
-                    });
+                    points.push(LinkPoint::grid(profile.clone(), rtt, loss));
                 }
             }
         }
         for (i, e) in f.link.extra.iter().enumerate() {
-            let field = format!("link.extra[{i}]");
-            let rtt = parse_duration(&e.rtt)
-                .ok_or_else(|| invalid_owned(format!("{field}.rtt"), &e.rtt, "a duration"))?;
-            LinkConfig {
-                rate_bps,
-                rtt,
-                loss: e.loss,
-                queue_bytes,
-                ..LinkConfig::default()
-            }
-            .validate()
-            .map_err(|e| ScenarioError::InvalidLink(e.to_string()))?;
-            let profile = profile_field(&format!("{field}.profile"), &e.profile)?;
-            let duplicate = points
+            let point = extra_point(i, e, &profiles[0], rate_bps, queue_bytes, timeout)?;
+            let key = |p: &LinkPoint| {
+                (
+                    p.profile.name.clone(),
+                    p.link(rate_bps, queue_bytes),
+                    p.competitor,
+                )
+            };
+            let duplicate = points.iter().any(|p| key(p) == key(&point));
+            let same_name = points
                 .iter()
-                .any(|p| p.profile.name == profile.name && p.rtt == rtt && p.loss == e.loss);
-            if duplicate {
+                .any(|p| point_name(p, rate_bps) == point_name(&point, rate_bps));
+            if duplicate || same_name {
                 return Err(invalid_owned(
-                    field,
-                    &e.rtt,
-                    "a point not already in the grid",
+                    format!("link.extra[{i}]"),
+                    point_name(&point, rate_bps),
+                    "a point not already in the grid, under a name of its own",
                 ));
             }
-            points.push(LinkPoint {
-                profile,
-                rtt,
-                loss: e.loss,
-            });
+            points.push(point);
         }
         if f.transfers.is_empty() {
             return Err(invalid("transfer", "[]", "at least one [[transfer]]"));
@@ -484,6 +588,29 @@ impl Scenario {
                     "transfer",
                     &c.name,
                     "distinct cases (give one of the duplicates a label)",
+                ));
+            }
+        }
+        for (i, c) in cases.iter().enumerate() {
+            let Some(b) = &c.baseline else { continue };
+            if !cases
+                .iter()
+                .any(|d| &d.name == b && d.mechanisms.is_empty())
+            {
+                return Err(invalid_owned(
+                    format!("transfer (case {i}, {})", c.name),
+                    b,
+                    "a mechanism case whose baseline (the same transfer without mechanisms) is in the scenario",
+                ));
+            }
+        }
+        let point_names: Vec<String> = points.iter().map(|p| point_name(p, rate_bps)).collect();
+        for (i, t) in f.transfers.iter().enumerate() {
+            if let Some(c) = t.cells.iter().find(|c| !point_names.contains(c)) {
+                return Err(invalid_owned(
+                    format!("transfer[{i}].cells"),
+                    c,
+                    &format!("names of points: {}", point_names.join(", ")),
                 ));
             }
         }
@@ -525,7 +652,7 @@ impl Scenario {
     }
 
     /// The `--quick` variant: one repetition, a quarter of each size and duration (at least
-    /// 8 MiB and 3 s), timeouts halved (at least 20 s).
+    /// 8 MiB and 3 s), timeouts halved (at least 20 s), cells' overrides alike.
     pub fn quick(mut self) -> Scenario {
         self.repetitions = 1;
         self.duration = (self.duration / 4).max(Duration::from_secs(3));
@@ -533,12 +660,26 @@ impl Scenario {
             c.size = (c.size / 4).max(8 << 20);
             c.timeout = (c.timeout / 2).max(Duration::from_secs(20));
         }
+        for p in &mut self.points {
+            p.size = p.size.map(|n| (n / 4).max(8 << 20));
+            p.timeout = p.timeout.map(|t| (t / 2).max(Duration::from_secs(20)));
+        }
         self
     }
 
     /// Number of runs the scenario makes.
     pub fn run_count(&self) -> usize {
-        self.points.len() * self.cases.len() * self.repetitions as usize
+        let per_rep: usize = self
+            .points
+            .iter()
+            .map(|p| self.cases.iter().filter(|c| self.runs_at(c, p)).count())
+            .sum();
+        per_rep * self.repetitions as usize
+    }
+
+    /// Whether `case` runs at point `p` (its `cells`, when it names any).
+    pub fn runs_at(&self, case: &Case, p: &LinkPoint) -> bool {
+        case.cells.is_empty() || case.cells.contains(&point_name(p, self.rate_bps))
     }
 }
 
@@ -548,6 +689,122 @@ fn profile_field(field: &str, name: &str) -> Result<HostProfile, ScenarioError> 
         "tuned" => Ok(HostProfile::tuned()),
         other => Err(invalid(field, other, "stock, tuned")),
     }
+}
+
+/// Validates one `link.extra` entry.
+fn extra_point(
+    i: usize,
+    e: &ExtraPointFile,
+    first_profile: &HostProfile,
+    rate_bps: u64,
+    queue_bytes: Option<u64>,
+    default_timeout: Duration,
+) -> Result<LinkPoint, ScenarioError> {
+    let field = |name: &str| format!("link.extra[{i}].{name}");
+    let rtt =
+        parse_duration(&e.rtt).ok_or_else(|| invalid_owned(field("rtt"), &e.rtt, "a duration"))?;
+    let profile = match &e.profile {
+        Some(p) => profile_field(&field("profile"), p)?,
+        None => first_profile.clone(),
+    };
+    let rate = match &e.rate {
+        Some(r) => Some(
+            parse_rate(r)
+                .ok_or_else(|| invalid_owned(field("rate"), r, "a rate such as 100Mbit"))?,
+        ),
+        None => None,
+    };
+    let queue = match e.queue_bdp {
+        Some(q) if q.is_finite() && (0.01..=64.0).contains(&q) => {
+            let bdp = rate.unwrap_or(rate_bps) as f64 * rtt.as_secs_f64() / 8.0;
+            Some(((bdp * q) as u64).max(2 * crate::config::LINK_MTU))
+        }
+        Some(q) => return Err(invalid_owned(field("queue_bdp"), q, "0.01 ..= 64")),
+        None => None,
+    };
+    let jitter = match &e.jitter {
+        Some(j) => parse_duration(j)
+            .ok_or_else(|| invalid_owned(field("jitter"), j, "a duration such as 5ms"))?,
+        None => Duration::ZERO,
+    };
+    let size = match &e.size {
+        Some(_) => Some(size_field(&field("size"), e.size.as_deref(), 0)?),
+        None => None,
+    };
+    let timeout = match &e.timeout {
+        Some(_) => Some(duration_field(
+            &field("timeout"),
+            e.timeout.as_deref(),
+            default_timeout.as_secs_f64(),
+        )?),
+        None => None,
+    };
+    if let Some(cc) = &e.competitor_congestion {
+        let ok = e.competitor
+            && (1..=15).contains(&cc.len())
+            && cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(invalid_owned(
+                field("competitor_congestion"),
+                cc,
+                "a congestion control name such as cubic, with competitor = true",
+            ));
+        }
+    }
+    if let Some(n) = &e.name {
+        let ok = !n.trim().is_empty() && n.len() <= 40 && !n.contains(['|', '\n', ',']);
+        if !ok {
+            return Err(invalid_owned(
+                field("name"),
+                n,
+                "1-40 characters without | or ,",
+            ));
+        }
+    }
+    let point = LinkPoint {
+        profile,
+        rtt,
+        loss: e.loss,
+        name: e.name.clone(),
+        rate_bps: rate,
+        queue_bytes: queue,
+        jitter,
+        competitor: e.competitor,
+        competitor_congestion: e.competitor_congestion.clone(),
+        size,
+        timeout,
+    };
+    point
+        .link(rate_bps, queue_bytes)
+        .validate()
+        .map_err(|err| ScenarioError::InvalidLink(format!("link.extra[{i}]: {err}")))?;
+    Ok(point)
+}
+
+/// A point's name in tables: its own, else profile, RTT and loss, then what it overrides
+/// (`tuned 100ms 0% 100Mbit q=3MB jitter=5ms +tcp`).
+pub fn point_name(p: &LinkPoint, scenario_rate_bps: u64) -> String {
+    if let Some(n) = &p.name {
+        return n.clone();
+    }
+    let mut key = super::report::point_key(&p.profile.name, p.rtt.as_secs_f64() * 1e3, p.loss);
+    if let Some(r) = p.rate_bps.filter(|&r| r != scenario_rate_bps) {
+        key.push(' ');
+        key.push_str(&super::units::format_rate(r));
+    }
+    if let Some(q) = p.queue_bytes {
+        key.push_str(&format!(" q={}", super::units::format_size(q)));
+    }
+    if !p.jitter.is_zero() {
+        key.push_str(&format!(
+            " jitter={}ms",
+            super::units::trim_float(p.jitter.as_secs_f64() * 1e3)
+        ));
+    }
+    if p.competitor {
+        key.push_str(" +tcp");
+    }
+    key
 }
 
 fn expand(
@@ -659,12 +916,27 @@ fn expand(
     };
     // xfer without a protocol is its default command, named as such.
     let default_command = t.tool == Tool::Xfer && t.protocol.is_none();
-    let label = t.label.clone().unwrap_or_else(|| match protocol {
+    let mut base_label = match protocol {
         _ if default_command => "xfer default".to_string(),
         Some(p) => format!("xfer {}", p.name()),
         None if server == Server::Nginx => format!("{} nginx", t.tool.name()),
         None => t.tool.name().to_string(),
+    };
+    if t.cold {
+        base_label.push_str(", cold");
+    }
+    let switches = mechanism_switches(index, t)?;
+    let label = t.label.clone().unwrap_or_else(|| {
+        let mut l = base_label.clone();
+        for m in &switches.settings {
+            l.push_str(&format!(", {}", m.replace('=', " ")));
+        }
+        l
     });
+    let mut args_head = t.args.clone();
+    args_head.extend(switches.client_args);
+    let mut server_args = t.server_args.clone();
+    server_args.extend(switches.server_args);
     let conns: Vec<Option<u32>> = if t.connections.is_empty() {
         vec![None]
     } else {
@@ -693,18 +965,21 @@ fn expand(
             for combo in &combos {
                 let connections = c.unwrap_or(default_conns);
                 let streams = s.unwrap_or(default_streams);
-                let mut name = label.clone();
+                let mut suffix = String::new();
                 if t.tool != Tool::Curl && !(default_command && c.is_none()) {
-                    name.push_str(&format!(" c={connections}"));
+                    suffix.push_str(&format!(" c={connections}"));
                 }
                 // A tree's streams in flight are its lanes (`--tree-lanes`), not K.
                 if streams_allowed && !(tree && s.is_none()) {
-                    name.push_str(&format!(" K={streams}"));
+                    suffix.push_str(&format!(" K={streams}"));
                 }
                 for (flag, v) in combo {
-                    name.push_str(&format!(" {}={v}", flag.trim_start_matches('-')));
+                    suffix.push_str(&format!(" {}={v}", flag.trim_start_matches('-')));
                 }
-                let mut args = t.args.clone();
+                let name = format!("{label}{suffix}");
+                let baseline =
+                    (!switches.settings.is_empty()).then(|| format!("{base_label}{suffix}"));
+                let mut args = args_head.clone();
                 for (flag, v) in combo {
                     args.push(flag.clone());
                     args.push(v.clone());
@@ -724,13 +999,71 @@ fn expand(
                     matrix: combo.clone(),
                     size,
                     timeout,
-                    server_args: t.server_args.clone(),
+                    server_args: server_args.clone(),
                     fresh_server: t.fresh_server,
+                    cold: t.cold,
+                    mechanisms: switches.settings.clone(),
+                    baseline,
+                    warm_up: t.warm_up || (switches.needs_server && !t.cold),
+                    cells: t.cells.clone(),
                 });
             }
         }
     }
     Ok(())
+}
+
+/// A transfer's `mechanisms`, split by the side that switches them.
+struct MechanismSwitches {
+    /// `NAME=on|off` as the registry spells the name.
+    settings: Vec<String>,
+    client_args: Vec<String>,
+    server_args: Vec<String>,
+    /// Some setting is the server's: the case needs a server instance of its own.
+    needs_server: bool,
+}
+
+fn mechanism_switches(index: usize, t: &TransferFile) -> Result<MechanismSwitches, ScenarioError> {
+    use xfer_common::mechanisms::{find, Setting, Side};
+    let mut out = MechanismSwitches {
+        settings: Vec::new(),
+        client_args: Vec::new(),
+        server_args: Vec::new(),
+        needs_server: false,
+    };
+    let field = format!("transfer[{index}].mechanisms");
+    if !t.mechanisms.is_empty() && t.tool != Tool::Xfer {
+        return Err(invalid_owned(
+            field,
+            t.mechanisms.join(" "),
+            "only for tool = \"xfer\"",
+        ));
+    }
+    for m in &t.mechanisms {
+        let setting: Setting = m
+            .parse()
+            .map_err(|why: String| invalid_owned(field.clone(), m, &why))?;
+        let text = format!("{}={}", setting.name, if setting.on { "on" } else { "off" });
+        if out
+            .settings
+            .iter()
+            .any(|s| s.split('=').next() == Some(setting.name))
+        {
+            return Err(invalid_owned(field, m, "each mechanism once"));
+        }
+        let side = find(setting.name).map_or(Side::Both, |m| m.side);
+        if side.includes(Side::Client) {
+            out.client_args
+                .extend(["--mechanism".to_string(), text.clone()]);
+        }
+        if side.includes(Side::Server) {
+            out.server_args
+                .extend(["--mechanism".to_string(), text.clone()]);
+            out.needs_server = true;
+        }
+        out.settings.push(text);
+    }
+    Ok(out)
 }
 
 fn size_field(field: &str, v: Option<&str>, default: u64) -> Result<u64, ScenarioError> {
@@ -912,5 +1245,143 @@ mod tests {
         assert!(e.contains("source") && e.contains("disk"), "{e}");
         let e = err(text.replace("target = 1.0", "target = -1.0"));
         assert!(e.contains("ratio[0].target"), "{e}");
+    }
+
+    #[test]
+    fn cells_override_the_base_link_and_mechanisms_find_their_side() {
+        let text = r#"
+            name = "h"
+            size = "512MiB"
+            [link]
+            rate = "1G"
+            rtt = ["100ms"]
+            extra = [
+                { name = "queue 0.25 BDP", rtt = "100ms", queue_bdp = 0.25 },
+                { name = "100 Mbit/s", rtt = "100ms", rate = "100M", size = "64MiB" },
+                { name = "competitor", rtt = "100ms", competitor = true, competitor_congestion = "cubic", timeout = "30s" },
+                { rtt = "100ms", jitter = "5ms" },
+            ]
+            [[transfer]]
+            tool = "xfer"
+            cold = true
+            [[transfer]]
+            tool = "xfer"
+            [[transfer]]
+            tool = "xfer"
+            mechanisms = ["window-cap=off"]
+            [[transfer]]
+            tool = "xfer"
+            mechanisms = ["tcp-bbr=off"]
+            [[transfer]]
+            tool = "xfer"
+            mechanisms = ["tcp-resume=on"]
+            [[transfer]]
+            tool = "xfer"
+            protocol = "quic"
+            warm_up = true
+            [[transfer]]
+            tool = "xfer"
+            protocol = "http2"
+            cells = ["competitor"]
+        "#;
+        let s = Scenario::from_toml(text).unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<String> = s.points.iter().map(|p| point_name(p, s.rate_bps)).collect();
+        assert_eq!(
+            names,
+            [
+                "tuned 100ms 0%",
+                "queue 0.25 BDP",
+                "100 Mbit/s",
+                "competitor",
+                "tuned 100ms 0% jitter=5ms"
+            ]
+        );
+        let q = s.points[1].link(s.rate_bps, s.queue_bytes);
+        assert_eq!(q.queue_bytes, Some(12_500_000 / 4));
+        let slow = &s.points[2];
+        assert_eq!(slow.link(s.rate_bps, s.queue_bytes).rate_bps, 100_000_000);
+        assert_eq!(slow.size_and_timeout(&s.cases[0]).0, 64 << 20);
+        assert_eq!(s.points[0].size_and_timeout(&s.cases[0]).0, 512 << 20);
+        assert!(s.points[3].competitor);
+        assert_eq!(s.points[3].competitor_congestion.as_deref(), Some("cubic"));
+        assert_eq!(
+            s.points[3].size_and_timeout(&s.cases[0]).1,
+            Duration::from_secs(30)
+        );
+        assert_eq!(s.points[4].jitter, Duration::from_millis(5));
+        let quick = s.clone().quick();
+        assert_eq!(quick.points[2].size, Some(16 << 20));
+
+        let names: Vec<&str> = s.cases.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "xfer default, cold",
+                "xfer default",
+                "xfer default, window-cap off",
+                "xfer default, tcp-bbr off",
+                "xfer default, tcp-resume on",
+                "xfer quic c=2 K=4",
+                "xfer http2 c=1 K=8",
+            ]
+        );
+        let c = &s.cases;
+        assert!(c[0].cold && !c[0].warm_up && c[0].baseline.is_none());
+        // A client mechanism goes to get only; one of both ends to both, with a warm-up
+        // since its server is its own; a server one to serve only.
+        assert_eq!(c[2].args, ["--mechanism", "window-cap=off"]);
+        assert!(c[2].server_args.is_empty() && !c[2].warm_up);
+        assert_eq!(c[2].baseline.as_deref(), Some("xfer default"));
+        assert_eq!(c[3].args, ["--mechanism", "tcp-bbr=off"]);
+        assert_eq!(c[3].server_args, ["--mechanism", "tcp-bbr=off"]);
+        assert!(c[3].warm_up);
+        assert!(c[4].args.is_empty());
+        assert_eq!(c[4].server_args, ["--mechanism", "tcp-resume=on"]);
+        assert!(c[5].warm_up);
+        assert_eq!(s.run_count(), 5 * 6 + 1);
+        assert!(s.runs_at(&c[6], &s.points[3]) && !s.runs_at(&c[6], &s.points[0]));
+
+        let err = |t: String| {
+            Scenario::from_toml(&t)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = err(text.replace("cells = [\"competitor\"]", "cells = [\"nowhere\"]"));
+        assert!(
+            e.contains("transfer[6].cells") && e.contains("nowhere"),
+            "{e}"
+        );
+        let e = err(text.replace("window-cap=off", "window-cap=maybe"));
+        assert!(e.contains("transfer[2].mechanisms"), "{e}");
+        let e = err(text.replace("window-cap=off", "no-such=off"));
+        assert!(e.contains("no mechanism"), "{e}");
+        let e = err(text.replace("competitor = true, ", ""));
+        assert!(e.contains("link.extra[2].competitor_congestion"), "{e}");
+        let e = err(text.replace("queue_bdp = 0.25", "queue_bdp = 0.0"));
+        assert!(e.contains("link.extra[0].queue_bdp"), "{e}");
+        let e = err(text.replace("jitter = \"5ms\"", "jitter = \"2s\""));
+        assert!(e.contains("link.extra[3]") && e.contains("jitter"), "{e}");
+        let e = err(text.replace("rate = \"100M\"", "rate = \"fast\""));
+        assert!(e.contains("link.extra[1].rate"), "{e}");
+        // The same cell twice, or a cell named like another.
+        let e = err(text.replace(
+            "{ rtt = \"100ms\", jitter = \"5ms\" }",
+            "{ rtt = \"100ms\" }",
+        ));
+        assert!(e.contains("link.extra[3]"), "{e}");
+        let e = err(text.replace("name = \"competitor\"", "name = \"100 Mbit/s\""));
+        assert!(e.contains("link.extra[2]"), "{e}");
+        // A mechanism case needs its baseline.
+        let e = err(text.replace(
+            "[[transfer]]\n            tool = \"xfer\"\n            [[transfer]]",
+            "[[transfer]]",
+        ));
+        assert!(e.contains("baseline"), "{e}");
+        let e = err(text.replace(
+            "protocol = \"quic\"",
+            "protocol = \"quic\"\n            mechanisms = [\"taper=off\"]\n            [[transfer]]\n            tool = \"iperf3\"\n            mechanisms = [\"taper=off\"]",
+        ));
+        assert!(e.contains("only for tool"), "{e}");
     }
 }

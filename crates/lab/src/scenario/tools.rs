@@ -178,6 +178,8 @@ pub struct Outcome {
     /// xfer `--lanes auto`: the counts it went through and why it stopped, as its summary
     /// line says (`lanes auto 2..64: 8→12→18 (more lanes did not raise goodput)`).
     pub lanes: Option<String>,
+    /// xfer: the connections its report lists (loss can spread HTTP/2 over more).
+    pub connections_used: Option<u32>,
     pub error: Option<String>,
 }
 
@@ -270,6 +272,7 @@ pub fn parse_outcome(case: &Case, stdout: &str, stderr: &str, exit_ok: bool, wal
                 rtt_ms: (!rtts.is_empty()).then(|| rtts.iter().sum::<f64>() / rtts.len() as f64),
                 round_trips: round_trips(&v),
                 lanes: adaptive_lanes(&v),
+                connections_used: (!conns.is_empty()).then_some(conns.len() as u32),
                 error: None,
             }
         }
