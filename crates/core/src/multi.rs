@@ -402,17 +402,20 @@ impl MultiSource {
             if !matches!(stat, Some(Ok(_))) {
                 continue;
             }
-            for url in t.duplicates() {
+            for target in t.duplicates() {
+                let url = match duplicate_allowed(origin, &target) {
+                    Ok(url) => url,
+                    Err(why) => {
+                        tracing::warn!(%origin, %target, %why, "ignoring a Link rel=duplicate");
+                        continue;
+                    }
+                };
                 let known = sources.iter().chain(&found).any(|(u, _)| *u == url);
                 if known {
                     continue;
                 }
                 if sources.len() + found.len() >= MAX_SOURCES {
                     tracing::warn!(%url, max = MAX_SOURCES, "too many sources; ignoring the duplicate");
-                    continue;
-                }
-                if let Err(why) = duplicate_allowed(origin, &url) {
-                    tracing::warn!(%origin, %url, %why, "ignoring a Link rel=duplicate");
                     continue;
                 }
                 match factory(&url) {
@@ -1120,10 +1123,12 @@ fn host_of(url: &str) -> &str {
     rest.split(['/', '?', '#']).next().unwrap_or(rest)
 }
 
-/// Whether a `Link: rel=duplicate` target may be used for a resource fetched from `origin`:
-/// an absolute http(s) or quic URL that does not step down from TLS to plain text, without
-/// credentials, of sane length.
-pub fn duplicate_allowed(origin: &str, candidate: &str) -> Result<(), String> {
+/// Whether a `Link: rel=duplicate` target may be used for a resource fetched from `origin`,
+/// and the URL it names: the target is a URI reference (RFC 8288), resolved against `origin`
+/// by the `url` crate, and must come out an http(s) or quic URL with a host, without
+/// credentials, of sane length, that does not step down from TLS to plain text. Every check
+/// is made on the parsed URL, so the scheme and host judged are the ones that will be reached.
+pub fn duplicate_allowed(origin: &str, candidate: &str) -> Result<String, String> {
     const MAX_URL: usize = 2048;
     if candidate.len() > MAX_URL {
         return Err(format!("longer than {MAX_URL} bytes"));
@@ -1134,30 +1139,35 @@ pub fn duplicate_allowed(origin: &str, candidate: &str) -> Result<(), String> {
     {
         return Err("contains whitespace or control characters".into());
     }
-    let scheme = |u: &str| {
-        u.split_once("://")
-            .map(|(s, _)| s.to_ascii_lowercase())
-            .unwrap_or_default()
-    };
-    let (from, to) = (scheme(origin), scheme(candidate));
-    if !matches!(to.as_str(), "http" | "https" | "quic") {
+    // `https:///x` would be read as host `x` by the WHATWG rules; an empty authority is no host.
+    if candidate
+        .split_once("://")
+        .is_some_and(|(_, rest)| rest.starts_with('/'))
+    {
+        return Err("no host".into());
+    }
+    let base = url::Url::parse(origin).map_err(|e| format!("the origin is not a URL: {e}"))?;
+    let target = base
+        .join(candidate)
+        .map_err(|e| format!("not a URL reference: {e}"))?;
+    let (from, to) = (base.scheme(), target.scheme());
+    if !matches!(to, "http" | "https" | "quic") {
         return Err(format!("scheme {to:?} is not one xfer fetches from"));
     }
     let secure = |s: &str| s == "https" || s == "quic";
-    if secure(&from) && !secure(&to) {
+    if secure(from) && !secure(to) {
         return Err("it would step down from TLS to plain text".into());
     }
-    if from != to && !(secure(&from) && secure(&to)) {
+    if from != to && !(secure(from) && secure(to)) {
         return Err(format!("{from}:// may only name {from}:// duplicates"));
     }
-    let authority = host_of(candidate);
-    if authority.is_empty() {
+    if target.host_str().is_none_or(str::is_empty) {
         return Err("no host".into());
     }
-    if authority.contains('@') {
+    if !target.username().is_empty() || target.password().is_some() {
         return Err("credentials in the URL".into());
     }
-    Ok(())
+    Ok(target.into())
 }
 
 /// The targets of `Link: <...>; rel=duplicate` (RFC 6249) in `values` (each a `Link` header

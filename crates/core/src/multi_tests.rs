@@ -224,6 +224,32 @@ fn duplicates_never_step_down() {
 }
 
 #[test]
+fn duplicates_are_judged_as_parsed() {
+    let ok = |origin: &str, target: &str| {
+        duplicate_allowed(origin, target).unwrap_or_else(|e| panic!("{target}: {e}"))
+    };
+    // A relative reference resolves against the answer's URL, and keeps its scheme.
+    assert_eq!(ok("https://a/d/x", "/mirror/x"), "https://a/mirror/x");
+    assert_eq!(ok("https://a/d/x", "../y"), "https://a/y");
+    assert_eq!(ok("https://a/d/x", "//b/x"), "https://b/x");
+    // Case and IP-literal spellings are normalised, so what is checked is what is reached.
+    assert_eq!(ok("https://a/x", "HTTPS://B:443/x"), "https://b/x");
+    assert_eq!(ok("https://a/x", "https://0x7f.1/x"), "https://127.0.0.1/x");
+    let refused = |origin: &str, target: &str| {
+        duplicate_allowed(origin, target)
+            .err()
+            .unwrap_or_else(|| panic!("{target} was accepted from {origin}"))
+    };
+    assert!(refused("https://a/x", "HTTP://b/x").contains("step down"));
+    assert!(refused("quic://a/x", "http://b/x").contains("step down"));
+    assert!(refused("https://a/x", "https://u@b/x").contains("credentials"));
+    assert!(refused("https://a/x", "https://:p@b/x").contains("credentials"));
+    assert!(refused("https://a/x", "data:text/plain,x").contains("scheme"));
+    assert!(refused("https://a/x", "https://[::1/x").contains("not a URL"));
+    assert!(refused("not a url", "https://b/x").contains("origin"));
+}
+
+#[test]
 fn agreement_needs_evidence() {
     let info = |url: &str, size: u64, etag: Option<&str>, sha: Option<u8>| RemoteInfo {
         url: url.into(),

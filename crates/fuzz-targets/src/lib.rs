@@ -28,7 +28,7 @@ use xfer_core::checksum::{
     Checksum,
 };
 use xfer_core::digest::{wants_sha256, Sha256Digest};
-use xfer_core::multi::{link_duplicates, MAX_SOURCES};
+use xfer_core::multi::{duplicate_allowed, link_duplicates, MAX_SOURCES};
 use xfer_quic::wire::{decode_trailer, Request, ResponseHead};
 use xfer_service::access::jwt::{self, Alg, PublicKey, MAX_JWT_LEN};
 
@@ -304,7 +304,8 @@ fn check_jwt(token: &str) {
 }
 
 /// `Link` field values (one per line): every duplicate found is the text between a `<` and
-/// its `>` in the input, found once, and no more of them than a download may use.
+/// its `>` in the input, found once, and no more of them than a download may use; any the
+/// check accepts from a TLS origin stays on TLS.
 pub fn link(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -317,6 +318,13 @@ pub fn link(data: &[u8]) {
             "{target:?} is not a bracketed target of {text:?}"
         );
         assert!(!found[..i].contains(target), "{target:?} twice");
+        // Whatever a target resolves to from a TLS origin is itself over TLS.
+        if let Ok(url) = duplicate_allowed("https://origin.example/d/f", target) {
+            assert!(
+                url.starts_with("https://") || url.starts_with("quic://"),
+                "{target:?} stepped down to {url:?}"
+            );
+        }
     }
 }
 
