@@ -354,15 +354,10 @@ fn scitokens_importable(python: &Path) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !ok {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        assert!(
-            !ci,
-            "the scitokens Python package is required under CI=true (pip install scitokens)"
-        );
-        eprintln!("skipping: the scitokens Python package is missing (pip install scitokens)");
-    }
-    ok
+    ok || xfer_test_support::gate::absent(
+        "scitokens",
+        "the scitokens Python package is missing (pip install scitokens)",
+    )
 }
 
 /// Tokens minted by the `scitokens` library, sent by curl: the verdicts this server gives

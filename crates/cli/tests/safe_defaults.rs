@@ -18,24 +18,8 @@ use crate::serve_signal::{get, start_serve_with};
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 fn gate(test: &str) -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let root = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().nth(1))
-        == Some("0");
-    let ss = Command::new("ss").arg("-V").output().is_ok();
-    let why = match (root, ss) {
-        (true, true) => return true,
-        (false, _) => "not root",
-        (true, false) => "ss (iproute2) is not installed",
-    };
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test} cannot run under CI: {why}"
-    );
-    eprintln!("skipping {test}: {why}");
-    false
+    xfer_test_support::gate::require_root(test)
+        && xfer_test_support::gate::require_program("ss", &[], "iproute2").is_some()
 }
 
 /// What the open descriptors of `pid` are that belong to BPF (`anon_inode:bpf-prog`,

@@ -40,11 +40,11 @@ fn accept_one(listener: &TcpListener) -> TcpStream {
 fn start(port: u16, cfg: &TcpResumeConfig) -> Option<std::sync::Arc<TcpResume>> {
     match TcpResume::start(port, cfg, Default::default()) {
         Ok(r) => Some(r),
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("TCP resume must load under CI (root): {e}")
-        }
         Err(e) => {
-            eprintln!("skipping: TCP resume cannot load here: {e}");
+            xfer_test_support::gate::absent(
+                "tcp_resume",
+                format!("TCP resume cannot load here: {e}"),
+            );
             None
         }
     }
