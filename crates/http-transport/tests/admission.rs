@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use xfer_http::server::{HttpServer, ServerConfig};
+use xfer_service::admission::IDLE_FOR_EVICTION;
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -33,6 +34,19 @@ async fn get_on(mut s: TcpStream) -> String {
     }
 }
 
+/// GETs from host `last` every 20 ms until an answer passes `done` or [`PATIENCE`] runs out;
+/// the last answer.
+async fn poll_get(last: u8, to: SocketAddr, done: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let answer = get_on(connect_from(last, to).await).await;
+        if done(&answer) || tokio::time::Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_servers_answer_503_and_make_room_from_idle_connections() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -49,12 +63,14 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
     }));
 
     // One host opens three silent connections: its cap.
+    let quiet_from = std::time::Instant::now();
     let mut silent = Vec::new();
     for _ in 0..3 {
         silent.push(connect_from(1, addr).await);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let answer = get_on(connect_from(1, addr).await).await;
+    // The server counts a connection once it has accepted it; until it has taken all three,
+    // a fourth from the host may still be served (and then closes), so ask until refused.
+    let answer = poll_get(1, addr, |a| a.starts_with("HTTP/1.1 503")).await;
     assert!(
         answer.starts_with("HTTP/1.1 503"),
         "over the per-address cap: {answer}"
@@ -74,11 +90,14 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
     // Four slots, four connections (one more silent one from a third host). Once they have
     // been quiet a while, a newcomer is served by closing one of them, not refused.
     silent.push(connect_from(3, addr).await);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let answer = get_on(connect_from(4, addr).await).await;
+    let answer = poll_get(4, addr, |a| a.starts_with("HTTP/1.1 200")).await;
     assert!(
         answer.starts_with("HTTP/1.1 200"),
         "an idle slot was not freed: {answer}"
+    );
+    assert!(
+        quiet_from.elapsed() >= IDLE_FOR_EVICTION,
+        "a connection was closed for a newcomer before any had been quiet {IDLE_FOR_EVICTION:?}"
     );
 
     drop(silent);

@@ -32,6 +32,8 @@ prefix = "/in"
 struct Pieces {
     pieces: VecDeque<Bytes>,
     stall: bool,
+    /// Told when the body has handed over its last piece and stalls.
+    stalled: Arc<tokio::sync::Notify>,
 }
 
 impl Pieces {
@@ -39,6 +41,7 @@ impl Pieces {
         Self {
             pieces: data.chunks(7_000).map(Bytes::copy_from_slice).collect(),
             stall: false,
+            stalled: Arc::default(),
         }
     }
 }
@@ -49,8 +52,11 @@ impl UploadBody for Pieces {
     ) -> Pin<Box<dyn Future<Output = Option<std::io::Result<Bytes>>> + Send + '_>> {
         let next = self.pieces.pop_front().map(Ok);
         let stall = next.is_none() && self.stall;
+        let stalled = Arc::clone(&self.stalled);
         Box::pin(async move {
             if stall {
+                // Asked for more than it has: everything before was taken.
+                stalled.notify_one();
                 std::future::pending::<()>().await;
             }
             next
@@ -259,10 +265,13 @@ async fn a_newer_request_takes_over_from_a_stalled_append() {
     let location = create(&svc, "/in/s.bin", &[], all.len()).await;
     let mut stalled = Pieces::of(&all[..2_500_000]);
     stalled.stall = true;
+    let took_all = Arc::clone(&stalled.stalled);
     let append_req = request(Method::Patch, &location, append(false, 0), None);
     let (cut, head) = tokio::join!(svc.respond_with_body(&append_req, &mut stalled), async {
-        // Let the stalled append write what it has, then ask for the offset.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Once the stalled append has taken all it was given, ask for the offset.
+        tokio::time::timeout(Duration::from_secs(20), took_all.notified())
+            .await
+            .expect("the append took its pieces");
         offset_of(&svc, &location).await
     });
     assert_eq!(cut.status, status::CONFLICT, "{:?}", cut.detail);
