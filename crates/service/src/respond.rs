@@ -174,7 +174,7 @@ impl Service {
         body: &mut dyn UploadBody,
     ) -> (ResponsePlan, Identity) {
         let cfg = &self.cfg;
-        let found = resumable::lookup(&cfg.root, &cfg.upload_state, up, id).await;
+        let found = resumable::lookup(&cfg.root, cfg.upload_state.resumable(), up, id).await;
         let path = found
             .as_ref()
             .map_or(req.path.as_str(), |u| u.request_path());
@@ -189,7 +189,7 @@ impl Service {
                 let ctx = resumable::Ctx {
                     root: &cfg.root,
                     digests: &cfg.digests,
-                    uploads: &cfg.upload_state,
+                    registry: cfg.upload_state.resumable(),
                     cfg: up,
                     replace: replace(may_modify),
                 };
@@ -268,7 +268,7 @@ impl Service {
             let ctx = resumable::Ctx {
                 root: &cfg.root,
                 digests: &cfg.digests,
-                uploads: &cfg.upload_state,
+                registry: cfg.upload_state.resumable(),
                 cfg: up,
                 replace,
             };

@@ -11,19 +11,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::future::Future;
 use std::io::{self, Write as _};
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Component, Path, PathBuf};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 pub use xfer_common::paths::STAGING_PREFIX;
-use xfer_common::paths::{sanitize, PathError};
-use xfer_common::resource::ContentKey;
 use xfer_common::{stored_digest, DigestCache, Resource};
 use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
@@ -32,8 +27,19 @@ pub use crate::request::UploadHead;
 use crate::status;
 
 mod place;
+mod refusal;
 pub mod resumable;
 mod staging_files;
+mod whole;
+mod write;
+
+pub(crate) use refusal::Refusal;
+pub(crate) use whole::{receive, unique_id, whole};
+pub(crate) use write::{
+    blocking, digest_field, hash_file, off_runtime, resolve_for_write, staging_name, stored,
+    stored_resource, to_completion, WriteTarget, WRITE_BLOCK,
+};
+pub use write::{NoBody, UploadBody, UploadConfig};
 
 pub(crate) use place::commit;
 pub use place::Replace;
@@ -49,47 +55,6 @@ pub const UPLOAD_COMPLETE: &str = "xfer-upload-complete";
 pub const UPLOAD_RECEIVED: &str = "xfer-upload-received";
 /// Response header: the size the upload was started with.
 pub const UPLOAD_SIZE: &str = "xfer-upload-size";
-
-/// Bytes written to disk at a time.
-const WRITE_BLOCK: usize = 1 << 20;
-
-/// Upload settings of a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadConfig {
-    /// A parallel upload with no request for this long is abandoned: its staging file and
-    /// sidecar are removed. Default 24 h.
-    pub expiry: Duration,
-    /// Largest file accepted, bytes. Default 16 TiB.
-    pub max_size: u64,
-}
-
-impl Default for UploadConfig {
-    fn default() -> Self {
-        Self {
-            expiry: Duration::from_secs(24 * 3600),
-            max_size: 16 << 40,
-        }
-    }
-}
-
-/// A request body, pulled piece by piece.
-pub trait UploadBody: Send {
-    /// The next piece; `None` at the end of the body.
-    fn next_chunk(
-        &mut self,
-    ) -> Pin<Box<dyn Future<Output = Option<io::Result<Bytes>>> + Send + '_>>;
-}
-
-/// The body of a request that has none.
-pub struct NoBody;
-
-impl UploadBody for NoBody {
-    fn next_chunk(
-        &mut self,
-    ) -> Pin<Box<dyn Future<Output = Option<io::Result<Bytes>>> + Send + '_>> {
-        Box::pin(async { None })
-    }
-}
 
 /// Parallel uploads in progress, shared by every codec of a server.
 #[derive(Debug, Clone, Default)]
@@ -134,6 +99,11 @@ struct PartState {
 }
 
 impl Uploads {
+    /// The resumable uploads in progress.
+    pub(crate) fn resumable(&self) -> &Arc<resumable::Registry> {
+        &self.resumable
+    }
+
     /// Remove uploads idle for longer than `expiry`, with their files. Returns how many.
     pub fn sweep(&self, expiry: Duration) -> usize {
         let expired: Vec<Arc<Part>> = {
@@ -370,152 +340,6 @@ fn insert_range(set: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
     set.insert(start, end);
 }
 
-/// A refusal decided while handling an upload.
-pub(crate) struct Refusal {
-    pub(crate) status: u16,
-    text: &'static str,
-    detail: String,
-}
-
-impl Refusal {
-    pub(crate) fn new(status: u16, text: &'static str, detail: impl Into<String>) -> Self {
-        Self {
-            status,
-            text,
-            detail: detail.into(),
-        }
-    }
-
-    pub(crate) fn io(what: &str, path: &Path, e: &io::Error) -> Self {
-        match e.raw_os_error() {
-            // ENOSPC, EDQUOT: the client may try again once space is freed.
-            Some(28) | Some(122) => Self::new(
-                status::INSUFFICIENT_STORAGE,
-                "insufficient storage on the server\n",
-                format!("{what} {}: {e}", path.display()),
-            ),
-            Some(36) => Self::new(
-                status::URI_TOO_LONG,
-                "file name too long\n",
-                format!("{what} {}: {e}", path.display()),
-            ),
-            _ => Self::new(
-                status::INTERNAL_ERROR,
-                "server error\n",
-                format!("{what} {}: {e}", path.display()),
-            ),
-        }
-    }
-
-    pub(crate) fn detail(&self) -> &str {
-        &self.detail
-    }
-
-    pub(crate) fn plan(self) -> ResponsePlan {
-        ResponsePlan::refusal(self.status, self.text, Some(self.detail))
-    }
-}
-
-/// Where an upload goes: its final path, and the directory it lies in (created as needed).
-pub(crate) struct WriteTarget {
-    pub(crate) path: PathBuf,
-    pub(crate) dir: PathBuf,
-    pub(crate) name: String,
-    pub(crate) existed: bool,
-}
-
-/// Resolve `request_path` for writing under `root`: missing parent directories are created,
-/// none may be a symlink or a file, and the target may not be a directory or a symlink.
-pub(crate) fn resolve_for_write(root: &Path, request_path: &str) -> Result<WriteTarget, Refusal> {
-    let rel = sanitize(request_path).map_err(|e| match e {
-        PathError::Traversal { .. } => {
-            Refusal::new(status::FORBIDDEN, "forbidden\n", e.to_string())
-        }
-        // A staging name: no such thing as far as requests go.
-        PathError::NotFound { .. } => Refusal::new(status::NOT_FOUND, "not found\n", e.to_string()),
-        _ => Refusal::new(status::BAD_REQUEST, "bad request\n", e.to_string()),
-    })?;
-    let name = rel
-        .file_name()
-        .and_then(|n| n.to_str())
-        .map(str::to_string)
-        .ok_or_else(|| Refusal::new(status::BAD_REQUEST, "bad request\n", "no file name"))?;
-    if name.starts_with(STAGING_PREFIX) {
-        return Err(Refusal::new(
-            status::FORBIDDEN,
-            "forbidden\n",
-            format!("{name}: names starting with {STAGING_PREFIX} are reserved"),
-        ));
-    }
-    let mut dir = root.to_path_buf();
-    for comp in rel.parent().map(Path::components).into_iter().flatten() {
-        let Component::Normal(seg) = comp else {
-            continue;
-        };
-        dir.push(seg);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(Refusal::new(
-                    status::FORBIDDEN,
-                    "forbidden\n",
-                    format!("{} is a symbolic link", dir.display()),
-                ))
-            }
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(Refusal::new(
-                    status::CONFLICT,
-                    "a parent of this path is a file\n",
-                    format!("{} is not a directory", dir.display()),
-                ))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    // Created meanwhile by another upload; check what it is.
-                    let m = std::fs::symlink_metadata(&dir)
-                        .map_err(|e| Refusal::io("checking", &dir, &e))?;
-                    if !m.is_dir() {
-                        return Err(Refusal::new(
-                            status::CONFLICT,
-                            "a parent of this path is a file\n",
-                            format!("{} is not a directory", dir.display()),
-                        ));
-                    }
-                }
-                Err(e) => return Err(Refusal::io("creating directory", &dir, &e)),
-            },
-            Err(e) => return Err(Refusal::io("checking", &dir, &e)),
-        }
-    }
-    let path = dir.join(&name);
-    let existed = match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(Refusal::new(
-                status::FORBIDDEN,
-                "forbidden\n",
-                format!("{} is a symbolic link", path.display()),
-            ))
-        }
-        Ok(m) if m.is_file() => true,
-        Ok(_) => {
-            return Err(Refusal::new(
-                status::CONFLICT,
-                "a directory (or other non-file) has this name\n",
-                format!("{} is not a regular file", path.display()),
-            ))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(e) => return Err(Refusal::io("checking", &path, &e)),
-    };
-    Ok(WriteTarget {
-        path,
-        dir,
-        name,
-        existed,
-    })
-}
-
 /// `bytes START-END/TOTAL` (RFC 9110 §14.4; the total is required here), read by the one
 /// parser clients use for a 206: digits only, the span inside the total.
 fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
@@ -529,23 +353,6 @@ fn valid_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-fn digest_field(field: &Option<String>, which: &str) -> Result<Option<Sha256Digest>, Refusal> {
-    match field {
-        None => Ok(None),
-        Some(v) => Sha256Digest::from_header_value(v).map_err(|e| {
-            Refusal::new(
-                status::BAD_REQUEST,
-                "malformed digest field\n",
-                format!("{which}: {e}"),
-            )
-        }),
-    }
-}
-
-pub(crate) fn staging_name(id: &str, name: &str) -> String {
-    format!("{STAGING_PREFIX}{id}.{name}")
 }
 
 /// Handle a `PUT` (and the upload-status `HEAD`) for `request_path` under `root`.
@@ -603,54 +410,6 @@ pub(crate) async fn status_of(
         }
         Err(r) => r.plan(),
     }
-}
-
-pub(crate) async fn blocking<T: Send + 'static>(
-    root: &Path,
-    request_path: &str,
-    f: fn(&Path, &str) -> Result<T, Refusal>,
-) -> Result<T, Refusal> {
-    let (root, path) = (root.to_path_buf(), request_path.to_string());
-    off_runtime(move || f(&root, &path)).await
-}
-
-/// Run `work` as a task of its own and wait for it. A request's future is dropped when its
-/// client goes away; work that changes an upload's state on disk and in memory must then
-/// still run to its end. A panic there answers 500.
-pub(crate) async fn to_completion<T: Send + 'static>(
-    work: impl Future<Output = Result<T, Refusal>> + Send + 'static,
-) -> Result<T, Refusal> {
-    tokio::spawn(work).await.unwrap_or_else(|e| {
-        Err(Refusal::new(
-            status::INTERNAL_ERROR,
-            "server error\n",
-            format!("upload task failed: {e}"),
-        ))
-    })
-}
-
-/// Run file work on the blocking pool; a panic there answers 500.
-pub(crate) async fn off_runtime<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
-) -> Result<T, Refusal> {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
-        Err(Refusal::new(
-            status::INTERNAL_ERROR,
-            "server error\n",
-            format!("upload task failed: {e}"),
-        ))
-    })
-}
-
-/// The answer to a stored upload: 201 for a new file, 204 for a replaced one.
-fn stored(existed: bool, digest: Sha256Digest) -> ResponsePlan {
-    let mut plan = ResponsePlan::empty(if existed {
-        status::NO_CONTENT
-    } else {
-        status::CREATED
-    });
-    plan.repr_digest = Some(digest);
-    plan
 }
 
 /// The upload `id` for `target`: in memory, or restored from its sidecar after a restart, or
@@ -995,227 +754,6 @@ fn finish(
     commit(&part.file, &part.staging, &part.target, replace)?;
     let _ = std::fs::remove_file(&part.sidecar);
     Ok(stored_resource(root, request_path, &part.file))
-}
-
-/// The stored file as requests will find it, when the path still holds the very inode this
-/// upload wrote: its verified digest can then be served as `Repr-Digest` at once, so a
-/// client re-running the upload sees the file is there. Another upload that replaced it in
-/// the meantime has another inode and is left to its own completion.
-pub(crate) fn stored_resource(root: &Path, request_path: &str, file: &File) -> Option<Resource> {
-    let ours = file.metadata().ok()?.ino();
-    let resource = Resource::open(root, request_path, None).ok()?;
-    matches!(resource.content_key(), ContentKey::File { ino, .. } if ino == ours)
-        .then_some(resource)
-}
-
-fn hash_file(file: &File, size: u64) -> io::Result<Sha256Digest> {
-    let mut h = Sha256Hasher::new();
-    let mut buf = vec![0u8; WRITE_BLOCK];
-    let mut off = 0u64;
-    while off < size {
-        let want = usize::try_from((size - off).min(WRITE_BLOCK as u64)).unwrap_or(WRITE_BLOCK);
-        file.read_exact_at(&mut buf[..want], off)?;
-        h.update(&buf[..want]);
-        off += want as u64;
-    }
-    Ok(h.finish())
-}
-
-/// Write the body at `offset`, hashing it: exactly `exact` bytes when given, never more than
-/// `max`. Returns the digest and the byte count.
-async fn receive(
-    file: Option<File>,
-    path: &Path,
-    offset: u64,
-    exact: Option<u64>,
-    max: u64,
-    body: &mut dyn UploadBody,
-) -> Result<(Sha256Digest, u64), Refusal> {
-    let file = file.map(Arc::new);
-    let mut hasher = Sha256Hasher::new();
-    let mut written = 0u64;
-    let mut pending: Vec<Bytes> = Vec::new();
-    let mut pending_len = 0usize;
-    loop {
-        let next = body.next_chunk().await;
-        let done = match next {
-            Some(Ok(b)) => {
-                written += b.len() as u64;
-                if exact.is_some_and(|l| written > l) {
-                    return Err(Refusal::new(
-                        status::BAD_REQUEST,
-                        "more bytes than announced\n",
-                        format!("{} after {written} bytes", path.display()),
-                    ));
-                }
-                if written > max {
-                    return Err(Refusal::new(
-                        status::PAYLOAD_TOO_LARGE,
-                        "file too large for this server\n",
-                        format!("{} over {max} bytes", path.display()),
-                    ));
-                }
-                pending_len += b.len();
-                pending.push(b);
-                false
-            }
-            Some(Err(e)) => {
-                return Err(Refusal::new(
-                    status::BAD_REQUEST,
-                    "the request body failed\n",
-                    format!("{}: {e}", path.display()),
-                ))
-            }
-            None => true,
-        };
-        if pending_len >= WRITE_BLOCK || (done && pending_len > 0) {
-            let at = offset + written - pending_len as u64;
-            let batch = std::mem::take(&mut pending);
-            pending_len = 0;
-            let f = file.clone();
-            let (h, res) = tokio::task::spawn_blocking(move || {
-                let mut h = hasher;
-                let mut pos = at;
-                for b in &batch {
-                    h.update(b);
-                    if let Some(f) = &f {
-                        if let Err(e) = f.write_all_at(b, pos) {
-                            return (h, Err(e));
-                        }
-                    }
-                    pos += b.len() as u64;
-                }
-                (h, Ok(()))
-            })
-            .await
-            .map_err(|e| Refusal::new(status::INTERNAL_ERROR, "server error\n", e.to_string()))?;
-            hasher = h;
-            res.map_err(|e| Refusal::io("writing", path, &e))?;
-        }
-        if done {
-            break;
-        }
-    }
-    if let Some(l) = exact {
-        if written != l {
-            return Err(Refusal::new(
-                status::BAD_REQUEST,
-                "fewer bytes than announced\n",
-                format!("{}: {written} of {l} bytes", path.display()),
-            ));
-        }
-    }
-    Ok((hasher.finish(), written))
-}
-
-/// A plain `PUT`: the whole file in one body, verified against `Content-Digest` or
-/// `Repr-Digest` when the client sent one, renamed into place when complete.
-async fn whole(
-    root: &Path,
-    digests: &DigestCache,
-    cfg: &UploadConfig,
-    request_path: &str,
-    head: &UploadHead,
-    replace: Replace,
-    body: &mut dyn UploadBody,
-) -> Result<ResponsePlan, Refusal> {
-    if head.content_length.is_some_and(|n| n > cfg.max_size) {
-        return Err(Refusal::new(
-            status::PAYLOAD_TOO_LARGE,
-            "file too large for this server\n",
-            format!("Content-Length over the limit of {} bytes", cfg.max_size),
-        ));
-    }
-    // For a whole body, Content-Digest and Repr-Digest describe the same bytes.
-    let expected = match digest_field(&head.content_digest, "Content-Digest")? {
-        Some(d) => Some(d),
-        None => digest_field(&head.repr_digest, "Repr-Digest")?,
-    };
-    let target = blocking(root, request_path, resolve_for_write).await?;
-    if let Some(n) = head.content_length {
-        check_room(&target.dir, n)?;
-    }
-    let staging = target.dir.join(staging_name(&unique_id(), &target.name));
-    let file = {
-        let s = staging.clone();
-        off_runtime(move || {
-            staging_files::create_new(&s).map_err(|e| Refusal::io("creating", &s, &e))
-        })
-        .await?
-    };
-    // Removed on every way out but a stored file, the client going away included (the
-    // request's future is then dropped mid-body).
-    let mut guard = StagingGuard(Some(staging.clone()));
-    let keep = file
-        .try_clone()
-        .map_err(|e| Refusal::io("opening", &staging, &e))?;
-    let outcome = async {
-        let (actual, n) = receive(
-            Some(file),
-            &staging,
-            0,
-            head.content_length,
-            cfg.max_size,
-            body,
-        )
-        .await?;
-        if let Some(expected) = expected {
-            if expected != actual {
-                return Err(Refusal::new(
-                    status::BAD_REQUEST,
-                    "the body's SHA-256 differs from the declared digest; nothing was stored\n",
-                    format!(
-                        "{}: got {actual}, declared {expected}",
-                        target.path.display()
-                    ),
-                ));
-            }
-        }
-        let (s, t) = (staging.clone(), target.path.clone());
-        let (r, path) = (root.to_path_buf(), request_path.to_string());
-        let stored_file = off_runtime(move || {
-            stored_digest::keep(&keep, actual, &s);
-            commit(&keep, &s, &t, replace)?;
-            Ok(stored_resource(&r, &path, &keep))
-        })
-        .await?;
-        if let Some(resource) = stored_file {
-            digests.insert(&resource, actual);
-        }
-        Ok((actual, n))
-    }
-    .await;
-    let (digest, n) = outcome?;
-    guard.0 = None;
-    tracing::info!(path = %target.path.display(), size = n, sha256 = %digest, "upload complete");
-    Ok(stored(target.existed, digest))
-}
-
-/// A plain PUT's staging file, removed when dropped unless it was renamed into place.
-struct StagingGuard(Option<PathBuf>);
-
-impl Drop for StagingGuard {
-    fn drop(&mut self) {
-        if let Some(path) = self.0.take() {
-            if let Err(e) = std::fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), error = %e, "removing a failed upload's staging file");
-            }
-        }
-    }
-}
-
-/// A name for a plain PUT's staging file, unique within this process and across restarts.
-pub(crate) fn unique_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "put-{nanos:x}-{:x}-{:x}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 #[cfg(test)]

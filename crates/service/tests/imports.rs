@@ -3,11 +3,17 @@
 //! can be read, tested or moved alone; the request head, the status codes and the
 //! configuration stay leaves that the deciding modules import, never the other way round.
 //!
-//! A top-level module and its submodules (`upload.rs` and `upload/resumable.rs`) count as one
-//! unit: they reach each other through `super::` and child paths by design, so those are not
-//! counted, but an import of any of its files is an import of the unit. The crate root counts
-//! like any file: a `crate::Name` that goes through one of its re-exports depends on every
-//! module it re-exports from.
+//! Between top-level modules, a module and its submodules (`upload.rs` and
+//! `upload/resumable.rs`) count as one unit: an import of any of its files is an import of the
+//! unit. The crate root counts like any file: a `crate::Name` that goes through one of its
+//! re-exports depends on every module it re-exports from.
+//!
+//! Inside a unit the same holds file by file: a submodule reaches its parent through
+//! `super::` (or `crate::`), the parent reaches a submodule through `child::` paths
+//! (re-exports included); declaring `mod child;` is not a use. A parent that uses a child
+//! which uses the parent back is a circle too: what both need belongs in a leaf beside them
+//! (`access/grant.rs` holds what the policy and the token modules share; `upload/write.rs`,
+//! `upload/refusal.rs` and `upload/whole.rs` what the parallel and resumable uploads do).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -155,6 +161,74 @@ fn edges() -> BTreeMap<String, BTreeSet<String>> {
     graph
 }
 
+/// The code of a file before its inline test module, whose `super::` is the file itself.
+fn code_outside_tests(text: &str) -> String {
+    let code = code(text);
+    match code.find("#[cfg(test)]") {
+        Some(at) => code[..at].to_string(),
+        None => code,
+    }
+}
+
+/// Every path `code` names relative to its own module: `super::` (resolved against `parent`)
+/// and `child::` for the submodules it declares, as full module paths.
+fn relative_paths(module: &str, code: &str, children: &[String]) -> Vec<String> {
+    let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("super::") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + "super::".len()..];
+        if before.is_some_and(is_ident) {
+            continue;
+        }
+        expand(parent, rest, &mut out);
+    }
+    for child in children {
+        let short = child.rsplit("::").next().unwrap_or(child);
+        let needle = format!("{short}::");
+        let mut rest = code;
+        while let Some(at) = rest.find(&needle) {
+            let before = rest[..at].chars().next_back();
+            rest = &rest[at + needle.len()..];
+            // `x::child::` and `crate::child::` are paths from elsewhere, already counted.
+            if before.is_some_and(|c| is_ident(c) || c == ':') {
+                continue;
+            }
+            out.push(child.clone());
+        }
+    }
+    out
+}
+
+/// File-by-file edges inside each unit: submodule to parent and parent to submodule.
+fn unit_edges() -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules();
+    let names: BTreeSet<String> = mods.keys().cloned().collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (name, text) in mods.iter().filter(|(n, _)| !n.is_empty()) {
+        let code = code_outside_tests(text);
+        let children: Vec<String> = names
+            .iter()
+            .filter(|c| {
+                c.strip_prefix(name.as_str())
+                    .and_then(|r| r.strip_prefix("::"))
+                    .is_some_and(|r| !r.contains("::"))
+            })
+            .cloned()
+            .collect();
+        let mut paths = relative_paths(name, &code, &children);
+        paths.extend(crate_paths(&code));
+        let to: Vec<String> = paths
+            .iter()
+            .map(|p| module_of(p, &names))
+            .filter(|m| m != name && unit(m) == unit(name) && !m.is_empty())
+            .collect();
+        graph.entry(name.clone()).or_default().extend(to);
+    }
+    graph
+}
+
 /// A circle through `start`, if any, as the files in order.
 fn circle_from(start: &str, graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     let mut stack = vec![(start.to_string(), vec![start.to_string()])];
@@ -202,6 +276,33 @@ fn no_file_imports_a_file_that_imports_it_back() {
         circles.is_empty(),
         "import circles:\n{}",
         circles.join("\n")
+    );
+}
+
+#[test]
+fn no_submodule_imports_a_parent_that_imports_it_back() {
+    let graph = unit_edges();
+    assert!(
+        graph
+            .get("access::issuers")
+            .is_some_and(|to| to.contains("access::grant")),
+        "the scan finds no relative imports: {graph:?}"
+    );
+    // One circle is found from each of its files: name each from its smallest file.
+    let circles: BTreeSet<String> = graph
+        .keys()
+        .filter_map(|m| circle_from(m, &graph))
+        .map(|mut c| {
+            c.pop();
+            let first = (0..c.len()).min_by_key(|&i| &c[i]).unwrap_or(0);
+            c.rotate_left(first);
+            c.push(c[0].clone());
+            c.join(" -> ")
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "import circles inside a unit:\n{circles:#?}"
     );
 }
 

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use xfer_common::paths::sanitize_relative;
 
-use super::{Grant, Level, TokenError};
+use super::grant::{Grant, Level, TokenError};
 
 /// Clock difference tolerated on `exp`, `nbf` and `iat`.
 pub const LEEWAY_SECS: i64 = 60;

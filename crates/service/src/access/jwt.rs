@@ -7,7 +7,7 @@ use base64::Engine;
 use ring::signature::{self, RsaPublicKeyComponents, UnparsedPublicKey};
 use serde::Deserialize;
 
-use super::TokenError;
+use super::grant::TokenError;
 
 /// Longest token accepted, in bytes: real WLCG tokens are 1 to 3 KiB.
 pub const MAX_JWT_LEN: usize = 16 * 1024;

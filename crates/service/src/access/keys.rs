@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use super::grant::TokenError;
 use super::jwt::{parse_jwks, PublicKey};
-use super::TokenError;
 
 /// Largest discovery document or JWKS read from an issuer.
 pub const MAX_KEY_DOCUMENT: usize = 1 << 20;

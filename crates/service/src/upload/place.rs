@@ -15,7 +15,7 @@ use std::path::Path;
 use rustix::fs::{RenameFlags, CWD};
 use rustix::io::Errno;
 
-use super::Refusal;
+use super::refusal::Refusal;
 use crate::status;
 
 /// Whether a write's final rename may take the name of a file that exists by then.

@@ -27,12 +27,17 @@ use bytes::Bytes;
 use xfer_common::DigestCache;
 use xfer_core::digest::{Sha256Digest, Sha256Hasher};
 
-use super::{
-    commit, digest_field, hash_file, off_runtime, resolve_for_write, staging_files, staging_name,
-    stored_resource, Refusal, Replace, UploadBody, UploadConfig, UploadHead, Uploads, WRITE_BLOCK,
+use super::place::{commit, Replace};
+use super::refusal::Refusal;
+use super::staging_files;
+use super::whole::whole;
+use super::write::{
+    digest_field, hash_file, off_runtime, resolve_for_write, staging_name, stored, stored_resource,
+    to_completion, UploadBody, UploadConfig, WRITE_BLOCK,
 };
 use crate::plan::{Body, ResponsePlan};
 pub use crate::request::DraftHead;
+use crate::request::UploadHead;
 use crate::status;
 
 /// The draft's interop version this server speaks (`Upload-Draft-Interop-Version`).
@@ -225,16 +230,16 @@ impl Registry {
 /// The upload resource `id`: known to this process, or restored from its record after a
 /// restart (unless older than the expiry: then its files are removed). `None` for an unknown
 /// or malformed id.
-pub async fn lookup(
+pub(crate) async fn lookup(
     root: &Path,
-    uploads: &Uploads,
+    registry: &Arc<Registry>,
     cfg: &UploadConfig,
     id: &str,
 ) -> Option<Arc<Resumable>> {
     if !valid_id(id) {
         return None;
     }
-    if let Some(u) = uploads.resumable.get(id) {
+    if let Some(u) = registry.get(id) {
         return Some(u);
     }
     let (root, id_owned, expiry) = (root.to_path_buf(), id.to_string(), cfg.expiry);
@@ -242,7 +247,7 @@ pub async fn lookup(
         .await
         .ok()
         .flatten()?;
-    Some(uploads.resumable.insert(Arc::new(restored)))
+    Some(registry.insert(Arc::new(restored)))
 }
 
 fn restore(root: &Path, id: &str, expiry: Duration) -> Option<Resumable> {
@@ -307,7 +312,7 @@ fn restore(root: &Path, id: &str, expiry: Duration) -> Option<Resumable> {
 pub(crate) struct Ctx<'a> {
     pub root: &'a Path,
     pub digests: &'a DigestCache,
-    pub uploads: &'a Uploads,
+    pub registry: &'a Arc<Registry>,
     pub cfg: &'a UploadConfig,
     /// Whether the caller of this request may replace a file that took the target's name
     /// since the upload began.
@@ -449,7 +454,7 @@ pub(crate) async fn create(
         // of servers that do not offer resumption. A whole body is still a plain upload.
         if complete {
             let (root, replace) = (ctx.root, ctx.replace);
-            return super::whole(
+            return whole(
                 root,
                 ctx.digests,
                 ctx.cfg,
@@ -477,7 +482,7 @@ pub(crate) async fn create(
                 let mut plan = p.plan(ctx.cfg);
                 // No 104 carried the upload's address (see `docs/upload-protocol.md`): a
                 // failed creation names it, so that the client can resume.
-                if ctx.uploads.resumable.get(&up.id).is_some() {
+                if ctx.registry.get(&up.id).is_some() {
                     plan.location = Some(up.location());
                 }
                 plan
@@ -541,7 +546,7 @@ async fn start(
     })
     .await?;
     tracing::info!(target = %up.target.display(), id = %up.id, ?length, "resumable upload created");
-    Ok(ctx.uploads.resumable.insert(Arc::new(up)))
+    Ok(ctx.registry.insert(Arc::new(up)))
 }
 
 /// A request on an upload resource that access control let through.
@@ -572,7 +577,7 @@ pub(crate) async fn on_resource(
             .unwrap_or_else(|p| p.plan(ctx.cfg)),
         crate::request::Method::Delete => {
             let (guard, _) = up.take_over().await;
-            ctx.uploads.resumable.remove(&up.id);
+            ctx.registry.remove(&up.id);
             let was_complete = up.lock().complete;
             if !was_complete {
                 let u = Arc::clone(&up);
@@ -730,7 +735,7 @@ async fn append(
         Err(Cut::TooLong) => {
             // The length is known and the content goes past it: the draft has the upload
             // resource end here.
-            ctx.uploads.resumable.remove(&up.id);
+            ctx.registry.remove(&up.id);
             up.remove_files();
             return Err(inconsistent_length(format!(
                 "{}: content beyond the upload's length of {limit} bytes",
@@ -941,23 +946,24 @@ async fn receive(
 /// Its own task, so a client gone mid-way cannot leave the file stored but the upload
 /// still open.
 async fn finish(ctx: &Ctx<'_>, up: &Arc<Resumable>, end: u64) -> Result<ResponsePlan, Problem> {
-    let (root, digests, uploads) = (
+    let (root, digests, registry) = (
         ctx.root.to_path_buf(),
         ctx.digests.clone(),
-        ctx.uploads.clone(),
+        Arc::clone(ctx.registry),
     );
     let (up, replace) = (Arc::clone(up), ctx.replace);
-    let settled = super::to_completion(async move {
-        Ok(settle(&root, &digests, &uploads, &up, end, replace).await)
-    })
-    .await;
+    let settled =
+        to_completion(
+            async move { Ok(settle(&root, &digests, &registry, &up, end, replace).await) },
+        )
+        .await;
     settled.unwrap_or_else(|r| Err(r.into()))
 }
 
 async fn settle(
     root: &Path,
     digests: &DigestCache,
-    uploads: &Uploads,
+    registry: &Arc<Registry>,
     up: &Arc<Resumable>,
     end: u64,
     replace: Replace,
@@ -995,7 +1001,7 @@ async fn settle(
             }
             up.lock().complete = true;
             tracing::info!(path = %up.target.display(), size = end, sha256 = %digest, "resumable upload complete");
-            let mut plan = super::stored(existed, digest);
+            let mut plan = stored(existed, digest);
             plan.location = Some(up.location());
             plan.headers.push(("upload-complete", sf_bool(true)));
             Ok(plan)
@@ -1007,7 +1013,7 @@ async fn settle(
                 || r.status == status::PRECONDITION_FAILED
             {
                 // Processing the whole representation failed: the upload is over.
-                uploads.resumable.remove(&up.id);
+                registry.remove(&up.id);
                 up.remove_files();
                 return Err(Problem {
                     complete: Some(true),

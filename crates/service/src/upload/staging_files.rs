@@ -11,8 +11,8 @@ use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
+use super::refusal::Refusal;
 use crate::status;
-use crate::upload::Refusal;
 
 fn no_follow() -> i32 {
     // The flag's bits fit an i32 on every Unix.
