@@ -31,7 +31,7 @@ async fn pull(
 }
 
 fn data(n: u64) -> Vec<u8> {
-    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    xfer_test_support::random_bytes(usize::try_from(n).expect("a test size fits memory"), 31)
 }
 
 /// The value of `name` in a request head, if present.

@@ -115,7 +115,7 @@ fn header<'a>(plan: &'a ResponsePlan, name: &str) -> Option<&'a str> {
 }
 
 fn data(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 37 % 253) as u8).collect()
+    xfer_test_support::random_bytes(n, 37)
 }
 
 async fn create(svc: &Service, path: &str, content: &[u8], length: usize) -> String {

@@ -112,7 +112,7 @@ fn upload_status(path: &str) -> Request {
 }
 
 fn data(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    xfer_test_support::random_bytes(n, 31)
 }
 
 fn digest(b: &[u8]) -> String {
