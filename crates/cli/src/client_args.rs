@@ -237,8 +237,9 @@ pub struct ClientArgs {
     /// QUIC congestion controller.
     #[arg(long, value_enum)]
     pub quic_congestion: Option<QuicCongestion>,
-    /// Let QUIC's BBR ignore loss as quinn's does (for uploads, where the client sends),
-    /// instead of bounding its window when a round trip loses more than 2%.
+    /// Let QUIC's BBR ignore loss as quinn's does (for uploads, where the client sends): the
+    /// default; `--mechanism quic-loss-bound=on` bounds the window when a round trip loses more
+    /// than 2%.
     #[arg(long)]
     pub no_quic_loss_bound: bool,
     /// Packets the server may receive before it must acknowledge (for uploads, where the client

@@ -156,11 +156,14 @@ pub const MECHANISMS: &[Mechanism] = &[
     Mechanism {
         name: QUIC_LOSS_BOUND,
         side: Side::Both,
-        default_on: true,
+        // Off since issue 39's held-out matrix: at 1 % random loss it cut QUIC's goodput to
+        // 0.40 of the unbounded sender's, and it gained goodput in no cell (it does cut queue
+        // drops 6.5-fold at a quarter-BDP queue: docs/results.md, "Issue 39").
+        default_on: false,
         requires: Requirement::Nothing,
         reads: "datagrams lost per round trip (the QUIC sender)",
         changes: "bounds BBR's window after a round trip losing over 2 %",
-        justification: "eacc37b; results.md \"QUIC loss bound\"",
+        justification: "eacc37b; results.md \"QUIC loss bound\"; off: \"Issue 39: the held-out matrix\"",
     },
     Mechanism {
         name: WINDOW_CAP,

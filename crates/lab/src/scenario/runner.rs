@@ -270,17 +270,22 @@ fn run_point(
         file_source: s.file_source,
         nginx_port,
     };
-    let competitor = if p.competitor {
+    // A fresh competing flow for every run, settled before the run starts: one long-lived
+    // flow is beaten down by each transfer in turn (a cubic flow against eight BBR ones can
+    // end in back-to-back timeouts) and would meet later runs weaker than earlier ones.
+    let new_competitor = || -> Result<Option<Competitor>, ScenarioError> {
+        if !p.competitor {
+            return Ok(None);
+        }
         let c = Competitor::start(
             &lab,
             opts.port.wrapping_add(2),
             p.competitor_congestion.as_deref(),
         )?;
         warm_up_competitor(&c, link.rtt);
-        Some(c)
-    } else {
-        None
+        Ok(Some(c))
     };
+    let mut competitor_congestion = None;
     let mut records = Vec::new();
     for rep in 1..=s.repetitions {
         for listed in s.cases.iter().filter(|c| s.runs_at(c, p)) {
@@ -304,8 +309,9 @@ fn run_point(
                 _ if case.server == Server::Nginx => nginx.as_ref().map(|n| n.pid()),
                 _ => Some(servers.xfer.id()),
             };
-            let run = |lab: &Lab| {
-                run_case(
+            let mut run = |lab: &Lab| -> Result<RunRecord, ScenarioError> {
+                let competitor = new_competitor()?;
+                let r = run_case(
                     lab,
                     case,
                     &ctx,
@@ -314,7 +320,16 @@ fn run_point(
                     server_pid,
                     rep,
                     competitor.as_ref(),
-                )
+                )?;
+                if let Some(c) = competitor {
+                    if !c.running() {
+                        return Err(ScenarioError::Competitor {
+                            reason: format!("the flow stopped during {} at {key}", case.name),
+                        });
+                    }
+                    competitor_congestion = c.congestion().map(String::from);
+                }
+                Ok(r)
             };
             if case.warm_up {
                 let w = run(&lab)?;
@@ -364,18 +379,8 @@ fn run_point(
             }
         }
     }
-    let competitor_ran = competitor.as_ref().map(Competitor::running);
-    let competitor_congestion = competitor
-        .as_ref()
-        .and_then(|c| c.congestion().map(String::from));
-    drop(competitor);
     drop(nginx);
     drop(servers);
-    if competitor_ran == Some(false) {
-        return Err(ScenarioError::Competitor {
-            reason: format!("the flow stopped before the last run at {key}"),
-        });
-    }
     let settings = lab.settings_in_force().clone();
     lab.shutdown()?;
     Ok((
