@@ -18,9 +18,7 @@ prefix = "/data"
 
 async fn fixture(proto: Proto) -> Result<Fixture, crate::support::BoxError> {
     let fx = Fixture::start_with(proto, |cfg, dir| {
-        let file = dir.join("access.toml");
-        std::fs::write(&file, ACCESS).expect("writing the access file");
-        cfg.access_file = Some(file);
+        cfg.access_file = Some(xfer_test_support::write_access_file(dir, ACCESS));
         cfg.anonymous_read = false;
     })
     .await?;
@@ -155,9 +153,7 @@ prefix = "/data"
 async fn client_certificates_map_to_scopes(proto: Proto) -> TestResult {
     let fx = Fixture::start_with(proto, |cfg, dir| {
         client_pki(dir, "pipeline.example.org").expect("client certificates");
-        let file = dir.join("access.toml");
-        std::fs::write(&file, CERT_ACCESS).expect("writing the access file");
-        cfg.access_file = Some(file);
+        cfg.access_file = Some(xfer_test_support::write_access_file(dir, CERT_ACCESS));
         cfg.anonymous_read = false;
         cfg.client_ca = Some(dir.join("ca.pem"));
     })

@@ -94,9 +94,7 @@ async fn revoked_client_certificate_is_refused(proto: Proto) -> TestResult {
     ca.client(pki.path(), "revoked", "pipeline.example.org", 2)?;
     ca.revoke(&[2], 1)?;
     let fx = Fixture::start_with(proto, |cfg, dir| {
-        let file = dir.join("access.toml");
-        std::fs::write(&file, CERT_ACCESS).expect("writing the access file");
-        cfg.access_file = Some(file);
+        cfg.access_file = Some(xfer_test_support::write_access_file(dir, CERT_ACCESS));
         cfg.anonymous_read = false;
         cfg.client_ca = Some(ca.dir.clone());
     })

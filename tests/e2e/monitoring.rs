@@ -35,13 +35,10 @@ impl Monitored {
         let dir = tempfile::tempdir()?;
         let root = dir.path().join("root");
         std::fs::create_dir(&root)?;
-        let access = dir.path().join("access.toml");
-        std::fs::write(
-            &access,
-            format!(
-                "[[token]]\nname = \"uploader\"\ntoken = \"{TOKEN}\"\naccess = \"write\"\nprefix = \"/\"\n"
-            ),
-        )?;
+        let access = xfer_test_support::write_access_file(
+            dir.path(),
+            &xfer_test_support::token_entry("uploader", TOKEN, "write", "/"),
+        );
         let access_log = dir.path().join("access.log");
         let addr: SocketAddr = format!("{listen_ip}:{}", free_port()?).parse()?;
         let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;

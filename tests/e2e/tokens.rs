@@ -171,9 +171,7 @@ ca_file = "{}"
         issuer_ca.display()
     );
     let fx = Fixture::start_with(Proto::Http1Tls, |cfg, dir| {
-        let file = dir.join("access.toml");
-        std::fs::write(&file, &access).expect("writing the access file");
-        cfg.access_file = Some(file);
+        cfg.access_file = Some(xfer_test_support::write_access_file(dir, &access));
         // Refetch at once for a new kid, so the rotation below is seen; the silent issuer
         // holds a fetch for as long as the test needs it to.
         cfg.issuer_keys = KeyTimes {
@@ -304,9 +302,7 @@ ca_file = "{}"
 /// An https server taking uploads, with `access` as its access file.
 pub(crate) async fn uploads_with_access(access: &str) -> Result<Fixture, BoxError> {
     Fixture::start_with(Proto::Http1Tls, |cfg, dir| {
-        let file = dir.join("access.toml");
-        std::fs::write(&file, access).expect("writing the access file");
-        cfg.access_file = Some(file);
+        cfg.access_file = Some(xfer_test_support::write_access_file(dir, access));
         cfg.uploads = Some(Default::default());
     })
     .await

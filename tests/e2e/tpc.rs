@@ -65,9 +65,7 @@ pub(crate) async fn pair_with_access(
         let (cert, key, tpc) = (made.cert_path.clone(), made.key_path.clone(), tpc.clone());
         let text = text.to_string();
         move |cfg: &mut ServeConfig, dir: &Path| {
-            let access = dir.join("access.toml");
-            std::fs::write(&access, text).expect("writing the access file");
-            cfg.access_file = Some(access);
+            cfg.access_file = Some(xfer_test_support::write_access_file(dir, &text));
             cfg.anonymous_read = anonymous_read;
             cfg.uploads = Some(Default::default());
             cfg.tls = ServerTls::Files {

@@ -30,9 +30,7 @@ prefix = "/"
 
 /// Uploads on, with the tokens above; shared with the resumable-upload cases.
 pub(crate) fn configure(cfg: &mut ServeConfig, dir: &Path) {
-    let file = dir.join("access.toml");
-    std::fs::write(&file, ACCESS).expect("writing the access file");
-    cfg.access_file = Some(file);
+    cfg.access_file = Some(xfer_test_support::write_access_file(dir, ACCESS));
     cfg.uploads = Some(Default::default());
 }
 

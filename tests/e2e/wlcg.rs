@@ -27,12 +27,8 @@ pub(crate) const UPLOAD_TOKEN: &str = "wlcg-upload-token";
 /// FTS hands gfal2 a token for the destination; xfer's access file grants it writes under
 /// `/in`, anonymous reads stay on.
 fn configure(cfg: &mut ServeConfig, dir: &Path) {
-    let file = dir.join("access.toml");
-    let access = format!(
-        "[[token]]\nname = \"fts\"\ntoken = \"{UPLOAD_TOKEN}\"\naccess = \"write\"\nprefix = \"/in\"\n"
-    );
-    std::fs::write(&file, access).expect("writing the access file");
-    cfg.access_file = Some(file);
+    let access = xfer_test_support::token_entry("fts", UPLOAD_TOKEN, "write", "/in");
+    cfg.access_file = Some(xfer_test_support::write_access_file(dir, &access));
     cfg.uploads = Some(Default::default());
 }
 

@@ -4,6 +4,7 @@
 //!   byte of, or throttles what the server sends, per connection, so one suite can test the
 //!   client's behaviour under each fault over HTTP/1.1, HTTP/2 and QUIC alike.
 //! - [`data`]: deterministic test bytes (one generator for every test binary) and hashing.
+//! - [`access_file`]: the access file a test server reads, and the token entry most grant.
 //! - [`gate`]: the prerequisite gate: skip when a capability is truly absent, never under
 //!   `CI=true`.
 //!
@@ -16,11 +17,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access_file;
 pub mod data;
 pub mod fault_proxy;
 pub mod gate;
 pub mod rate_relay;
 
+pub use access_file::{token_entry, write_access_file};
 pub use data::{random_bytes, sha256_hex, write_random_file};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
 pub use rate_relay::RateRelay;

@@ -398,11 +398,10 @@ async fn a_read_answered_425_is_sent_again_on_a_new_connection() -> TestResult {
 async fn an_upload_on_an_http2_connection_that_began_with_early_data_waits_for_the_handshake(
 ) -> TestResult {
     let fx = Fixture::new(1 << 16)?;
-    let access = fx.dir.path().join("access.toml");
-    std::fs::write(
-        &access,
-        "[[token]]\nname = \"up\"\ntoken = \"up-token\"\naccess = \"write\"\nprefix = \"/\"\n",
-    )?;
+    let access = xfer_test_support::write_access_file(
+        fx.dir.path(),
+        &xfer_test_support::token_entry("up", "up-token", "write", "/"),
+    );
     let mut cfg = ServerConfig::new(fx.root());
     cfg.listen = "127.0.0.1:0".parse()?;
     cfg.tls = Some(Arc::new(xfer_common::tls::server_config(
