@@ -54,12 +54,10 @@ impl Tree {
         std::fs::create_dir_all(&root).expect("mkdir root");
         std::fs::create_dir_all(&outside).expect("mkdir outside");
         std::fs::write(outside.join("victim"), b"outside").expect("write victim");
-        std::fs::write(dir.path().join("access.toml"), ACCESS).expect("write access file");
+        let access_file = xfer_test_support::write_access_file(dir.path(), ACCESS);
         let mut cfg = ServiceConfig::new(root.canonicalize().expect("root"));
         cfg.repr_digest = false;
-        cfg.access = Arc::new(
-            AccessControl::from_file(&dir.path().join("access.toml"), true).expect("access"),
-        );
+        cfg.access = Arc::new(AccessControl::from_file(&access_file, true).expect("access"));
         cfg.uploads = uploads.then(UploadConfig::default);
         Self {
             root,

@@ -101,12 +101,10 @@ impl Tree {
         let root = dir.path().join("root");
         std::fs::create_dir_all(&root).expect("mkdir root");
         let root = root.canonicalize().expect("root");
-        std::fs::write(dir.path().join("access.toml"), ACCESS).expect("write access file");
+        let access_file = xfer_test_support::write_access_file(dir.path(), ACCESS);
         let mut cfg = ServiceConfig::new(root.clone());
         cfg.repr_digest = false;
-        cfg.access = Arc::new(
-            AccessControl::from_file(&dir.path().join("access.toml"), true).expect("access"),
-        );
+        cfg.access = Arc::new(AccessControl::from_file(&access_file, true).expect("access"));
         cfg.uploads = Some(UploadConfig::default());
         cfg.tpc = Some(Tpc::new(
             Arc::new(PlantingRunner {

@@ -66,10 +66,10 @@ impl UploadBody for Pieces {
 
 fn service(dir: &Path, cfg: UploadConfig) -> Service {
     std::fs::create_dir_all(dir.join("root")).expect("mkdir");
-    std::fs::write(dir.join("access.toml"), ACCESS).expect("write");
+    let access_file = xfer_test_support::write_access_file(dir, ACCESS);
     let mut c = ServiceConfig::new(dir.join("root").canonicalize().expect("root"));
     c.repr_digest = false;
-    c.access = Arc::new(AccessControl::from_file(&dir.join("access.toml"), true).expect("access"));
+    c.access = Arc::new(AccessControl::from_file(&access_file, true).expect("access"));
     c.uploads = Some(cfg);
     Service::new(c)
 }

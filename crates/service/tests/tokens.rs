@@ -112,13 +112,13 @@ fn setup(times: KeyTimes) -> Setup {
         std::fs::write(root.join(d).join("f"), b"data").expect("write");
     }
     let root = root.canonicalize().expect("root");
-    std::fs::write(dir.path().join("access.toml"), issuers().access_file(None))
-        .expect("write access file");
+    let access_file =
+        xfer_test_support::write_access_file(dir.path(), &issuers().access_file(None));
     let keys = Keys::new();
     let issuers = Arc::new(FakeIssuers::default());
     issuers.publish(ISSUER, keys.jwks(&["ec1", "rsa1"]));
     issuers.publish(SCI, keys.jwks(&["ec2"]));
-    let access = AccessControl::from_file(&dir.path().join("access.toml"), true)
+    let access = AccessControl::from_file(&access_file, true)
         .expect("access file")
         .with_key_source(Arc::clone(&issuers) as Arc<dyn HttpsGet>, times);
     let mut cfg = ServiceConfig::new(root.clone());

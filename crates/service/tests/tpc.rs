@@ -124,11 +124,10 @@ fn local(e: std::io::Error) -> CopyFailure {
 
 fn service(dir: &Path, script: Script, max_active: usize) -> (Service, Arc<Scripted>) {
     std::fs::create_dir_all(dir.join("root")).expect("mkdir");
-    std::fs::write(dir.join("access.toml"), ACCESS).expect("write");
+    let access_file = xfer_test_support::write_access_file(dir, ACCESS);
     let mut cfg = ServiceConfig::new(dir.join("root").canonicalize().expect("root"));
     cfg.repr_digest = false;
-    cfg.access =
-        Arc::new(AccessControl::from_file(&dir.join("access.toml"), true).expect("access"));
+    cfg.access = Arc::new(AccessControl::from_file(&access_file, true).expect("access"));
     cfg.uploads = Some(UploadConfig::default());
     let runner = Arc::new(Scripted {
         script,
@@ -296,10 +295,9 @@ async fn dropping_the_body_stops_the_copy_and_frees_its_slot() {
 async fn without_tpc_or_uploads_copy_is_not_allowed() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(dir.path().join("root")).expect("mkdir");
-    std::fs::write(dir.path().join("access.toml"), ACCESS).expect("write");
+    let access_file = xfer_test_support::write_access_file(dir.path(), ACCESS);
     let mut cfg = ServiceConfig::new(dir.path().join("root").canonicalize().expect("root"));
-    cfg.access =
-        Arc::new(AccessControl::from_file(&dir.path().join("access.toml"), true).expect("access"));
+    cfg.access = Arc::new(AccessControl::from_file(&access_file, true).expect("access"));
     let off = Service::new(cfg.clone());
     let plan = off
         .respond(&copy("/x.bin", &[("Source", "https://remote/x")]))

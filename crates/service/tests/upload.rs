@@ -73,11 +73,10 @@ impl UploadBody for Pieces {
 
 fn service(dir: &Path) -> Service {
     std::fs::create_dir_all(dir.join("root")).expect("mkdir");
-    std::fs::write(dir.join("access.toml"), ACCESS).expect("write");
+    let access_file = xfer_test_support::write_access_file(dir, ACCESS);
     let mut cfg = ServiceConfig::new(dir.join("root").canonicalize().expect("root"));
     cfg.repr_digest = false;
-    cfg.access =
-        Arc::new(AccessControl::from_file(&dir.join("access.toml"), true).expect("access"));
+    cfg.access = Arc::new(AccessControl::from_file(&access_file, true).expect("access"));
     cfg.uploads = Some(UploadConfig::default());
     Service::new(cfg)
 }
