@@ -293,23 +293,15 @@ fn record(st: &mut State, cfg: &DigestCacheConfig, key: ContentKey, digest: Sha2
 /// gets a tenth of the CPU of a default-priority thread it competes with, and all of an idle
 /// core.
 #[cfg(target_os = "linux")]
-const DIGEST_NICE: libc::c_int = 10;
+const DIGEST_NICE: i32 = 10;
 
 /// Lower the calling thread's priority to [`DIGEST_NICE`]. On Linux the nice value belongs to
 /// the thread, so the server's other threads keep theirs.
 fn yield_to_transfers() {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid and setpriority take no pointers and have no memory effects.
-        let rc = unsafe {
-            libc::setpriority(
-                libc::PRIO_PROCESS,
-                libc::gettid() as libc::id_t,
-                DIGEST_NICE,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "digest thread keeps its priority");
+        if let Err(error) = crate::sys::set_thread_nice(DIGEST_NICE) {
+            tracing::debug!(%error, "digest thread keeps its priority");
         }
     }
 }

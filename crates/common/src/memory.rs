@@ -472,16 +472,7 @@ impl BudgetAccount {
     }
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_heap() {
-    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_heap() {}
+use crate::sys::release_free_heap;
 
 /// A buffer lent by a [`MemoryBudget`]; its bytes count against the budget until it, or the
 /// [`Bytes`] made of it, is dropped.

@@ -6,29 +6,7 @@
 /// socket is not connected or the platform does not say.
 #[cfg(target_os = "linux")]
 pub fn route_mtu<S: std::os::fd::AsFd>(socket: &S, v6: bool) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-
-    let (level, name) = if v6 {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
-    } else {
-        (libc::IPPROTO_IP, libc::IP_MTU)
-    };
-    let mut mtu: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `mtu` is a c_int of `len` bytes that the kernel writes; the fd stays open for the
-    // call because `socket` is borrowed.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_fd().as_raw_fd(),
-            level,
-            name,
-            std::ptr::addr_of_mut!(mtu).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0 && mtu > 0)
-        .then(|| u32::try_from(mtu).ok())
-        .flatten()
+    crate::sys::route_mtu(socket.as_fd(), v6)
 }
 
 #[cfg(not(target_os = "linux"))]

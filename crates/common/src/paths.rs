@@ -351,10 +351,12 @@ mod tests {
     fn fifo_is_not_a_file() {
         let dir = root_with_file();
         let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("cstring");
-        // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-        let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-        assert_eq!(rc, 0);
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .expect("mkfifo");
         let err = resolve_under(dir.path(), "/fifo").expect_err("fifo");
         assert!(matches!(err, PathError::NotAFile { .. }), "{err}");
     }

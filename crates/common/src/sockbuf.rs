@@ -126,46 +126,14 @@ const RCVBUF_LOCK: libc::c_int = 2;
 
 #[cfg(target_os = "linux")]
 fn get_sol_socket(socket: &Socket, opt: libc::c_int) -> io::Result<libc::c_int> {
-    use std::os::fd::AsRawFd;
-
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are live for the call and `len` holds `value`'s size.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            std::ptr::addr_of_mut!(value).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(value)
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    use std::os::fd::AsFd;
+    crate::sys::get_sol_socket(socket.as_fd(), opt)
 }
 
 #[cfg(target_os = "linux")]
 fn set_sol_socket(socket: &Socket, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-
-    // SAFETY: the option value points to a live c_int whose size is passed alongside it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            std::ptr::addr_of!(value).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    use std::os::fd::AsFd;
+    crate::sys::set_sol_socket(socket.as_fd(), opt, value)
 }
 
 #[cfg(test)]

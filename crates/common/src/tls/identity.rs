@@ -108,14 +108,8 @@ pub fn default_cert_names(listen: &[IpAddr]) -> Vec<String> {
 
 /// This host's name as `gethostname(2)` gives it, lower-cased.
 pub fn host_name() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for `buf.len()` bytes; gethostname writes at most that many.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = std::str::from_utf8(&buf[..len]).ok()?.trim();
+    let name = crate::sys::host_name()?;
+    let name = name.trim();
     (!name.is_empty()).then(|| name.to_ascii_lowercase())
 }
 

@@ -1,0 +1,150 @@
+//! Every system call of this crate, behind safe functions that borrow their fds: the rest of
+//! the crate holds no `unsafe` (a test below keeps it so). `rustix` where it has the call;
+//! `libc` only for what it lacks, each block with the reason it is sound.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+
+/// Set the calling thread's nice value. On Linux the nice value belongs to the thread, so the
+/// process's other threads keep theirs.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_thread_nice(nice: i32) -> io::Result<()> {
+    rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)?;
+    Ok(())
+}
+
+/// The route MTU of connected socket `fd` (`IP_MTU` / `IPV6_MTU`); `None` where the socket is
+/// not connected.
+#[cfg(target_os = "linux")]
+pub(crate) fn route_mtu(fd: BorrowedFd<'_>, v6: bool) -> Option<u32> {
+    let mtu = if v6 {
+        rustix::net::sockopt::ipv6_mtu(fd)
+    } else {
+        rustix::net::sockopt::ip_mtu(fd)
+    };
+    mtu.ok().filter(|&m| m > 0)
+}
+
+/// This host's name as the kernel holds it (`uname(2)`'s node name, which `gethostname(2)`
+/// returns on Linux).
+pub(crate) fn host_name() -> Option<String> {
+    let uname = rustix::system::uname();
+    uname.nodename().to_str().ok().map(str::to_owned)
+}
+
+/// Hand glibc's free heap pages back to the kernel. glibc's own call; rustix has no
+/// allocator calls.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) fn release_free_heap() {
+    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(crate) fn release_free_heap() {}
+
+/// An integer `SOL_SOCKET` option. Through libc: rustix has no `SO_SNDBUFFORCE`,
+/// `SO_RCVBUFFORCE` nor `SO_BUF_LOCK`.
+#[cfg(target_os = "linux")]
+pub(crate) fn get_sol_socket(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result<libc::c_int> {
+    use std::os::fd::AsRawFd;
+
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live for the call and `len` holds `value`'s size; the fd
+    // stays open because it is borrowed.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            std::ptr::addr_of_mut!(value).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Set an integer `SOL_SOCKET` option; libc for the reason [`get_sol_socket`] gives.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_sol_socket(
+    fd: BorrowedFd<'_>,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+
+    // SAFETY: the option value points to a live c_int whose size is passed alongside it; the
+    // fd stays open because it is borrowed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            std::ptr::addr_of!(value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// Lines of `dir`'s Rust sources, outside `sys.rs` and `sys/`, that hold `unsafe` code.
+    fn unsafe_outside_sys(dir: &Path, found: &mut Vec<String>) {
+        let entries = std::fs::read_dir(dir).expect("read source dir");
+        for entry in entries {
+            let path: PathBuf = entry.expect("dir entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name == "sys.rs" || name == "sys" {
+                continue;
+            }
+            if path.is_dir() {
+                unsafe_outside_sys(&path, found);
+            } else if name.ends_with(".rs") {
+                let text = std::fs::read_to_string(&path).expect("read source");
+                for (i, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("");
+                    let words = ["unsafe {", "unsafe fn", "unsafe impl", "unsafe extern"];
+                    if words.iter().any(|w| code.contains(w)) {
+                        found.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unsafe_stays_in_the_sys_module() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut found = Vec::new();
+        for dir in ["src", "tests"] {
+            if root.join(dir).is_dir() {
+                unsafe_outside_sys(&root.join(dir), &mut found);
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "unsafe outside sys:\n{}",
+            found.join("\n")
+        );
+    }
+
+    #[test]
+    fn host_name_is_the_kernels() {
+        let name = super::host_name().expect("a host name");
+        assert!(!name.is_empty());
+    }
+}
