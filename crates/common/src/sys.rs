@@ -100,41 +100,10 @@ pub(crate) fn set_sol_socket(
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
-
-    /// Lines of `dir`'s Rust sources, outside `sys.rs` and `sys/`, that hold `unsafe` code.
-    fn unsafe_outside_sys(dir: &Path, found: &mut Vec<String>) {
-        let entries = std::fs::read_dir(dir).expect("read source dir");
-        for entry in entries {
-            let path: PathBuf = entry.expect("dir entry").path();
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if name == "sys.rs" || name == "sys" {
-                continue;
-            }
-            if path.is_dir() {
-                unsafe_outside_sys(&path, found);
-            } else if name.ends_with(".rs") {
-                let text = std::fs::read_to_string(&path).expect("read source");
-                for (i, line) in text.lines().enumerate() {
-                    let code = line.split("//").next().unwrap_or("");
-                    let words = ["unsafe {", "unsafe fn", "unsafe impl", "unsafe extern"];
-                    if words.iter().any(|w| code.contains(w)) {
-                        found.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
-                    }
-                }
-            }
-        }
-    }
-
     #[test]
     fn unsafe_stays_in_the_sys_module() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut found = Vec::new();
-        for dir in ["src", "tests"] {
-            if root.join(dir).is_dir() {
-                unsafe_outside_sys(&root.join(dir), &mut found);
-            }
-        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let found = xfer_test_support::fence::unsafe_outside_sys(root);
         assert!(
             found.is_empty(),
             "unsafe outside sys:\n{}",

@@ -4,6 +4,7 @@
 //!   byte of, or throttles what the server sends, per connection, so one suite can test the
 //!   client's behaviour under each fault over HTTP/1.1, HTTP/2 and QUIC alike.
 //! - [`data`]: deterministic test bytes (one generator for every test binary) and hashing.
+//! - [`fence`]: the check that keeps a crate's `unsafe` inside its `sys` module.
 //! - [`gate`]: the prerequisite gate: skip when a capability is truly absent, never under
 //!   `CI=true`.
 //!
@@ -18,6 +19,7 @@
 
 pub mod data;
 pub mod fault_proxy;
+pub mod fence;
 pub mod gate;
 pub mod rate_relay;
 
