@@ -5,6 +5,7 @@
 //!   client's behaviour under each fault over HTTP/1.1, HTTP/2 and QUIC alike.
 //! - [`data`]: deterministic test bytes (one generator for every test binary) and hashing.
 //! - [`fence`]: the check that keeps a crate's `unsafe` inside its `sys` module.
+//! - [`signal`]: signals to a spawned child, without `unsafe`.
 //! - [`gate`]: the prerequisite gate: skip when a capability is truly absent, never under
 //!   `CI=true`.
 //!
@@ -22,6 +23,7 @@ pub mod fault_proxy;
 pub mod fence;
 pub mod gate;
 pub mod rate_relay;
+pub mod signal;
 
 pub use data::{random_bytes, sha256_hex, write_random_file};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};

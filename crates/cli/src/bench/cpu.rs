@@ -13,23 +13,9 @@ pub struct CpuTimes {
 impl CpuTimes {
     /// The process's CPU time so far; zero if the kernel refuses (it does not for SELF).
     pub fn now() -> Self {
-        // SAFETY: `usage` is a plain C struct that getrusage fills; zeroed is a valid value.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: RUSAGE_SELF with a valid, writable pointer is the documented use.
-        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-        if rc != 0 {
-            return Self::default();
-        }
-        let tv = |t: libc::timeval| {
-            Duration::new(
-                u64::try_from(t.tv_sec).unwrap_or(0),
-                u32::try_from(t.tv_usec).unwrap_or(0).saturating_mul(1000),
-            )
-        };
-        Self {
-            user: tv(usage.ru_utime),
-            system: tv(usage.ru_stime),
-        }
+        crate::sys::process_cpu_times()
+            .map(|(user, system)| Self { user, system })
+            .unwrap_or_default()
     }
 
     /// Time used between `earlier` and `self`.

@@ -343,19 +343,7 @@ fn timed(budget: Duration, mut pass: impl FnMut(&mut Clock) -> u64) -> Timing {
 
 /// This thread's CPU time (user and system).
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a writable timespec are what clock_gettime needs.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
+    crate::sys::thread_cpu_time()
 }
 
 /// Bytes that are not all alike, so no primitive meets a special case.

@@ -50,8 +50,7 @@ pub fn host_facts(dest: Option<IpAddr>) -> HostFacts {
 
 /// Root, or `CAP_NET_ADMIN` (bit 12) in the effective set.
 fn can_force_buffers() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if crate::sys::is_root() {
         return true;
     }
     const CAP_NET_ADMIN: u32 = 12;
