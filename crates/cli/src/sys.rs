@@ -42,12 +42,7 @@ mod tests {
     #[test]
     fn unsafe_stays_in_the_sys_module() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let found = xfer_test_support::fence::unsafe_outside_sys(root);
-        assert!(
-            found.is_empty(),
-            "unsafe outside sys:\n{}",
-            found.join("\n")
-        );
+        xfer_test_support::fence::assert_unsafe_only_in_sys(root);
     }
 
     #[test]

@@ -20,6 +20,16 @@ pub fn unsafe_outside_sys(crate_root: &Path) -> Vec<String> {
     found
 }
 
+/// Panics, naming each line, when `crate_root` has unsafe code outside its `sys` module.
+pub fn assert_unsafe_only_in_sys(crate_root: &Path) {
+    let found = unsafe_outside_sys(crate_root);
+    assert!(
+        found.is_empty(),
+        "unsafe outside sys:\n{}",
+        found.join("\n")
+    );
+}
+
 fn walk(dir: &Path, found: &mut Vec<String>) {
     let entries =
         std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read source dir {}: {e}", dir.display()));
