@@ -5,3 +5,6 @@
 mod lab;
 #[path = "scenario_server_args.rs"]
 mod scenario_server_args;
+#[path = "support/sys.rs"]
+#[allow(unsafe_code)]
+mod sys;
