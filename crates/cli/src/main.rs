@@ -2,6 +2,7 @@
 //!
 //! This binary only turns arguments into configuration and reports results; the work is done
 //! by the `xfer` library.
+
 #![deny(unsafe_code)]
 
 mod bench;
@@ -22,6 +23,7 @@ mod progress_bar;
 mod put_cmd;
 mod rate_arg;
 mod serve_cmd;
+#[allow(unsafe_code)]
 mod sys;
 mod tree_cmd;
 mod tree_progress;

@@ -1,26 +1,12 @@
-//! The binary's system calls that the standard library does not wrap, in one place: the only
-//! module allowed `unsafe`. `rustix` where it offers the call; `getrusage` it does not.
-#![allow(unsafe_code)]
+//! Every system call of the binary, behind safe functions: the rest of the crate holds no
+//! `unsafe` (a test below keeps it so). `rustix` where it has the call; `libc` only for
+//! `getrusage`, which rustix does not offer.
 
 use std::time::Duration;
 
-/// Whether the process runs with effective user id 0.
-pub fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
-/// The calling thread's CPU time (user and system).
-pub fn thread_cpu() -> Duration {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Duration::new(
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
-}
-
-/// The process's user and system CPU time so far; `None` if the kernel refuses (it does not
-/// for the calling process).
-pub fn process_cpu() -> Option<(Duration, Duration)> {
+/// User and system CPU time of the whole process (`getrusage(RUSAGE_SELF)`); `None` if the
+/// kernel refuses (it does not for SELF).
+pub fn process_cpu_times() -> Option<(Duration, Duration)> {
     // SAFETY: `usage` is a plain C struct that getrusage fills; zeroed is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_SELF with a valid, writable pointer is the documented use.
@@ -35,4 +21,37 @@ pub fn process_cpu() -> Option<(Duration, Duration)> {
         )
     };
     Some((tv(usage.ru_utime), tv(usage.ru_stime)))
+}
+
+/// The calling thread's CPU time, user and system (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> Duration {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Whether the process runs with effective user id 0.
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unsafe_stays_in_the_sys_module() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        xfer_test_support::fence::assert_unsafe_only_in_sys(root);
+    }
+
+    #[test]
+    fn thread_cpu_time_moves_with_work() {
+        let before = super::thread_cpu_time();
+        let mut x = 0u64;
+        while super::thread_cpu_time() == before {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(super::thread_cpu_time() > before, "{x}");
+    }
 }

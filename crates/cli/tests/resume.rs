@@ -21,6 +21,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use xfer::serve::{ServeConfig, ServerTls, Servers};
+use xfer_test_support::signal::{self, Signal};
 use xfer_test_support::{sha256_hex, write_random_file};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -344,10 +345,7 @@ async fn sigkill_mid_transfer_then_resume() -> TestResult {
 async fn ctrl_c_exits_130_then_resume() -> TestResult {
     let setup = Setup::start().await?;
     let mut child = setup.run_until_stalled().await?;
-    let pid = libc::pid_t::try_from(child.0.id())?;
-    // SAFETY: plain syscall on a child process this test spawned and has not reaped.
-    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
-    assert_eq!(rc, 0, "kill(SIGINT) failed");
+    signal::send(child.0.id(), Signal::INT)?;
     let status = tokio::task::spawn_blocking(move || {
         let status = child.0.wait();
         (child, status)

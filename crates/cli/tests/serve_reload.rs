@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConnection, StreamOwned};
 use xfer::crates::common::tls::{self, ClientTlsOptions};
+use xfer_test_support::signal::Signal;
 use xfer_test_support::write_random_file;
 
 use crate::serve_signal::start_serve_with;
@@ -66,10 +67,7 @@ fn der(path: &Path) -> Result<CertificateDer<'static>, Box<dyn std::error::Error
 }
 
 fn sighup(pid: u32) -> TestResult {
-    let pid = libc::pid_t::try_from(pid)?;
-    // SAFETY: plain kill(2) on the child this test spawned and still owns.
-    let rc = unsafe { libc::kill(pid, libc::SIGHUP) };
-    assert_eq!(rc, 0, "kill(SIGHUP) failed");
+    xfer_test_support::signal::send(pid, Signal::HUP)?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use xfer_test_support::signal::{self, Signal};
 use xfer_test_support::write_random_file;
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -108,7 +109,7 @@ pub(crate) fn get(addr: &str, path: &str) -> Result<(BufReader<TcpStream>, u64),
     Ok((r, length.ok_or("no Content-Length")?))
 }
 
-fn drains_on(signal: libc::c_int, name: &str) -> TestResult {
+fn drains_on(sig: Signal, name: &str) -> TestResult {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("root");
     std::fs::create_dir(&root)?;
@@ -121,10 +122,7 @@ fn drains_on(signal: libc::c_int, name: &str) -> TestResult {
     let mut got = vec![0u8; 1 << 20];
     body.read_exact(&mut got)?;
 
-    let pid = libc::pid_t::try_from(server.0.id())?;
-    // SAFETY: plain kill(2) on the child this test spawned and still owns.
-    let rc = unsafe { libc::kill(pid, signal) };
-    assert_eq!(rc, 0, "kill({name}) failed");
+    signal::send(server.0.id(), sig)?;
     // The server says it is draining before the client reads on: the signal was handled while
     // most of the body was still to be sent.
     let announced = loop {
@@ -155,12 +153,12 @@ fn drains_on(signal: libc::c_int, name: &str) -> TestResult {
 
 #[test]
 fn sigterm_drains_in_flight_download_and_exits_0() -> TestResult {
-    drains_on(libc::SIGTERM, "SIGTERM")
+    drains_on(Signal::TERM, "SIGTERM")
 }
 
 #[test]
 fn sigint_drains_in_flight_download_and_exits_0() -> TestResult {
-    drains_on(libc::SIGINT, "SIGINT")
+    drains_on(Signal::INT, "SIGINT")
 }
 
 /// Polls `refused` until it says so, for up to 30 s (the drain announced on stderr comes a
@@ -226,7 +224,7 @@ fn drains_over(quic: bool) -> TestResult {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let pid = libc::pid_t::try_from(server.0.id())?;
+    let pid = server.0.id();
     let got = runtime.block_on(async move {
         let t = client()?;
         let info = t.stat().await?;
@@ -242,9 +240,7 @@ fn drains_over(quic: bool) -> TestResult {
         let mut got = Vec::new();
         got.extend_from_slice(&body.next_data().await?.ok_or("an empty body")?);
 
-        // SAFETY: plain kill(2) on the child this test spawned and still owns.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(rc, 0, "kill(SIGTERM) failed");
+        signal::send(pid, Signal::TERM)?;
         let announced = tokio::task::block_in_place(|| loop {
             match lines.recv_timeout(Duration::from_secs(60)) {
                 Ok(line) if line.contains("shutting down") => break Ok(line),

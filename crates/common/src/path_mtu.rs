@@ -6,15 +6,7 @@
 /// socket is not connected or the platform does not say.
 #[cfg(target_os = "linux")]
 pub fn route_mtu<S: std::os::fd::AsFd>(socket: &S, v6: bool) -> Option<u32> {
-    let (level, name) = if v6 {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
-    } else {
-        (libc::IPPROTO_IP, libc::IP_MTU)
-    };
-    crate::sys::get_int_option(socket, level, name)
-        .ok()
-        .and_then(|mtu| u32::try_from(mtu).ok())
-        .filter(|&mtu| mtu > 0)
+    crate::sys::route_mtu(socket.as_fd(), v6)
 }
 
 #[cfg(not(target_os = "linux"))]

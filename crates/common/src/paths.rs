@@ -351,7 +351,12 @@ mod tests {
     fn fifo_is_not_a_file() {
         let dir = root_with_file();
         let fifo = dir.path().join("fifo");
-        crate::sys::make_fifo(&fifo, 0o600).expect("mkfifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .expect("mkfifo");
         let err = resolve_under(dir.path(), "/fifo").expect_err("fifo");
         assert!(matches!(err, PathError::NotAFile { .. }), "{err}");
     }

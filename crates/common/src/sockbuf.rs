@@ -126,12 +126,14 @@ const RCVBUF_LOCK: libc::c_int = 2;
 
 #[cfg(target_os = "linux")]
 fn get_sol_socket(socket: &Socket, opt: libc::c_int) -> io::Result<libc::c_int> {
-    crate::sys::get_int_option(socket, libc::SOL_SOCKET, opt)
+    use std::os::fd::AsFd;
+    crate::sys::get_sol_socket(socket.as_fd(), opt)
 }
 
 #[cfg(target_os = "linux")]
 fn set_sol_socket(socket: &Socket, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    crate::sys::set_int_option(socket, libc::SOL_SOCKET, opt, value)
+    use std::os::fd::AsFd;
+    crate::sys::set_sol_socket(socket.as_fd(), opt, value)
 }
 
 #[cfg(test)]

@@ -1,23 +1,65 @@
-//! Every system call of this crate that the standard library does not wrap, in one place:
-//! the only module allowed `unsafe`. Callers pass borrowed descriptors (`AsFd`), so no raw
-//! descriptor outlives the file or socket it belongs to; `rustix` is used wherever it offers
-//! the call, `libc` only where it does not (integer socket options by number, `malloc_trim`).
-#![allow(unsafe_code)]
+//! Every system call of this crate, behind safe functions that borrow their fds: the rest of
+//! the crate holds no `unsafe` (a test below keeps it so). `rustix` where it has the call;
+//! `libc` only for what it lacks, each block with the reason it is sound.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::BorrowedFd;
 
-/// An integer socket option (`level`, `name`) of `socket`.
-pub fn get_int_option(socket: &impl AsFd, level: i32, name: i32) -> io::Result<i32> {
+/// Set the calling thread's nice value. On Linux the nice value belongs to the thread, so the
+/// process's other threads keep theirs.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_thread_nice(nice: i32) -> io::Result<()> {
+    rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)?;
+    Ok(())
+}
+
+/// The route MTU of connected socket `fd` (`IP_MTU` / `IPV6_MTU`); `None` where the socket is
+/// not connected.
+#[cfg(target_os = "linux")]
+pub(crate) fn route_mtu(fd: BorrowedFd<'_>, v6: bool) -> Option<u32> {
+    let mtu = if v6 {
+        rustix::net::sockopt::ipv6_mtu(fd)
+    } else {
+        rustix::net::sockopt::ip_mtu(fd)
+    };
+    mtu.ok().filter(|&m| m > 0)
+}
+
+/// This host's name as the kernel holds it (`uname(2)`'s node name, which `gethostname(2)`
+/// returns on Linux).
+pub(crate) fn host_name() -> Option<String> {
+    let uname = rustix::system::uname();
+    uname.nodename().to_str().ok().map(str::to_owned)
+}
+
+/// Hand glibc's free heap pages back to the kernel. glibc's own call; rustix has no
+/// allocator calls.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) fn release_free_heap() {
+    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(crate) fn release_free_heap() {}
+
+/// An integer `SOL_SOCKET` option. Through libc: rustix has no `SO_SNDBUFFORCE`,
+/// `SO_RCVBUFFORCE` nor `SO_BUF_LOCK`.
+#[cfg(target_os = "linux")]
+pub(crate) fn get_sol_socket(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result<libc::c_int> {
+    use std::os::fd::AsRawFd;
+
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `value` and `len` live across the call and `len` holds `value`'s size; the
-    // descriptor is borrowed, so it stays open for the call.
+    // SAFETY: `value` and `len` are live for the call and `len` holds `value`'s size; the fd
+    // stays open because it is borrowed.
     let rc = unsafe {
         libc::getsockopt(
-            socket.as_fd().as_raw_fd(),
-            level,
-            name,
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
             std::ptr::addr_of_mut!(value).cast(),
             &mut len,
         )
@@ -29,15 +71,22 @@ pub fn get_int_option(socket: &impl AsFd, level: i32, name: i32) -> io::Result<i
     }
 }
 
-/// Set an integer socket option (`level`, `name`) of `socket`.
-pub fn set_int_option(socket: &impl AsFd, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: the value points to a live c_int whose size is passed alongside it; the
-    // descriptor is borrowed, so it stays open for the call.
+/// Set an integer `SOL_SOCKET` option; libc for the reason [`get_sol_socket`] gives.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_sol_socket(
+    fd: BorrowedFd<'_>,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+
+    // SAFETY: the option value points to a live c_int whose size is passed alongside it; the
+    // fd stays open because it is borrowed.
     let rc = unsafe {
         libc::setsockopt(
-            socket.as_fd().as_raw_fd(),
-            level,
-            name,
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
             std::ptr::addr_of!(value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -49,63 +98,17 @@ pub fn set_int_option(socket: &impl AsFd, level: i32, name: i32, value: i32) -> 
     }
 }
 
-/// Give the calling thread the nice value `nice` (on Linux the value is per thread).
-#[cfg(target_os = "linux")]
-pub fn set_thread_nice(nice: i32) -> io::Result<()> {
-    rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)
-        .map_err(io::Error::from)
-}
-
-/// Hand glibc's free heap pages back to the kernel.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn release_free_heap() {
-    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn release_free_heap() {}
-
-/// This host's name (`uname`'s node name), as the kernel gives it.
-pub fn host_name() -> Option<String> {
-    let uname = rustix::system::uname();
-    uname.nodename().to_str().ok().map(str::to_string)
-}
-
-/// Make a FIFO at `path` (tests use one as a file that is not a regular file).
-pub fn make_fifo(path: &std::path::Path, mode: u32) -> io::Result<()> {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(mode),
-        0,
-    )
-    .map_err(io::Error::from)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
-    fn integer_options_round_trip() {
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        set_int_option(&s, libc::SOL_SOCKET, libc::SO_RCVBUF, 65536).expect("set");
-        // The kernel doubles what it is given, for its own bookkeeping.
-        assert!(get_int_option(&s, libc::SOL_SOCKET, libc::SO_RCVBUF).expect("get") >= 65536);
-        assert!(
-            get_int_option(&s, libc::SOL_SOCKET, -1).is_err(),
-            "an unknown option"
-        );
+    fn unsafe_stays_in_the_sys_module() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        xfer_test_support::fence::assert_unsafe_only_in_sys(root);
     }
 
     #[test]
     fn host_name_is_the_kernels() {
-        let name = host_name().expect("a host name");
-        let proc = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
-        assert_eq!(name, proc.trim());
+        let name = super::host_name().expect("a host name");
+        assert!(!name.is_empty());
     }
 }

@@ -8,9 +8,10 @@ use std::thread::JoinHandle;
 
 use crate::config::{LabConfig, LinkConfig};
 use crate::error::LabError;
+use crate::netns;
 use crate::relay::stats::RelayStats;
 use crate::relay::Relay;
-use crate::{netns, signals, tun};
+use crate::sys::{signals, tun};
 
 /// Name of the TUN device inside each namespace.
 pub const DEVICE: &str = "xlab0";
@@ -56,8 +57,7 @@ impl SettingsInForce {
 
 /// Checks that this process can build a lab: root, `/dev/net/tun`, and `ip` from iproute2.
 pub fn check_prerequisites() -> Result<(), LabError> {
-    // SAFETY: plain syscall without arguments.
-    let euid = unsafe { libc::geteuid() };
+    let euid = crate::sys::process::euid();
     if euid != 0 {
         return Err(LabError::NotRoot { euid });
     }

@@ -29,6 +29,7 @@
 //! println!("{:?}", lab.relay_stats());
 //! # Ok::<(), xfer_lab::LabError>(())
 //! ```
+#![deny(unsafe_code)]
 
 mod config;
 mod error;
@@ -37,8 +38,8 @@ mod netns;
 mod relay;
 mod rng;
 pub mod scenario;
-mod signals;
-mod tun;
+#[allow(unsafe_code)]
+mod sys;
 
 pub use config::{HostProfile, LabConfig, LinkConfig, LINK_MTU};
 pub use error::LabError;

@@ -6,7 +6,6 @@
 //! ends.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Command;
 use std::thread::JoinHandle;
@@ -54,8 +53,8 @@ pub(crate) fn delete(name: &str) -> Result<(), LabError> {
             .split_whitespace()
             .filter_map(|p| p.parse::<i32>().ok())
         {
-            // SAFETY: plain syscall; a pid that has exited meanwhile just yields ESRCH.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A pid that has exited meanwhile just yields ESRCH.
+            let _ = crate::sys::process::kill(pid, rustix::process::Signal::KILL);
         }
     }
     match run("ip", &["netns", "del", name]) {
@@ -83,12 +82,11 @@ where
     std::thread::Builder::new()
         .name(thread_name.clone())
         .spawn(move || {
-            // SAFETY: file is an open namespace handle; CLONE_NEWNET moves only this thread.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            if let Err(source) = crate::sys::netns::enter_net_namespace(&file) {
                 return Err(LabError::Netns {
                     op: "setns".into(),
                     namespace: ns,
-                    source: std::io::Error::last_os_error(),
+                    source,
                 });
             }
             drop(file);

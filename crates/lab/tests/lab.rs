@@ -378,29 +378,15 @@ mod loss {
 
 mod udp_offload {
     use super::*;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
 
     /// Datagram payload size, and datagrams per `UDP_SEGMENT` send.
     const SIZE: usize = 1000;
     const PER_SEND: usize = 10;
 
     fn set_udp_option(sock: &UdpSocket, option: libc::c_int, value: libc::c_int) {
-        // SAFETY: setsockopt reads one int through the pointer.
-        let r = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_UDP,
-                option,
-                (&value as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(
-            r,
-            0,
-            "setsockopt {option}: {}",
-            std::io::Error::last_os_error()
-        );
+        crate::sys::set_udp_option(sock.as_fd(), option, value)
+            .unwrap_or_else(|e| panic!("setsockopt {option}: {e}"));
     }
 
     fn payload(i: u32) -> [u8; SIZE] {
@@ -674,8 +660,8 @@ mod teardown {
             .any(|l| l.contains("LAB-READY"));
         assert!(ready, "child never started its lab");
         assert!(ns_exists("xlt-signal-srv"));
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        xfer_test_support::signal::send(child.id(), xfer_test_support::signal::Signal::TERM)
+            .expect("signal the lab's child");
         let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
         assert!(!status.success());
         assert!(!ns_exists("xlt-signal-srv") && !ns_exists("xlt-signal-cli"));

@@ -9,3 +9,6 @@ mod held_out;
 mod lab;
 #[path = "scenario_server_args.rs"]
 mod scenario_server_args;
+#[path = "support/sys.rs"]
+#[allow(unsafe_code)]
+mod sys;

@@ -5,6 +5,8 @@
 //!   client's behaviour under each fault over HTTP/1.1, HTTP/2 and QUIC alike.
 //! - [`data`]: deterministic test bytes (one generator for every test binary) and hashing.
 //! - [`access_file`]: the access file a test server reads, and the token entry most grant.
+//! - [`fence`]: the check that keeps a crate's `unsafe` inside its `sys` module.
+//! - [`signal`]: signals to a spawned child, without `unsafe`.
 //! - [`gate`]: the prerequisite gate: skip when a capability is truly absent, never under
 //!   `CI=true`.
 //!
@@ -20,8 +22,10 @@
 pub mod access_file;
 pub mod data;
 pub mod fault_proxy;
+pub mod fence;
 pub mod gate;
 pub mod rate_relay;
+pub mod signal;
 
 pub use access_file::{token_entry, write_access_file};
 pub use data::{random_bytes, sha256_hex, write_random_file};

@@ -13,10 +13,9 @@ pub struct CpuTimes {
 impl CpuTimes {
     /// The process's CPU time so far; zero if the kernel refuses (it does not for SELF).
     pub fn now() -> Self {
-        match crate::sys::process_cpu() {
-            Some((user, system)) => Self { user, system },
-            None => Self::default(),
-        }
+        crate::sys::process_cpu_times()
+            .map(|(user, system)| Self { user, system })
+            .unwrap_or_default()
     }
 
     /// Time used between `earlier` and `self`.

@@ -343,7 +343,7 @@ fn timed(budget: Duration, mut pass: impl FnMut(&mut Clock) -> u64) -> Timing {
 
 /// This thread's CPU time (user and system).
 fn thread_cpu() -> Duration {
-    crate::sys::thread_cpu()
+    crate::sys::thread_cpu_time()
 }
 
 /// Bytes that are not all alike, so no primitive meets a special case.

@@ -33,10 +33,11 @@ pub(crate) mod model;
 mod ring;
 pub(crate) mod stats;
 
+use crate::sys::relay as sys;
+
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::thread::JoinHandleExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -93,16 +94,10 @@ impl Relay {
         offload: bool,
         realtime: bool,
     ) -> Result<Self, LabError> {
-        // SAFETY: plain syscall; the result is checked.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(LabError::Thread {
-                name: "relay eventfd".into(),
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: efd is a fresh descriptor owned by nobody else.
-        let stop = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let stop = Arc::new(sys::eventfd().map_err(|source| LabError::Thread {
+            name: "relay eventfd".into(),
+            source,
+        })?);
         let server_tun = Arc::new(server_tun);
         let client_tun = Arc::new(client_tun);
         let counters = [Arc::default(), Arc::default()];
@@ -172,9 +167,7 @@ impl Relay {
     /// Stops the thread and waits for it; the TUN descriptors close with it. Statistics stay
     /// readable afterwards.
     pub(crate) fn stop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a live u64 to an eventfd.
-        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        sys::signal_eventfd(self.stop.as_fd());
         if let Some(handle) = self.thread.take() {
             if handle.join().is_err() {
                 tracing::error!("relay thread panicked");
@@ -190,28 +183,11 @@ impl Drop for Relay {
 }
 
 fn thread_cpu(handle: &JoinHandle<()>) -> Option<Duration> {
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: the thread is not joined yet, so its pthread_t is valid.
-    if unsafe { libc::pthread_getcpuclockid(handle.as_pthread_t(), &mut clock) } != 0 {
-        return None;
-    }
-    clock_ns(clock).map(Duration::from_nanos)
-}
-
-fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
-    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    sys::thread_cpu_ns(handle).map(Duration::from_nanos)
 }
 
 fn now_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
+    sys::monotonic_ns().unwrap_or(0)
 }
 
 /// The relay thread's state: both directions and the wake-up policy.
@@ -247,17 +223,14 @@ fn arrival_stamp(after: Option<(u64, u64)>, now: u64) -> u64 {
 
 impl Worker {
     fn run(mut self) {
-        // SAFETY: prctl with an integer argument; affects only this thread.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+        sys::set_timer_slack_ns(1000);
         if self.realtime {
             // A low real-time priority lets timer wake-ups run at once even when the machine's
             // cores are busy, as netem's softirq would; the kernel's real-time throttling still
             // caps the thread if it ever spun.
-            let param = libc::sched_param { sched_priority: 10 };
-            // SAFETY: pid 0 is the calling thread; param outlives the call.
-            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+            if let Err(error) = sys::set_fifo_priority(10) {
                 tracing::warn!(
-                    error = %io::Error::last_os_error(),
+                    %error,
                     "relay keeps normal scheduling; timing may suffer on a busy machine"
                 );
             }
@@ -337,44 +310,27 @@ impl Worker {
                 std::hint::spin_loop();
             }
         }
-        let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(1).max(1);
+        let cpu = sys::own_cpu_ns().unwrap_or(1).max(1);
         self.final_cpu_ns.store(cpu, Relaxed);
     }
 
     /// Sleeps for `timeout_ns` (`u64::MAX`: no limit), until stop was requested or, with
     /// `watch_input`, until either device is readable.
     fn wait(&self, timeout_ns: u64, watch_input: bool) -> Woken {
-        let poll = |fd: RawFd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let mut fds = [
-            poll(self.stop.as_raw_fd()),
-            poll(self.pumps[0].input.as_raw_fd()),
-            poll(self.pumps[1].input.as_raw_fd()),
+        let fds = [
+            self.stop.as_fd(),
+            self.pumps[0].input.as_fd(),
+            self.pumps[1].input.as_fd(),
         ];
-        let ts = (timeout_ns != u64::MAX).then_some(libc::timespec {
-            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-        });
-        let ts_ptr = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        let nfds = if watch_input { 3 } else { 1 };
-        // SAFETY: fds and ts outlive the call; a null sigmask keeps the current one.
-        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), nfds, ts_ptr, std::ptr::null()) };
-        if n < 0 {
+        let watched = if watch_input { 3 } else { 1 };
+        let Ok((n, stop)) = sys::poll_readable(fds, watched, timeout_ns) else {
             // EINTR and the like: treat as an early wake-up, the loop re-evaluates.
             return Woken {
                 stop: false,
                 input: true,
             };
-        }
-        Woken {
-            stop: fds[0].revents != 0,
-            input: n > 0,
-        }
+        };
+        Woken { stop, input: n > 0 }
     }
 }
 
@@ -465,7 +421,7 @@ impl Pump {
     }
 
     fn read_one(&mut self, stamp: Option<(u64, u64)>) -> ReadOutcome {
-        let fd = self.input.as_raw_fd();
+        let fd = self.input.as_fd();
         let Some(off) = self.ring.reserve(SLOT) else {
             // The store is full: drain one packet so the device does not stall, and drop it.
             return match read_into(fd, &mut self.scratch) {
@@ -647,7 +603,7 @@ impl Pump {
 
     /// Writes every packet whose delivery time has come; true if there was any.
     fn deliver_due(&mut self, now: u64) -> bool {
-        let fd = self.output.as_raw_fd();
+        let fd = self.output.as_fd();
         let mut any = false;
         while let Some(e) = self.fifo.front().copied() {
             if e.at > now {
@@ -656,12 +612,9 @@ impl Pump {
             any = true;
             let bytes = self.ring.slice(e.span);
             let ok = loop {
-                // SAFETY: bytes is a live slice of the ring.
-                let r = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-                if r >= 0 {
+                let Err(err) = sys::write(fd, bytes) else {
                     break true;
-                }
-                let err = io::Error::last_os_error();
+                };
                 if err.kind() != io::ErrorKind::Interrupted {
                     tracing::debug!(error = %err, len = bytes.len(), "write to tun failed");
                     break false;
@@ -683,14 +636,12 @@ impl Pump {
 }
 
 /// One `read`: `Ok(None)` when nothing is waiting.
-fn read_into(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+fn read_into(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<usize>> {
     loop {
-        // SAFETY: buf is a live, writable slice.
-        let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if r >= 0 {
-            return Ok(Some(r as usize));
-        }
-        let err = io::Error::last_os_error();
+        let err = match sys::read(fd, buf) {
+            Ok(n) => return Ok(Some(n)),
+            Err(err) => err,
+        };
         match err.kind() {
             io::ErrorKind::Interrupted => continue,
             io::ErrorKind::WouldBlock => return Ok(None),

@@ -180,42 +180,9 @@ fn receive_until(mut stream: TcpStream, stop: &AtomicBool, received: &AtomicU64)
 }
 
 fn set_congestion(s: &TcpStream, name: &str) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    // SAFETY: a valid socket, a buffer of the given length that outlives the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    rustix::net::sockopt::set_tcp_congestion(s, name).map_err(std::io::Error::from)
 }
 
 fn get_congestion(s: &TcpStream) -> Option<String> {
-    use std::os::fd::AsRawFd as _;
-    let mut buf = [0_u8; 16];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: a valid socket; buf and len describe a writable buffer that outlives the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    let got = &buf[..(len as usize).min(buf.len())];
-    let end = got.iter().position(|&b| b == 0).unwrap_or(got.len());
-    Some(String::from_utf8_lossy(&got[..end]).into_owned())
+    rustix::net::sockopt::tcp_congestion(s).ok()
 }

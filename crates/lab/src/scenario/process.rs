@@ -2,9 +2,12 @@
 //! CPU time taken from `wait4`'s resource usage (clients) or `/proc/<pid>/stat` (servers that
 //! keep running across runs).
 
-use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+use crate::sys::process;
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy)]
@@ -23,22 +26,7 @@ pub struct Finished {
 /// leaves no server or client behind inside a namespace that is gone. `ip netns exec` execs
 /// the program in place, which keeps this setting.
 pub fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: prctl is async-signal-safe and touches only the child's own state.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::sys::process::die_with_parent(cmd);
 }
 
 /// Waits for `pid` (a child of this process) until it exits or `deadline` passes; then sends
@@ -48,43 +36,33 @@ pub fn wait_with_deadline(
     started: Instant,
     limit: Duration,
 ) -> std::io::Result<Finished> {
-    let pid = pid as libc::pid_t;
+    let pid = pid as i32;
     let mut timed_out = false;
     let mut term_sent_at: Option<Instant> = None;
     loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: rusage is plain data written by the kernel.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waits only for our own child `pid`; pointers are valid for the call.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        if r == pid {
-            let wall = started.elapsed();
-            let cpu = timeval(usage.ru_utime) + timeval(usage.ru_stime);
-            let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-            return Ok(Finished {
-                code,
-                timed_out,
-                wall,
-                cpu,
-            });
-        }
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
+        match process::try_reap(pid) {
+            Ok(Some(process::Reaped { code, cpu })) => {
+                return Ok(Finished {
+                    code,
+                    timed_out,
+                    wall: started.elapsed(),
+                    cpu,
+                });
             }
+            Ok(None) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
         let now = Instant::now();
         match term_sent_at {
             None if now.duration_since(started) >= limit => {
                 timed_out = true;
                 term_sent_at = Some(now);
-                // SAFETY: signals our own unreaped child, which cannot be a recycled pid.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
+                // Our own unreaped child, which cannot be a recycled pid.
+                let _ = process::kill(pid, Signal::TERM);
             }
             Some(at) if now.duration_since(at) >= Duration::from_secs(1) => {
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                let _ = process::kill(pid, Signal::KILL);
             }
             _ => {}
         }
@@ -94,8 +72,8 @@ pub fn wait_with_deadline(
 
 /// Stops a long-running child (a server): SIGTERM, then SIGKILL after `grace`, and reaps it.
 pub fn stop(child: &mut std::process::Child, grace: Duration) {
-    // SAFETY: signals our own child, not yet reaped (we own the Child).
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    // Our own child, not yet reaped (we own the Child).
+    let _ = process::kill(child.id() as i32, Signal::TERM);
     let until = Instant::now() + grace;
     while Instant::now() < until {
         if let Ok(Some(_)) = child.try_wait() {
@@ -107,10 +85,6 @@ pub fn stop(child: &mut std::process::Child, grace: Duration) {
     let _ = child.wait();
 }
 
-fn timeval(t: libc::timeval) -> Duration {
-    Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
-}
-
 /// User + system CPU time of a running process and all its threads, from `/proc/<pid>/stat`.
 pub fn proc_cpu_time(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -120,8 +94,7 @@ pub fn proc_cpu_time(pid: u32) -> Option<Duration> {
     // After ')', field 0 is the state (field 3 of the man page); utime and stime are 14, 15.
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: plain query.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = process::clock_ticks_per_second();
     let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
     Some(Duration::from_secs_f64((utime + stime) as f64 / ticks))
 }
