@@ -112,10 +112,13 @@ struct Drain {
     time: std::time::Duration,
 }
 
-/// HTTP/1.1: enough for a client to read the answer before the connection closes.
+/// HTTP/1.1: enough for a client to read the answer before the connection closes. Clients
+/// that write a whole body before they read (hyper's, so xfer's own, with chunks of 8-64 MiB)
+/// see the answer only if the body goes in; with 8 MiB, a 16 MiB chunk met a closed socket
+/// and its sender reported a broken pipe instead of the 401 or 403.
 const H1_DRAIN: Drain = Drain {
-    bytes: 8 << 20,
-    time: std::time::Duration::from_secs(5),
+    bytes: 256 << 20,
+    time: std::time::Duration::from_secs(10),
 };
 
 /// HTTP/2: only the stream is held, so a client that cannot take a reset may finish sending
