@@ -8,7 +8,7 @@
 # second's error against the cap, the mean error, and xfer's own average.
 #
 # Usage: sudo scripts/bench-limit-rate.sh [OUT_DIR]
-#   LIMIT=200Mbit  SIZE=256MiB  RTT_MS=50  RATE_MBIT=1000  PREFIX=xlrt  XFER_ARGS="..."
+#   LIMIT=200Mbit  SIZE=256MiB  RTT_MS=50  RATE_MBIT=1000  PREFIX=xlrt  XFER_ARGS="..."  SERVE_ARGS="..."
 #   XFER=path  HOLD=path  (default: release builds of xfer and lab_hold)
 # Needs root, iproute2 and /dev/net/tun.
 set -euo pipefail
@@ -49,7 +49,7 @@ m=re.fullmatch(r'(\d+)(MiB|GiB)', sys.argv[1]); print(int(m[1])*{'MiB':1<<20,'Gi
 head -c "$BYTES" /dev/urandom >"$WORK/root/f.bin"
 
 ip netns exec "$SRV" "$XFER" serve "$WORK/root" --self-signed --cert-dir "$WORK/cert" \
-    --cert-name "$SRV_ADDR" --listen "$SRV_ADDR:8443" --no-quic >"$WORK/serve.log" 2>&1 &
+    --cert-name "$SRV_ADDR" --listen "$SRV_ADDR:8443" --no-quic ${SERVE_ARGS:-} >"$WORK/serve.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q "serving" "$WORK/serve.log" 2>/dev/null && break; sleep 0.1; done
 CA=$WORK/cert/cert.pem
@@ -63,7 +63,7 @@ PIDS+=($GET)
 : >"$OUT/samples.txt"
 while kill -0 "$GET" 2>/dev/null; do
     echo "$(date +%s.%N) $(rx)" >>"$OUT/samples.txt"
-    sleep 1
+    sleep "${SAMPLE_SECONDS:-1}"
 done
 wait "$GET"
 echo "$(date +%s.%N) $(rx)" >>"$OUT/samples.txt"

@@ -8,7 +8,8 @@ second's payload is estimated by scaling it with the whole run's ratio of payloa
 report's received bytes) to wire bytes between the first and the last sample. The cap is the
 report's `limit_rate_bytes_per_second`. Seconds before the first byte are left out; the first
 and the last second that moved data are partial (the transfer began or ended inside them), so
-they are printed but kept out of the error figures.
+they are printed but kept out of the error figures. The last line is the rate xfer's reads
+kept while its lanes were busy, from the report's lanes.
 """
 import json
 import sys
@@ -45,3 +46,10 @@ print(f"xfer's report: {report['received_bytes']} bytes in {report['seconds']:.2
       f"{avg * 8 / 1e6:.1f} Mbit/s ({(avg - cap) / cap * 100:+.2f} % vs cap), "
       f"limit_rate_bytes_per_second {report.get('limit_rate_bytes_per_second')}, "
       f"{len(report['lanes'])} lanes")
+# The lanes' busy time leaves out the connection's set-up before the first body and the
+# wire's lead over the reads (the bytes sitting in receive windows): the rate the reads kept.
+busy = max((lane.get("busy_seconds") or 0.0) for lane in report["lanes"]) if report["lanes"] else 0.0
+if busy > 0:
+    r = report["received_bytes"] / busy
+    print(f"while the lanes were busy ({busy:.2f} s): {r * 8 / 1e6:.1f} Mbit/s "
+          f"({(r - cap) / cap * 100:+.2f} % vs cap)")

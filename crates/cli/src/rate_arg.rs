@@ -5,14 +5,6 @@ use xfer::crates::core::rate::{parse_rate_limit, RateLimit, RateLimiter};
 
 use crate::client_args::ClientArgs;
 
-/// Under a cap, each connection's and stream's receive window holds this long at the capped
-/// rate: enough for one lane to carry the whole cap up to a 125 ms round trip (two lanes to
-/// 250 ms), small enough that bytes the client has not read yet (the kernel's buffer, HTTP/2
-/// and QUIC windows) do not let the link run far above the cap while the lanes wait.
-const WINDOW_SECONDS: f64 = 0.125;
-/// The smallest window under a cap.
-const MIN_WINDOW: u64 = 256 << 10;
-
 #[derive(Debug, Clone, Args)]
 pub struct RateArgs {
     /// Cap the payload rate of the whole command, all lanes and files together. A bare number
@@ -30,17 +22,32 @@ impl RateArgs {
         self.limit_rate.map(RateLimiter::new)
     }
 
-    /// Size the receive windows the user left to their defaults from the cap (see
-    /// [`WINDOW_SECONDS`]): the default 16 MiB TCP start buffer and HTTP/2 and QUIC windows
+    /// Size the receive windows the user left to their defaults from the cap
+    /// ([`RateLimit::window`]): the default 16 MiB TCP start buffer and HTTP/2 and QUIC windows
     /// over eight connections would take in seconds of the capped rate before the client's
     /// pause reached the sender.
+    ///
+    /// The TCP receive buffer is fixed where the kernel grants the whole window, not a head
+    /// start: a buffer left to autotuning grows as the paced reader falls behind, and the
+    /// kernel moves the window clamp with it, so the bytes queued unread (and the link's swings
+    /// around the cap when a lane pauses or resumes) would grow with it. Where it grants less
+    /// (`net.core.rmem_max` without `CAP_NET_ADMIN`), a fixed buffer would hold the transfer
+    /// below the cap, so the window is a head start there, as without a cap.
     pub fn shape_windows(&self, c: &mut ClientArgs) {
         let Some(limit) = self.limit_rate else {
             return;
         };
-        let window = ((limit.bytes_per_second() as f64 * WINDOW_SECONDS) as u64).max(MIN_WINDOW);
+        let window = limit.window();
+        if c.tcp_recv_buffer.is_none() && c.tcp_initial_recv_buffer.is_none() {
+            let force = xfer::TcpConfig::default().force_buffers;
+            if xfer::crates::http::tcp::fixed_recv_grant(window, force).is_some_and(|g| g >= window)
+            {
+                c.tcp_recv_buffer = Some(window);
+            } else {
+                c.tcp_initial_recv_buffer = Some(window);
+            }
+        }
         for (field, size) in [
-            (&mut c.tcp_initial_recv_buffer, window),
             (&mut c.tcp_window_clamp, window),
             (&mut c.h2_stream_window, window),
             (&mut c.h2_connection_window, 2 * window),

@@ -34,6 +34,14 @@ pub const MIN_BURST: u64 = 16 << 10;
 /// sized for); the count is never cut below two.
 pub const BYTES_PER_CAPPED_LANE: u64 = 100_000_000;
 
+/// Under a cap, each connection's and stream's receive window holds this many milliseconds of
+/// the capped rate: enough for one lane to carry the whole cap up to a 125 ms round trip (two
+/// lanes to 250 ms), small enough that bytes the client has not read yet (the kernel's buffer,
+/// HTTP/2 and QUIC windows) do not let the link run far above the cap while the lanes wait.
+pub const WINDOW_MS: u64 = 125;
+/// The smallest receive window under a cap.
+pub const MIN_WINDOW: u64 = 256 << 10;
+
 const NANOS: u128 = 1_000_000_000;
 
 /// A payload rate, in bytes per second (never zero).
@@ -58,6 +66,16 @@ impl RateLimit {
     pub fn download_lanes(self, default: usize) -> usize {
         let per = self.bytes_per_second().div_ceil(BYTES_PER_CAPPED_LANE);
         default.min(usize::try_from(per).unwrap_or(usize::MAX).max(2))
+    }
+
+    /// The receive window of each connection and stream under this cap: [`WINDOW_MS`] of the
+    /// rate, at least [`MIN_WINDOW`]. A lane paced by the cap has up to this many bytes that
+    /// arrived but were not read yet.
+    pub fn window(self) -> u64 {
+        (u128::from(self.bytes_per_second()) * u128::from(WINDOW_MS) / 1000)
+            .try_into()
+            .unwrap_or(u64::MAX)
+            .max(MIN_WINDOW)
     }
 
     /// The bytes let through at once: [`BURST_MS`] of the rate, at least [`MIN_BURST`].
@@ -254,6 +272,13 @@ mod tests {
 
     fn rate(n: u64) -> RateLimit {
         RateLimit::from_bytes_per_second(NonZeroU64::new(n).expect("nonzero rate"))
+    }
+
+    #[test]
+    fn the_window_holds_an_eighth_of_a_second_of_the_cap() {
+        assert_eq!(rate(25_000_000).window(), 3_125_000);
+        assert_eq!(rate(1_000_000).window(), MIN_WINDOW);
+        assert_eq!(rate(u64::MAX).window(), u64::MAX / 8);
     }
 
     #[test]

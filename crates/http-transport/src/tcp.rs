@@ -424,6 +424,16 @@ pub fn recv_head_start(cfg: &TcpConfig) -> Option<u64> {
         .flatten()
 }
 
+/// The usable receive buffer the kernel grants a fixed (locked) `SO_RCVBUF` of `requested`
+/// bytes on this host with this process's privileges (`force`: try `SO_RCVBUFFORCE` first),
+/// found on a socket that never connects. `None` when the probe itself fails.
+pub fn fixed_recv_grant(requested: u64, force: bool) -> Option<u64> {
+    let socket = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+    let req = usize::try_from(requested.min(i32::MAX as u64 / 2)).ok()?;
+    sockbuf::request(&socket, Direction::Recv, req, force).ok()?;
+    socket.recv_buffer_size().ok().map(|v| v as u64 / 2)
+}
+
 /// Read `TCP_INFO`, the congestion control and the buffer sizes of a connected socket. `None`
 /// when the descriptor is not a TCP socket (or not on Linux).
 #[cfg(target_os = "linux")]
@@ -634,6 +644,17 @@ mod tests {
         assert!(applied.nodelay);
         assert!(s.nodelay()?);
         Ok(())
+    }
+
+    #[test]
+    fn a_fixed_receive_buffer_probe_reports_what_the_kernel_grants() {
+        // 64 KiB is below every kernel's default `rmem_max`: granted whole, with or without
+        // privileges.
+        assert_eq!(fixed_recv_grant(64 << 10, false), Some(64 << 10));
+        // Far beyond any maximum without force: granted less, never more.
+        let big = 1 << 30;
+        let granted = fixed_recv_grant(big, false).expect("probe socket");
+        assert!(granted < big, "granted {granted}");
     }
 
     #[test]

@@ -493,6 +493,12 @@ struct Step<'a> {
 struct AheadClock {
     latency: Duration,
     first_byte: Option<Instant>,
+    /// Bytes of the body that may have arrived but not been read: a lane paced by
+    /// `--limit-rate` reads a window behind the wire. Without counting them the next request
+    /// leaves a window's worth of reading too late, the connection idles for that long at
+    /// the end of every chunk, and the link swings around the cap as the other lanes drain
+    /// and refill their windows.
+    unread: u64,
 }
 
 impl AheadClock {
@@ -502,7 +508,8 @@ impl AheadClock {
 
     fn due(&mut self, received: u64, len: u64, now: Instant) -> bool {
         let since = *self.first_byte.get_or_insert(now);
-        if received >= len {
+        let on_wire = received.saturating_add(self.unread).min(len);
+        if on_wire >= len {
             // All bytes are in: the next request goes before the end is checked and written.
             return true;
         }
@@ -511,7 +518,7 @@ impl AheadClock {
             return false;
         }
         let rate = received as f64 / elapsed;
-        let left = len.saturating_sub(received) as f64 / rate;
+        let left = len.saturating_sub(on_wire) as f64 / rate;
         left <= (self.latency * Self::LEAD).as_secs_f64()
     }
 }
@@ -569,6 +576,7 @@ async fn fetch(
     let mut ahead = (ctx.ahead() && !ctx.whole).then_some(AheadClock {
         latency,
         first_byte: None,
+        unread: ctx.rate_limit.as_ref().map_or(0, |l| l.limit().window()),
     });
     let mut hasher = ctx.check_chunks.then(Sha256Hasher::new);
     let mut pace = Pace {
@@ -711,5 +719,43 @@ impl Batch {
         }
         self.offset += n as u64;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lane reading 1 MB/s out of a 4 MB chunk, 10 ms from its server.
+    fn clock(unread: u64) -> AheadClock {
+        AheadClock {
+            latency: Duration::from_millis(10),
+            first_byte: None,
+            unread,
+        }
+    }
+
+    fn first_due(mut c: AheadClock) -> u64 {
+        let t0 = Instant::now();
+        let len = 4_000_000;
+        (0..=len)
+            .step_by(10_000)
+            .find(|&got| c.due(got, len, t0 + Duration::from_micros(got)))
+            .expect("due by the end")
+    }
+
+    #[test]
+    fn asks_ahead_a_few_latencies_before_the_end() {
+        // 30 ms of lead at 1 MB/s: 30 kB before the end.
+        assert_eq!(first_due(clock(0)), 3_970_000);
+    }
+
+    #[test]
+    fn a_paced_lane_counts_its_unread_window_as_arrived() {
+        // A 500 kB window behind the reader: the wire finishes 500 kB earlier, and so must
+        // the request for what follows.
+        assert_eq!(first_due(clock(500_000)), 3_470_000);
+        // A window as large as the chunk: the next request goes with the first bytes.
+        assert_eq!(first_due(clock(4_000_000)), 0);
     }
 }
