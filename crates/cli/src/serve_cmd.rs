@@ -80,8 +80,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_early_data: bool,
     /// Turn a speed mechanism on or off (repeatable); `xfer serve --mechanisms` lists them.
-    /// Those that load kernel programs or change live sockets (tcp-resume, probe-rtt-skip)
-    /// are off unless asked for. A --no-* flag of one mechanism is the same as NAME=off.
+    /// Those that load kernel programs (tcp-resume) are off unless asked for. A --no-* flag of one mechanism is the same as NAME=off.
     #[arg(long = "mechanism", value_name = "NAME=on|off")]
     pub mechanism: Vec<Setting>,
     /// Print every server-side speed mechanism, whether it runs here and why (after the
@@ -352,7 +351,6 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
     }
     cfg.http.tcp.fast_open = sw.is_on(mechanisms::TCP_FASTOPEN);
     cfg.http.tcp_resume.enabled = sw.is_on(mechanisms::TCP_RESUME);
-    cfg.http.skip_probe_rtt = sw.is_on(mechanisms::PROBE_RTT_SKIP);
     if !sw.is_on(mechanisms::EARLY_DATA) {
         cfg.http.max_early_data_size = 0;
     }

@@ -80,12 +80,10 @@ fn serve_with_defaults_loads_no_bpf_mounts_nothing_and_keeps_congestion() -> Tes
             break names.to_string();
         }
     };
-    for name in ["tcp-resume", "probe-rtt-skip"] {
-        assert!(
-            !running.split(", ").any(|n| n == name),
-            "{name} runs by default: {running}"
-        );
-    }
+    assert!(
+        !running.split(", ").any(|n| n == "tcp-resume"),
+        "tcp-resume runs by default: {running}"
+    );
     let port: u16 = addr.rsplit(':').next().ok_or("no port")?.parse()?;
 
     // A download the test holds open: read a little, look at the server's sockets, read on.
@@ -197,10 +195,6 @@ fn both_ends_list_every_mechanism() -> TestResult {
     }
     assert!(
         server.contains("tcp-resume           off: not requested"),
-        "{server}"
-    );
-    assert!(
-        server.contains("probe-rtt-skip       off: not requested"),
         "{server}"
     );
     Ok(())

@@ -46,9 +46,6 @@ pub enum Requirement {
     Nothing,
     /// `CAP_BPF` and `CAP_NET_ADMIN` (root), and a cgroup2 file system already mounted.
     BpfAndCgroup2,
-    /// Setting `reno` and `bbr` on a live socket: `CAP_NET_ADMIN`, or both named in
-    /// `net.ipv4.tcp_allowed_congestion_control`; and `bbr` offered by the kernel.
-    CongestionSwitch,
     /// `bbr` in `net.ipv4.tcp_available_congestion_control`.
     BbrOffered,
 }
@@ -58,7 +55,6 @@ impl Requirement {
         match self {
             Requirement::Nothing => "none",
             Requirement::BpfAndCgroup2 => "CAP_BPF, CAP_NET_ADMIN, a mounted cgroup2",
-            Requirement::CongestionSwitch => "CAP_NET_ADMIN or reno+bbr allowed",
             Requirement::BbrOffered => "bbr offered by the kernel",
         }
     }
@@ -82,7 +78,6 @@ pub struct Mechanism {
 }
 
 pub const TCP_RESUME: &str = "tcp-resume";
-pub const PROBE_RTT_SKIP: &str = "probe-rtt-skip";
 pub const TCP_BBR: &str = "tcp-bbr";
 pub const TCP_FASTOPEN: &str = "tcp-fastopen";
 pub const EARLY_DATA: &str = "early-data";
@@ -107,15 +102,6 @@ pub const MECHANISMS: &[Mechanism] = &[
         reads: "TCP_INFO of sending connections, every 100 ms",
         changes: "loads a sock_ops BPF program into the process's cgroup; initial cwnd of a returning client's connections",
         justification: "bb24213; results.md \"TCP resume\": the second transfer skips slow start",
-    },
-    Mechanism {
-        name: PROBE_RTT_SKIP,
-        side: Side::Server,
-        default_on: false,
-        requires: Requirement::CongestionSwitch,
-        reads: "TCP_INFO (peer window, cwnd, CA state) of sending connections, every 100 ms",
-        changes: "live sockets' congestion control: bbr to reno and back every 8 s while the client's window binds",
-        justification: "9a05823; results.md \"BBR's ProbeRTT skipped\": 942-952 vs 924-946 Mbit/s at 50 ms",
     },
     Mechanism {
         name: CAREFUL_RESUME,
@@ -388,21 +374,6 @@ pub fn host_allows(r: Requirement) -> Result<(), String> {
             }
             Ok(())
         }
-        Requirement::CongestionSwitch => {
-            bbr_offered()?;
-            if effective_caps()? & (1 << 12) != 0 {
-                return Ok(());
-            }
-            let path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-            let allowed =
-                std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
-            let names: Vec<&str> = allowed.split_whitespace().collect();
-            if names.contains(&"bbr") && names.contains(&"reno") {
-                Ok(())
-            } else {
-                Err(format!("needs CAP_NET_ADMIN, or reno and bbr in {path}"))
-            }
-        }
         Requirement::BbrOffered => bbr_offered(),
     }
 }
@@ -515,10 +486,7 @@ mod tests {
     #[test]
     fn privileged_and_kernel_changing_mechanisms_are_off_unless_asked() {
         for m in MECHANISMS {
-            if matches!(
-                m.requires,
-                Requirement::BpfAndCgroup2 | Requirement::CongestionSwitch
-            ) {
+            if m.requires == Requirement::BpfAndCgroup2 {
                 assert!(!m.default_on, "{} is on by default", m.name);
             }
         }

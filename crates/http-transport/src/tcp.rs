@@ -514,25 +514,6 @@ pub(crate) fn path_sample(fd: &impl AsFd) -> Option<PathSample> {
     path_sample_of(&raw, len)
 }
 
-/// A sending connection's reading, from one `getsockopt(TCP_INFO)`: the path as
-/// [`path_sample`] sees it, and what bounds the sender now (`None` before kernel 5.4).
-#[cfg(target_os = "linux")]
-pub(crate) fn sender_sample(
-    fd: &impl AsFd,
-) -> Option<(PathSample, Option<crate::server::probe_rtt::SendLimits>)> {
-    use std::mem::offset_of;
-    let (raw, len) = raw_tcp_info(fd)?;
-    let limits = (len >= offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4).then(|| {
-        crate::server::probe_rtt::SendLimits {
-            peer_window: u64::from(raw.tcpi_snd_wnd),
-            cwnd: u64::from(raw.tcpi_snd_cwnd) * u64::from(raw.tcpi_snd_mss),
-            // TCP_CA_Open (linux/tcp.h).
-            open: raw.tcpi_ca_state == 0,
-        }
-    });
-    Some((path_sample_of(&raw, len)?, limits))
-}
-
 #[cfg(target_os = "linux")]
 fn path_sample_of(raw: &libc::tcp_info, len: usize) -> Option<PathSample> {
     use std::mem::offset_of;

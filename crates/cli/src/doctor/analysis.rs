@@ -392,7 +392,7 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
     }
 
     if rtt_source == "measured" {
-        findings.extend(opt_in_mechanisms(h, rtt_ms, goal_bdp));
+        findings.extend(opt_in_mechanisms(rtt_ms, goal_bdp));
     }
 
     let mut sysctl_lines: Vec<String> = Vec::new();
@@ -429,11 +429,10 @@ pub fn analyse(facts: &Facts, targets: &Targets) -> Verdict {
     }
 }
 
-/// How xfer gets past a per-connection cap: lanes, each its own window.
 /// The serving side's opt-in mechanisms that would pay on a measured path of `rtt_ms`
-/// (docs/tuning.md, "Mechanisms"): off by default because they need root or change live
-/// sockets, so only an operator can turn them on.
-fn opt_in_mechanisms(h: &super::facts::HostFacts, rtt_ms: f64, bdp: u64) -> Vec<Finding> {
+/// (docs/tuning.md, "Mechanisms"): off by default because they need root, so only an
+/// operator can turn them on.
+fn opt_in_mechanisms(rtt_ms: f64, bdp: u64) -> Vec<Finding> {
     if rtt_ms < INITIAL_WINDOW_MIN_RTT_MS {
         return Vec::new();
     }
@@ -455,22 +454,10 @@ fn opt_in_mechanisms(h: &super::facts::HostFacts, rtt_ms: f64, bdp: u64) -> Vec<
             fix: vec!["xfer serve --mechanism tcp-resume=on".to_string()],
         });
     }
-    if h.congestion_available.iter().any(|c| c == "bbr") {
-        out.push(Finding {
-            id: "mechanism_probe_rtt_skip",
-            severity: Severity::Advice,
-            message: "BBR enters ProbeRTT every 10 s, and the connections of one xfer transfer, \
-                      whose windows the client caps together, enter it at once: the link idled \
-                      0.2-0.45 s each time at 50-200 ms; a server with `--mechanism \
-                      probe-rtt-skip=on` restarts BBR ahead of it (docs/results.md, \
-                      \"BBR's ProbeRTT skipped\")"
-                .to_string(),
-            fix: vec!["xfer serve --mechanism probe-rtt-skip=on".to_string()],
-        });
-    }
     out
 }
 
+/// How xfer gets past a per-connection cap: lanes, each its own window.
 fn plan(per_connection: Option<f64>, goal: f64, rtt_ms: f64) -> String {
     const HTTP1_LANES: f64 = 8.0;
     let Some(cap) = per_connection else {
@@ -801,15 +788,7 @@ mod tests {
     fn a_long_measured_path_is_told_the_opt_in_mechanisms() {
         let v = analyse(&tuned(100.0), &Targets::default());
         assert!(ids(&v).contains(&"mechanism_tcp_resume"), "{:?}", ids(&v));
-        assert!(
-            ids(&v).contains(&"mechanism_probe_rtt_skip"),
-            "{:?}",
-            ids(&v)
-        );
         assert!(!v.sysctl_lines.iter().any(|l| l.contains("xfer")));
-        // No bbr here: nothing to keep out of ProbeRTT.
-        let v = analyse(&stock(100.0), &Targets::default());
-        assert!(!ids(&v).contains(&"mechanism_probe_rtt_skip"));
         // A LAN, or no path measured: neither.
         let v = analyse(&tuned(1.0), &Targets::default());
         assert!(!ids(&v).iter().any(|id| id.starts_with("mechanism_")));

@@ -123,14 +123,6 @@ pub struct ServerConfig {
     /// (`--mechanism tcp-resume=on`); it needs root, and without it the server logs why and
     /// starts every connection as usual.
     pub tcp_resume: TcpResumeConfig,
-    /// Restart a connection's BBR before its 10 s minimum RTT runs out, while the client's
-    /// receive window, steady, bounds the flight: BBR then never enters ProbeRTT, whose drop
-    /// to 4 packets all of a transfer's connections took at once, 10 s in (docs/design.md,
-    /// "ProbeRTT skip").
-    /// Default off: it changes live sockets' congestion control, which an operator must ask
-    /// for (`--mechanism probe-rtt-skip=on`); Linux, and a process allowed to set `reno` and
-    /// `bbr`.
-    pub skip_probe_rtt: bool,
     /// Where TCP resume publishes each client's measured path for the process's other
     /// senders (`xfer serve` hands the QUIC server the same one: its Careful Resume then
     /// starts a client's first QUIC connection from what HTTP measured). Default: shared with
@@ -175,7 +167,6 @@ impl ServerConfig {
             tpc: None,
             mirrors: Vec::new(),
             tcp_resume: TcpResumeConfig::default(),
-            skip_probe_rtt: false,
         }
     }
 

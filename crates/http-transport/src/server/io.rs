@@ -62,19 +62,12 @@ impl<T> ServerIo<T> {
     }
 }
 
-/// A mechanism fed by a sending connection's [`SendSampler`]: TCP resume's measurement and
-/// the ProbeRTT skip. Each sees the same reading; none reads the socket on its own.
+/// A mechanism fed by a sending connection's [`SendSampler`] (today TCP resume's
+/// measurement). Each sees the same reading; none reads the socket on its own.
 #[cfg(target_os = "linux")]
 pub(crate) trait SendPolicy: std::fmt::Debug + Send {
-    /// One reading of the socket `fd` at `now`: the path, and what bounds the sender (`None`
-    /// where the kernel does not report the peer's window).
-    fn sample(
-        &mut self,
-        fd: std::os::fd::BorrowedFd<'_>,
-        now: std::time::Instant,
-        path: crate::tcp::PathSample,
-        limits: Option<super::probe_rtt::SendLimits>,
-    );
+    /// One reading of the path, taken now.
+    fn sample(&mut self, path: crate::tcp::PathSample);
 }
 
 /// The server's one sampler per connection: reads its `TCP_INFO` at most every
@@ -108,11 +101,11 @@ impl SendSampler {
         self.next = now + super::tcp_resume::SAMPLE_INTERVAL;
         // SAFETY: the owner keeps the socket open for as long as this lives.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
-        let Some((path, limits)) = crate::tcp::sender_sample(&fd) else {
+        let Some(path) = crate::tcp::path_sample(&fd) else {
             return;
         };
         for p in &mut self.policies {
-            p.sample(fd, now, path, limits);
+            p.sample(path);
         }
     }
 }

@@ -33,7 +33,6 @@ mod config;
 mod early_tls;
 mod handler;
 pub(crate) mod io;
-pub(crate) mod probe_rtt;
 mod stall;
 pub mod tcp_resume;
 
@@ -120,9 +119,6 @@ pub(crate) struct Shared {
     tls: Option<TlsAcceptor>,
     #[cfg(target_os = "linux")]
     tcp_resume: Option<Arc<tcp_resume::TcpResume>>,
-    /// Restart BBR ahead of ProbeRTT on connections whose client bounds the flight.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    skip_probe_rtt: bool,
 }
 
 /// A bound, not yet serving, HTTP server.
@@ -188,7 +184,6 @@ impl HttpServer {
         } else {
             tcp_resume::TcpResumeStatus::Off
         };
-        let skip_probe_rtt = cfg.skip_probe_rtt && probe_rtt_available();
         tracing::info!(%local_addr, root = %root.display(), tls = tls.is_some(), "http server listening");
         Ok(Self {
             listener,
@@ -200,7 +195,6 @@ impl HttpServer {
                 tls,
                 #[cfg(target_os = "linux")]
                 tcp_resume,
-                skip_probe_rtt,
             }),
         })
     }
@@ -324,18 +318,6 @@ fn start_tcp_resume(
     }
 }
 
-/// Whether BBR may be restarted here ([`probe_rtt`]); logs why not.
-fn probe_rtt_available() -> bool {
-    #[cfg(target_os = "linux")]
-    let r = xfer_common::mechanisms::host_allows(
-        xfer_common::mechanisms::Requirement::CongestionSwitch,
-    );
-    #[cfg(not(target_os = "linux"))]
-    let r: Result<(), String> = Err("needs Linux".into());
-    r.map_err(|why| tracing::info!(why, "BBR's ProbeRTT is not skipped"))
-        .is_ok()
-}
-
 fn listen(addr: SocketAddr, cfg: &ServerConfig) -> Result<TcpListener, ServerError> {
     let bind_err = |source| ServerError::Bind { addr, source };
     let socket = socket2::Socket::new(
@@ -383,9 +365,6 @@ fn server_io(
         let mut policies: Vec<Box<dyn io::SendPolicy>> = Vec::new();
         if let Some(r) = &shared.tcp_resume {
             policies.push(Box::new(r.probe(peer.ip(), fd)));
-        }
-        if shared.skip_probe_rtt {
-            policies.push(Box::new(probe_rtt::ProbeRttSkip::new()));
         }
         io.with_sampler(io::SendSampler::new(fd, policies))
     };

@@ -193,13 +193,7 @@ pub(crate) struct ConnProbe {
 }
 
 impl crate::server::io::SendPolicy for ConnProbe {
-    fn sample(
-        &mut self,
-        _fd: BorrowedFd<'_>,
-        _now: std::time::Instant,
-        path: crate::tcp::PathSample,
-        _limits: Option<crate::server::probe_rtt::SendLimits>,
-    ) {
+    fn sample(&mut self, path: crate::tcp::PathSample) {
         self.resume.sample(self.peer, self.id, path);
     }
 }
