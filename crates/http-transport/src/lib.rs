@@ -1,7 +1,10 @@
 //! # xfer-http: xfer over HTTP/1.1 and HTTP/2
+#![deny(unsafe_code)]
 pub mod client;
 pub mod config;
 pub mod server;
+#[allow(unsafe_code)]
+mod sys;
 pub mod tcp;
 
 pub use client::{AddressPolicy, ConnectionWatch, HttpClientConfig, HttpTransport};

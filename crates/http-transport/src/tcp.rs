@@ -11,7 +11,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -252,21 +252,7 @@ fn set_int(socket: &impl AsFd, option: libc::c_int, value: libc::c_int) -> io::R
     if option < 0 {
         return Err(io::ErrorKind::Unsupported.into());
     }
-    // SAFETY: `value` is a live c_int of the size passed; the fd is borrowed for the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            option,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sys::set_int(socket.as_fd(), libc::IPPROTO_TCP, option, value)
 }
 
 /// Check that the congestion control `cfg` asks for exists, without a socket: for start-up
@@ -538,11 +524,7 @@ fn path_sample_of(raw: &libc::tcp_info, len: usize) -> Option<PathSample> {
 /// Bytes the kernel holds for the application that it has not read yet (`SIOCINQ`).
 #[cfg(target_os = "linux")]
 pub(crate) fn unread_bytes(fd: &impl AsFd) -> Option<u64> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD (SIOCINQ for TCP) writes one int through the pointer; the fd is borrowed
-    // for the call.
-    let rc = unsafe { libc::ioctl(fd.as_fd().as_raw_fd(), libc::FIONREAD, &mut n) };
-    (rc == 0).then(|| u64::try_from(n).unwrap_or(0))
+    crate::sys::unread_bytes(fd.as_fd())
 }
 
 /// Bound the window a socket advertises (`TCP_WINDOW_CLAMP`), bytes; the kernel raises it
@@ -557,21 +539,7 @@ pub(crate) fn set_window_clamp(fd: &impl AsFd, bytes: u64) -> io::Result<()> {
 /// filled (older kernels fill a prefix).
 #[cfg(target_os = "linux")]
 fn raw_tcp_info(fd: &impl AsFd) -> Option<(libc::tcp_info, usize)> {
-    // SAFETY: tcp_info is plain old data, valid when zeroed.
-    let mut raw: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `raw` is a plain-old-data struct of `len` bytes that the kernel fills (a prefix of
-    // it on older kernels, reported through `len`); the fd is borrowed for the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut raw as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some((raw, len as usize))
+    crate::sys::tcp_info(fd.as_fd())
 }
 
 /// `TCPI_OPT_SYN_DATA` in `tcpi_options` (linux/tcp.h): the SYN-ACK acknowledged data sent
@@ -646,19 +614,7 @@ mod tests {
             ..cfg()
         };
         apply_before_connect(&s, &c)?;
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: v is a c_int of the size passed.
-        let rc = unsafe {
-            libc::getsockopt(
-                s.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_WINDOW_CLAMP,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        assert_eq!(rc, 0);
+        let v = crate::sys::get_int(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP)?;
         assert_eq!(v, 2_000_000);
         assert!(TcpConfig {
             window_clamp: Some(100),
@@ -747,23 +703,12 @@ mod tests {
             applied.recv_buffer, None,
             "a head start is not a fixed size"
         );
-        let mut locks: libc::c_int = -1;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `locks` and `len` are live for the call and `len` holds `locks`' size.
-        let rc = unsafe {
-            libc::getsockopt(
-                stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_BUF_LOCK,
-                (&mut locks as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
+        let Ok(locks) = crate::sys::get_int(stream.as_fd(), libc::SOL_SOCKET, libc::SO_BUF_LOCK)
+        else {
             assert!(std::env::var_os("CI").is_none(), "no SO_BUF_LOCK under CI");
             eprintln!("skipped: this kernel has no SO_BUF_LOCK (Linux 5.14+)");
             return Ok(());
-        }
+        };
         assert_eq!(
             locks & 2,
             0,

@@ -6,27 +6,19 @@
 #![cfg(target_os = "linux")]
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use xfer_http::server::tcp_resume::{PathMeasurement, TcpResume, TcpResumeConfig};
 
-/// `snd_cwnd` (segments) and the handshake's smoothed RTT of a socket.
+/// `snd_cwnd` (segments) and the handshake's smoothed RTT (microseconds) of a socket.
 fn cwnd_and_rtt(s: &TcpStream) -> (u32, u32) {
-    // SAFETY: tcp_info is plain old data; getsockopt fills at most `len` bytes of it.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(r, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
-    (info.tcpi_snd_cwnd, info.tcpi_rtt)
+    let info = xfer_http::tcp::tcp_info(s).expect("TCP_INFO of a connected socket");
+    let mss = socket2::SockRef::from(s).mss().expect("TCP_MAXSEG");
+    let cwnd = info.cwnd_bytes / u64::from(mss.max(1));
+    (
+        u32::try_from(cwnd).expect("cwnd in segments fits u32"),
+        u32::try_from(info.rtt_us).expect("RTT fits u32"),
+    )
 }
 
 /// Connect to `listener` and return the server's side of the new connection.

@@ -1,13 +1,15 @@
 //! Per-connection TCP statistics for the final report.
 //!
-//! Each socket is wrapped in a [`MeteredTcp`] that registers its descriptor in a shared
-//! [`SocketRecord`]. While the socket lives, `TCP_INFO` is read from it on demand; when it is
-//! dropped, a last reading is taken first and kept. A connection index (as lanes report it) may
-//! see several sockets over a transfer (reconnects, redirects): counters add up across them,
-//! gauges (RTT, cwnd) come from the newest.
+//! Each socket is wrapped in a [`MeteredTcp`] that files a duplicate of its descriptor in a
+//! shared [`SocketRecord`]. While the socket lives, `TCP_INFO` is read through the duplicate on
+//! demand; when it is dropped, a last reading is taken and the duplicate closed first, so the
+//! socket closes with the stream as it would without it. The record owns what it reads: no
+//! raw descriptor is kept anywhere, and none can name a reused fd. A connection index (as
+//! lanes report it) may see several sockets over a transfer (reconnects, redirects): counters
+//! add up across them, gauges (RTT, cwnd) come from the newest.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -24,9 +26,9 @@ use crate::tcp::{tcp_info, AppliedTcp, TcpInfoSnapshot};
 pub(crate) struct SocketRecord {
     peer: String,
     applied: AppliedTcp,
-    /// The descriptor while the socket is open. Only read under the record's lock, and the
-    /// owner clears it under the same lock before closing, so it never names a reused fd.
-    live_fd: Option<RawFd>,
+    /// A duplicate of the socket's descriptor while the stream is open (`None` when the
+    /// process was out of descriptors: the report then lacks this socket's figures).
+    live: Option<OwnedFd>,
     last: Option<TcpInfoSnapshot>,
     /// Bytes received at the receive-window cap's last look, and when they last grew.
     cap_seen: u64,
@@ -49,19 +51,12 @@ impl SocketRecord {
     /// Whether the SYN carried data the server acknowledged (TCP Fast Open); false once the
     /// socket is closed.
     pub fn syn_data_acked(&self) -> bool {
-        self.live_fd.is_some_and(|fd| {
-            // SAFETY: as in `snapshot`: set only while the socket is open, under this lock.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            crate::tcp::syn_data_acked(&fd)
-        })
+        self.live.as_ref().is_some_and(crate::tcp::syn_data_acked)
     }
 
     fn snapshot(&mut self) -> Option<TcpInfoSnapshot> {
-        if let Some(fd) = self.live_fd {
-            // SAFETY: `live_fd` is only set while the owning `MeteredTcp` holds the socket open,
-            // and it is cleared under this same lock before the socket is closed.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            if let Some(s) = tcp_info(&fd) {
+        if let Some(fd) = &self.live {
+            if let Some(s) = tcp_info(fd) {
                 self.last = Some(s);
             }
         }
@@ -80,10 +75,15 @@ pub(crate) struct MeteredTcp {
 
 impl MeteredTcp {
     pub fn new(stream: TcpStream, peer: String, applied: AppliedTcp) -> Self {
+        let live = stream
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| tracing::debug!(%peer, error = %e, "no descriptor left to read TCP_INFO"))
+            .ok();
         let record = Arc::new(Mutex::new(SocketRecord {
             peer,
             applied,
-            live_fd: Some(stream.as_raw_fd()),
+            live,
             last: None,
             cap_seen: 0,
             cap_active: None,
@@ -116,7 +116,7 @@ impl Drop for MeteredTcp {
     fn drop(&mut self) {
         let mut rec = lock(&self.record);
         rec.snapshot();
-        rec.live_fd = None;
+        rec.live = None;
     }
 }
 
@@ -245,11 +245,8 @@ impl StatsRegistry {
         let mut app_limited = false;
         for rec in all.iter().flatten() {
             let mut r = lock(rec);
-            // SAFETY: as in `snapshot`: set only while the socket is open, under this lock.
-            let sample = r
-                .live_fd
-                .and_then(|fd| crate::tcp::path_sample(&unsafe { BorrowedFd::borrow_raw(fd) }));
-            let (Some(sample), Some(fd)) = (sample, r.live_fd) else {
+            let sample = r.live.as_ref().and_then(crate::tcp::path_sample);
+            let (Some(sample), Some(fd)) = (sample, r.live.as_ref()) else {
                 let last = r.last.as_ref();
                 received += last.and_then(|s| s.bytes_received).unwrap_or(0);
                 out_of_order += last.and_then(|s| s.rcv_ooopack).unwrap_or(0);
@@ -258,12 +255,10 @@ impl StatsRegistry {
                     .min(rtt.map_or(u32::MAX, |us| u32::try_from(us).unwrap_or(u32::MAX)));
                 continue;
             };
-            // SAFETY: as above.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
             let (bytes, rtt, rcv_rtt) =
                 (sample.bytes_received, sample.min_rtt_us, sample.rcv_rtt_us);
             out_of_order += u64::from(sample.rcv_ooopack);
-            app_limited |= crate::tcp::unread_bytes(&fd)
+            app_limited |= crate::tcp::unread_bytes(fd)
                 .is_some_and(|n| n >= super::window::APP_LIMITED_UNREAD);
             received += bytes;
             if rtt > 0 {
@@ -340,10 +335,8 @@ impl StatsRegistry {
             if r.cap_set.is_some_and(|old| old.abs_diff(cap) <= old / 8) {
                 continue;
             }
-            let Some(fd) = r.live_fd else { continue };
-            // SAFETY: as above.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            match crate::tcp::set_window_clamp(&fd, cap) {
+            let Some(fd) = r.live.as_ref() else { continue };
+            match crate::tcp::set_window_clamp(fd, cap) {
                 Ok(()) => {
                     tracing::trace!(peer = %r.peer, cap, "receive window capped");
                     r.cap_set = Some(cap);

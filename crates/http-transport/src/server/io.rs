@@ -15,7 +15,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// moved bytes, which the connection's idle watchdog samples.
 pub(crate) struct ServerIo<T> {
     prefix: Bytes,
-    /// Declared before `inner`: it reads `inner`'s socket, so it must be dropped first.
     #[cfg(target_os = "linux")]
     sampler: Option<SendSampler>,
     inner: T,
@@ -33,31 +32,32 @@ impl<T> ServerIo<T> {
         }
     }
 
-    /// Read the socket as this connection sends, for TCP resume and the ProbeRTT skip.
+    /// Read the socket as this connection sends, for TCP resume.
     #[cfg(target_os = "linux")]
     pub(crate) fn with_sampler(mut self, sampler: Option<SendSampler>) -> Self {
         self.sampler = sampler;
         self
     }
 
-    /// The socket under this wrapper, for the sampler.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd
+    /// The socket under this wrapper.
+    pub(crate) fn socket(&self) -> std::os::fd::BorrowedFd<'_>
     where
-        T: std::os::fd::AsRawFd,
+        T: std::os::fd::AsFd,
     {
-        self.inner.as_raw_fd()
+        self.inner.as_fd()
     }
 
     fn bump(&self) {
         self.progress.fetch_add(1, Ordering::Relaxed);
     }
+}
 
+impl<T: std::os::fd::AsFd> ServerIo<T> {
     fn wrote(&mut self) {
         self.bump();
         #[cfg(target_os = "linux")]
         if let Some(s) = &mut self.sampler {
-            s.wrote();
+            s.wrote(self.inner.as_fd());
         }
     }
 }
@@ -72,35 +72,31 @@ pub(crate) trait SendPolicy: std::fmt::Debug + Send {
 
 /// The server's one sampler per connection: reads its `TCP_INFO` at most every
 /// [`super::tcp_resume::SAMPLE_INTERVAL`] as it sends, once for every policy that watches it.
+/// It holds no descriptor: the connection lends its socket at each write.
 #[cfg(target_os = "linux")]
 #[derive(Debug)]
 pub(crate) struct SendSampler {
-    fd: std::os::fd::RawFd,
     next: std::time::Instant,
     policies: Vec<Box<dyn SendPolicy>>,
 }
 
 #[cfg(target_os = "linux")]
 impl SendSampler {
-    /// For the socket `fd`, which the owner keeps open for as long as this lives; `None` when
-    /// no policy watches.
-    pub fn new(fd: std::os::fd::RawFd, policies: Vec<Box<dyn SendPolicy>>) -> Option<Self> {
+    /// `None` when no policy watches.
+    pub fn new(policies: Vec<Box<dyn SendPolicy>>) -> Option<Self> {
         (!policies.is_empty()).then(|| Self {
-            fd,
             next: std::time::Instant::now(),
             policies,
         })
     }
 
-    /// Called after each write that moved bytes.
-    pub fn wrote(&mut self) {
+    /// Called after each write to `fd` that moved bytes.
+    pub fn wrote(&mut self, fd: std::os::fd::BorrowedFd<'_>) {
         let now = std::time::Instant::now();
         if now < self.next {
             return;
         }
         self.next = now + super::tcp_resume::SAMPLE_INTERVAL;
-        // SAFETY: the owner keeps the socket open for as long as this lives.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
         let Some(path) = crate::tcp::path_sample(&fd) else {
             return;
         };
@@ -131,7 +127,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for ServerIo<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for ServerIo<T> {
+impl<T: AsyncWrite + std::os::fd::AsFd + Unpin> AsyncWrite for ServerIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -361,12 +361,11 @@ fn server_io(
     let io = ServerIo::new(prefix, stream, progress.clone());
     #[cfg(target_os = "linux")]
     let io = {
-        let fd = io.raw_fd();
         let mut policies: Vec<Box<dyn io::SendPolicy>> = Vec::new();
         if let Some(r) = &shared.tcp_resume {
-            policies.push(Box::new(r.probe(peer.ip(), fd)));
+            policies.push(Box::new(r.probe(peer.ip(), io.socket())));
         }
-        io.with_sampler(io::SendSampler::new(fd, policies))
+        io.with_sampler(io::SendSampler::new(policies))
     };
     #[cfg(not(target_os = "linux"))]
     let _ = (shared, peer);

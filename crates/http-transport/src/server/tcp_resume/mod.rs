@@ -26,8 +26,6 @@
 //! unasked.
 
 #[cfg(target_os = "linux")]
-mod bpf;
-#[cfg(target_os = "linux")]
 mod cgroup;
 #[cfg(target_os = "linux")]
 mod runtime;

@@ -3,14 +3,16 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use xfer_common::path_share::{MeasuredPath, PathShare};
 
-use super::{bpf, cgroup, PathMeasurement, SavedTcpPath, TcpResumeConfig};
+use super::{cgroup, PathMeasurement, SavedTcpPath, TcpResumeConfig};
+use crate::sys::bpf;
+use crate::sys::monotonic_ns;
 
 /// The running feature: the map, the linked program and what open connections measure.
 #[derive(Debug)]
@@ -43,16 +45,6 @@ fn key(ip: IpAddr) -> Ipv6Addr {
     }
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to fill; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
-}
-
 impl TcpResume {
     /// Create the map, load the program for connections accepted on `port` and link it to
     /// this process's cgroup; every path measured is also published to `share`. Errors say
@@ -73,11 +65,9 @@ impl TcpResume {
         }))
     }
 
-    /// Start measuring an accepted connection (`fd`, read once here for the log).
-    pub(crate) fn probe(self: &Arc<Self>, peer: IpAddr, fd: RawFd) -> ConnProbe {
+    /// Start measuring an accepted connection (`socket`, read once here for the log).
+    pub(crate) fn probe(self: &Arc<Self>, peer: IpAddr, socket: BorrowedFd<'_>) -> ConnProbe {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller keeps `fd` open for the probe's life, which this call is in.
-        let socket = unsafe { BorrowedFd::borrow_raw(fd) };
         if let Some(s) = crate::tcp::path_sample(&socket).filter(|s| s.cwnd > 10) {
             tracing::debug!(%peer, cwnd = s.cwnd, "tcp resume: connection starts from the saved path");
         }
