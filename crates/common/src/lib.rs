@@ -47,6 +47,7 @@ pub mod ranges;
 pub mod resource;
 pub mod secret;
 pub mod sockbuf;
+pub mod sockopt;
 pub mod stored_digest;
 pub mod synthetic;
 #[allow(unsafe_code)]

@@ -127,13 +127,13 @@ const RCVBUF_LOCK: libc::c_int = 2;
 #[cfg(target_os = "linux")]
 fn get_sol_socket(socket: &Socket, opt: libc::c_int) -> io::Result<libc::c_int> {
     use std::os::fd::AsFd;
-    crate::sys::get_sol_socket(socket.as_fd(), opt)
+    crate::sockopt::get_int(socket.as_fd(), libc::SOL_SOCKET, opt)
 }
 
 #[cfg(target_os = "linux")]
 fn set_sol_socket(socket: &Socket, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsFd;
-    crate::sys::set_sol_socket(socket.as_fd(), opt, value)
+    crate::sockopt::set_int(socket.as_fd(), libc::SOL_SOCKET, opt, value)
 }
 
 #[cfg(test)]

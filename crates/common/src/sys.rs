@@ -45,10 +45,13 @@ pub(crate) fn release_free_heap() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub(crate) fn release_free_heap() {}
 
-/// An integer `SOL_SOCKET` option. Through libc: rustix has no `SO_SNDBUFFORCE`,
-/// `SO_RCVBUFFORCE` nor `SO_BUF_LOCK`.
-#[cfg(target_os = "linux")]
-pub(crate) fn get_sol_socket(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result<libc::c_int> {
+/// An integer socket option at `level`. Through libc: rustix has no `SO_SNDBUFFORCE`,
+/// `SO_RCVBUFFORCE`, `SO_BUF_LOCK` nor `TCP_WINDOW_CLAMP`.
+pub(crate) fn get_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+) -> io::Result<libc::c_int> {
     use std::os::fd::AsRawFd;
 
     let mut value: libc::c_int = 0;
@@ -58,7 +61,7 @@ pub(crate) fn get_sol_socket(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result
     let rc = unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
-            libc::SOL_SOCKET,
+            level,
             opt,
             std::ptr::addr_of_mut!(value).cast(),
             &mut len,
@@ -71,10 +74,10 @@ pub(crate) fn get_sol_socket(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result
     }
 }
 
-/// Set an integer `SOL_SOCKET` option; libc for the reason [`get_sol_socket`] gives.
-#[cfg(target_os = "linux")]
-pub(crate) fn set_sol_socket(
+/// Set an integer socket option at `level`; libc for the reason [`get_int`] gives.
+pub(crate) fn set_int(
     fd: BorrowedFd<'_>,
+    level: libc::c_int,
     opt: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
@@ -85,7 +88,7 @@ pub(crate) fn set_sol_socket(
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_SOCKET,
+            level,
             opt,
             std::ptr::addr_of!(value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,

@@ -252,7 +252,7 @@ fn set_int(socket: &impl AsFd, option: libc::c_int, value: libc::c_int) -> io::R
     if option < 0 {
         return Err(io::ErrorKind::Unsupported.into());
     }
-    crate::sys::set_int(socket.as_fd(), libc::IPPROTO_TCP, option, value)
+    xfer_common::sockopt::set_int(socket.as_fd(), libc::IPPROTO_TCP, option, value)
 }
 
 /// Check that the congestion control `cfg` asks for exists, without a socket: for start-up
@@ -614,7 +614,8 @@ mod tests {
             ..cfg()
         };
         apply_before_connect(&s, &c)?;
-        let v = crate::sys::get_int(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP)?;
+        let v =
+            xfer_common::sockopt::get_int(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP)?;
         assert_eq!(v, 2_000_000);
         assert!(TcpConfig {
             window_clamp: Some(100),
@@ -703,7 +704,8 @@ mod tests {
             applied.recv_buffer, None,
             "a head start is not a fixed size"
         );
-        let Ok(locks) = crate::sys::get_int(stream.as_fd(), libc::SOL_SOCKET, libc::SO_BUF_LOCK)
+        let Ok(locks) =
+            xfer_common::sockopt::get_int(stream.as_fd(), libc::SOL_SOCKET, libc::SO_BUF_LOCK)
         else {
             assert!(std::env::var_os("CI").is_none(), "no SO_BUF_LOCK under CI");
             eprintln!("skipped: this kernel has no SO_BUF_LOCK (Linux 5.14+)");

@@ -1,65 +1,12 @@
 //! Every system call of this crate, behind safe functions that borrow their fds: the rest of
 //! the crate holds no `unsafe` (a test below keeps it so). `rustix` where it has the call;
-//! `libc` for what it lacks (`TCP_INFO`, `TCP_WINDOW_CLAMP`, `TCP_FASTOPEN`, `SO_BUF_LOCK`,
-//! `bpf(2)`), each block with the reason it is sound.
+//! `libc` for what it lacks (`TCP_INFO`, `bpf(2)`), each block with the reason it is sound;
+//! integer socket options through `xfer_common::sockopt`.
 
 #[cfg(target_os = "linux")]
 pub(crate) mod bpf;
 
-use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
-
-/// Set an integer socket option at `level`.
-pub(crate) fn set_int(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    option: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: the option value points to a live c_int whose size is passed alongside it; the
-    // fd stays open because it is borrowed for the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            option,
-            std::ptr::addr_of!(value).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Read an integer socket option at `level`.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) fn get_int(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    option: libc::c_int,
-) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are live for the call and `len` holds `value`'s size; the fd
-    // stays open because it is borrowed.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            option,
-            std::ptr::addr_of_mut!(value).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(value)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
 
 /// The kernel's `struct tcp_info`, as libc declares it, and how many of its bytes the kernel
 /// filled (older kernels fill a prefix).
@@ -108,14 +55,9 @@ mod tests {
     }
 
     #[test]
-    fn an_option_set_reads_back() {
+    fn an_unconnected_socket_has_nothing_unread() {
         let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
             .expect("socket");
-        super::set_int(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).expect("set");
-        assert_ne!(
-            super::get_int(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY).expect("get"),
-            0
-        );
         assert_eq!(super::unread_bytes(s.as_fd()), Some(0));
     }
 
