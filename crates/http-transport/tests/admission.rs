@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
-use xfer_http::server::{HttpServer, ServerConfig};
+use xfer_http::server::ServerConfig;
+
+use crate::loopback::Loopback;
 use xfer_service::admission::IDLE_FOR_EVICTION;
 
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -47,6 +49,33 @@ async fn poll_get(last: u8, to: SocketAddr, done: impl Fn(&str) -> bool) -> Stri
     }
 }
 
+/// A silent connection from a third host that the server holds, once a newcomer (a fourth
+/// host) is refused: the server is then full. Connected is not yet admitted, and the second
+/// host's slot may still be on its way out, in which case the third host's connection is told
+/// 503 at once and is made again.
+async fn fill_last_slot(addr: SocketAddr) -> TcpStream {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut third = connect_from(3, addr).await;
+    loop {
+        let newcomer = get_on(connect_from(4, addr).await).await;
+        if newcomer.starts_with("HTTP/1.1 503") {
+            return third;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never filled up: {newcomer}"
+        );
+        let mut byte = [0u8; 1];
+        match third.try_read(&mut byte) {
+            // Nothing to read: still held, perhaps not admitted yet.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            // A refusal (503, or closed at accept): try again.
+            _ => third = connect_from(3, addr).await,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_servers_answer_503_and_make_room_from_idle_connections() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -55,12 +84,8 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
     cfg.listen = "127.0.0.1:0".parse().expect("addr");
     cfg.max_connections = 4;
     cfg.max_connections_per_address = 3;
-    let server = HttpServer::bind(cfg).await.expect("bind");
-    let addr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = stopped.await;
-    }));
+    let server = Loopback::start(cfg).await.expect("bind");
+    let addr = server.addr;
 
     // One host opens three silent connections: its cap.
     let quiet_from = std::time::Instant::now();
@@ -89,7 +114,7 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
 
     // Four slots, four connections (one more silent one from a third host). Once they have
     // been quiet a while, a newcomer is served by closing one of them, not refused.
-    silent.push(connect_from(3, addr).await);
+    silent.push(fill_last_slot(addr).await);
     let answer = poll_get(4, addr, |a| a.starts_with("HTTP/1.1 200")).await;
     assert!(
         answer.starts_with("HTTP/1.1 200"),
@@ -101,11 +126,7 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
     );
 
     drop(silent);
-    let _ = stop.send(());
-    tokio::time::timeout(PATIENCE, task)
-        .await
-        .expect("server stops")
-        .expect("server task");
+    server.stop().await;
 }
 
 /// An HTTP/2 client over its address's cap is answered 503 and then sent GOAWAY, so its retry
@@ -118,12 +139,8 @@ async fn a_refused_http2_connection_ends_with_goaway_after_its_503() {
     let mut cfg = ServerConfig::new(dir.path());
     cfg.listen = "127.0.0.1:0".parse().expect("addr");
     cfg.max_connections_per_address = 1;
-    let server = HttpServer::bind(cfg).await.expect("bind");
-    let addr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = stopped.await;
-    }));
+    let server = Loopback::start(cfg).await.expect("bind");
+    let addr = server.addr;
 
     // The address's one slot, held by a silent connection.
     let holder = connect_from(5, addr).await;
@@ -187,9 +204,5 @@ async fn a_refused_http2_connection_ends_with_goaway_after_its_503() {
     assert!(goaway, "the refused HTTP/2 connection ended without GOAWAY");
 
     drop((s, holder));
-    let _ = stop.send(());
-    tokio::time::timeout(PATIENCE, task)
-        .await
-        .expect("server stops")
-        .expect("server task");
+    server.stop().await;
 }

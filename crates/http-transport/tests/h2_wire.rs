@@ -9,10 +9,10 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use crate::loopback::Loopback;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use xfer_core::transport::{RangeRequest, Transport};
-use xfer_http::server::{HttpServer, ServerConfig};
 use xfer_http::{Http2Config, HttpClientConfig, HttpTransport, HttpVersion};
 
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -203,35 +203,18 @@ async fn start_relay(
 }
 
 struct Server {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Loopback,
     _root: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
 }
 
 async fn start_server(
     h2: &Http2Config,
 ) -> Result<Server, Box<dyn std::error::Error + Send + Sync>> {
     let root = tempfile::tempdir()?;
-    let mut cfg = ServerConfig::new(root.path());
-    cfg.listen = "127.0.0.1:0".parse()?;
+    let mut cfg = crate::loopback::config(root.path());
     cfg.http2 = h2.clone();
-    let server = HttpServer::bind(cfg).await?;
-    let addr = server.local_addr();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(async {
-        let _ = rx.await;
-    }));
     Ok(Server {
-        addr,
-        stop: Some(tx),
+        server: Loopback::start(cfg).await?,
         _root: root,
     })
 }
@@ -243,7 +226,7 @@ async fn transfer(
     size: u64,
 ) -> Result<Logs, Box<dyn std::error::Error + Send + Sync>> {
     let server = start_server(&h2).await?;
-    let (relay, logs) = start_relay(server.addr).await?;
+    let (relay, logs) = start_relay(server.server.addr).await?;
     let url = format!("http://{relay}/.xfer/synthetic?size={size}&seed=7");
     let t = HttpTransport::new(
         &url,

@@ -3,6 +3,7 @@
 //! hyper's client (h2c prior knowledge and TLS with ALPN), and hand-built HTTP/2 frames where
 //! the limits under test are ones a well-behaved client never hits.
 
+use crate::loopback::{config, Loopback};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,13 +14,11 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use xfer_common::synthetic::fill;
 use xfer_common::tls::{client_config, self_signed, server_config, ClientTlsOptions};
 use xfer_common::FaultInjection;
 use xfer_core::Sha256Digest;
-use xfer_http::server::{HttpServer, ServerConfig};
+use xfer_http::server::ServerConfig;
 
 const SIZE: usize = 100_000;
 const SECRET: &[u8] = b"TOPSECRET-outside-the-root";
@@ -56,42 +55,9 @@ fn fixture() -> Fixture {
     }
 }
 
-fn config(root: &Path) -> ServerConfig {
-    let mut cfg = ServerConfig::new(root);
-    cfg.listen = "127.0.0.1:0".parse().expect("addr");
-    cfg
-}
-
-struct Running {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        tokio::time::timeout(PATIENCE, &mut self.task)
-            .await
-            .expect("server stops")
-            .expect("server task");
-    }
-}
-
-async fn start(cfg: ServerConfig) -> Running {
-    let server = HttpServer::bind(cfg).await.expect("bind");
-    let addr = server.local_addr();
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = rx.await;
-    }));
-    Running {
-        addr,
-        stop: Some(tx),
-        task,
-    }
+/// Serve `cfg` on loopback.
+async fn start(cfg: ServerConfig) -> Loopback {
+    Loopback::start(cfg).await.expect("bind")
 }
 
 #[derive(Debug)]
@@ -942,7 +908,7 @@ async fn h2_rapid_reset_flood_does_not_take_the_server_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_inflight_responses_finish() {
     let fx = fixture();
-    let srv = start(config(&fx.root)).await;
+    let mut srv = start(config(&fx.root)).await;
     let size = 8usize << 20;
     let mut s = TcpStream::connect(srv.addr).await.expect("connect");
     s.write_all(&get(&format!("/.xfer/synthetic?size={size}&seed=1"), ""))
@@ -951,8 +917,8 @@ async fn shutdown_lets_inflight_responses_finish() {
     // Some of the body has arrived: the response is in flight.
     let mut first = vec![0u8; 4096];
     s.read_exact(&mut first).await.expect("first bytes");
-    let Running { addr, stop, task } = srv;
-    let _ = stop.expect("stop handle").send(());
+    let addr = srv.addr;
+    srv.signal_stop();
     let mut rest = Vec::new();
     tokio::time::timeout(PATIENCE, s.read_to_end(&mut rest))
         .await
@@ -964,10 +930,7 @@ async fn shutdown_lets_inflight_responses_finish() {
     let mut want = vec![0u8; size];
     fill(1, 0, &mut want);
     assert!(r.body == want, "body differs");
-    tokio::time::timeout(PATIENCE, task)
-        .await
-        .expect("serve returns")
-        .expect("task");
+    srv.stop().await;
     // No longer accepting.
     assert!(TcpStream::connect(addr).await.is_err());
 }

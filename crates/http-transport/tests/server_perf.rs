@@ -14,7 +14,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use xfer_http::server::{HttpServer, ServerConfig};
+use xfer_http::server::ServerConfig;
+
+use crate::loopback::Loopback;
 
 const GIB: u64 = 1 << 30;
 
@@ -97,12 +99,8 @@ async fn loopback_throughput() {
     let mut cfg = ServerConfig::new(dir.path());
     cfg.listen = "127.0.0.1:0".parse().expect("addr");
     cfg.repr_digest = false;
-    let server = HttpServer::bind(cfg).await.expect("bind");
-    let addr = server.local_addr();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = rx.await;
-    }));
+    let server = Loopback::start(cfg).await.expect("bind");
+    let addr = server.addr;
 
     let syn = format!("/.xfer/synthetic?size={}", 2 * GIB);
     let t = Instant::now();
@@ -136,6 +134,5 @@ async fn loopback_throughput() {
         );
     }
 
-    let _ = tx.send(());
-    let _ = task.await;
+    server.stop().await;
 }

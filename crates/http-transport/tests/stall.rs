@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 use xfer_common::MemoryBudget;
-use xfer_http::server::{HttpServer, ServerConfig};
+use xfer_http::server::ServerConfig;
+
+use crate::loopback::Loopback;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http1_response_that_stalls_closes_its_connection_and_frees_its_budget() {
@@ -22,12 +24,8 @@ async fn http1_response_that_stalls_closes_its_connection_and_frees_its_budget()
     cfg.idle_timeout = Duration::from_secs(600);
     let budget = MemoryBudget::new(16 << 20);
     cfg.memory_budget = budget.clone();
-    let server = HttpServer::bind(cfg).await.expect("bind");
-    let addr: SocketAddr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = stopped.await;
-    }));
+    let server = Loopback::start(cfg).await.expect("bind");
+    let addr = server.addr;
 
     let socket = TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(64 << 10).expect("rcvbuf");
@@ -68,8 +66,7 @@ async fn http1_response_that_stalls_closes_its_connection_and_frees_its_budget()
         received < 64 << 20,
         "{received} bytes: the response was not cut short"
     );
-    let _ = stop.send(());
-    task.await.expect("server");
+    server.stop().await;
 }
 
 /// One HTTP/2 connection from `from` that opens `streams` streams on a large resource with a
@@ -137,12 +134,8 @@ async fn never_read_http2_streams_of_one_address_do_not_make_another_wait() {
     cfg.stall_timeout = Duration::from_secs(600);
     let budget = MemoryBudget::new(16 << 20);
     cfg.memory_budget = budget.clone();
-    let server = HttpServer::bind(cfg).await.expect("bind");
-    let addr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = stopped.await;
-    }));
+    let server = Loopback::start(cfg).await.expect("bind");
+    let addr = server.addr;
 
     const SIZE: u64 = 16 << 20;
     let path = format!("/.xfer/synthetic?size={SIZE}");
@@ -182,6 +175,5 @@ async fn never_read_http2_streams_of_one_address_do_not_make_another_wait() {
         "a request waited for bytes another address held: {stats:?}"
     );
     drop(abusers);
-    let _ = stop.send(());
-    task.await.expect("server");
+    server.stop().await;
 }

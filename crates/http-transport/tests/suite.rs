@@ -9,6 +9,8 @@ mod client_nginx;
 mod client_suite;
 #[path = "h2_wire.rs"]
 mod h2_wire;
+#[path = "loopback.rs"]
+mod loopback;
 #[path = "server_http.rs"]
 mod server_http;
 #[path = "server_perf.rs"]

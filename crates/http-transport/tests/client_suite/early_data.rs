@@ -9,67 +9,31 @@ use std::sync::Arc;
 
 use xfer_core::layout::LaneLayout;
 use xfer_core::transport::{FirstRequest, Lane, RoundTrips, TlsStart, Transport};
-use xfer_http::server::{HttpServer, ServerConfig};
+use xfer_http::server::ServerConfig;
 use xfer_http::{HttpTransport, HttpVersion};
 
 use crate::client_suite::support::{pattern, TestResult};
 use crate::client_suite::{client_cfg, fetch, range_req, read_all};
+use crate::loopback::Loopback;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The xfer server on `listen` over TLS with `cert`, serving `data.bin` from `root`.
-struct Served {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Served {
-    async fn start(
-        root: &std::path::Path,
-        cert: &xfer_common::tls::SelfSigned,
-        listen: SocketAddr,
-        max_early_data_size: u32,
-    ) -> Result<Self, BoxError> {
-        let mut cfg = ServerConfig::new(root);
-        cfg.listen = listen;
-        cfg.max_early_data_size = max_early_data_size;
-        cfg.tls = Some(Arc::new(xfer_common::tls::server_config(
-            &cert.cert_path,
-            &cert.key_path,
-            &[],
-        )?));
-        let server = HttpServer::bind(cfg).await?;
-        let addr = server.local_addr();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(server.serve(async {
-            let _ = rx.await;
-        }));
-        Ok(Self {
-            addr,
-            stop: Some(tx),
-            task: Some(task),
-        })
-    }
-
-    /// Stop serving and wait until the listening socket is closed.
-    async fn stop(mut self) -> Result<(), BoxError> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            t.await?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
+async fn serve_tls(
+    root: &std::path::Path,
+    cert: &xfer_common::tls::SelfSigned,
+    listen: SocketAddr,
+    max_early_data_size: u32,
+) -> Result<Loopback, BoxError> {
+    let mut cfg = ServerConfig::new(root);
+    cfg.listen = listen;
+    cfg.max_early_data_size = max_early_data_size;
+    cfg.tls = Some(Arc::new(xfer_common::tls::server_config(
+        &cert.cert_path,
+        &cert.key_path,
+        &[],
+    )?));
+    Ok(Loopback::start(cfg).await?)
 }
 
 struct Fixture {
@@ -95,9 +59,9 @@ impl Fixture {
     }
 
     /// The server on `listen` with early data at its default size.
-    async fn serve(&self, listen: SocketAddr) -> Result<Served, BoxError> {
+    async fn serve(&self, listen: SocketAddr) -> Result<Loopback, BoxError> {
         let size = xfer_http::server::DEFAULT_MAX_EARLY_DATA;
-        Served::start(&self.root(), &self.cert, listen, size).await
+        serve_tls(&self.root(), &self.cert, listen, size).await
     }
 
     fn transport(
@@ -226,8 +190,8 @@ async fn early_data_a_restarted_server_refuses_is_sent_again() -> TestResult {
         let mut body = opened.first.take().ok_or("no first body")?;
         read_all(body.body.as_mut()).await?;
         drop(body);
-        first.stop().await?;
-        let _second = Served::start(&fx.root(), &fx.cert, addr, early_size).await?;
+        first.stop().await;
+        let _second = serve_tls(&fx.root(), &fx.cert, addr, early_size).await?;
         let mut lane = t.open_lane(1).await?;
         let req = range_req(&opened.info, chunk..2 * chunk);
         let (bytes, _) = fetch(lane.as_mut(), &req).await?;
@@ -324,14 +288,8 @@ async fn the_server_answers_early_reads_at_once_and_refuses_early_uploads_with_4
 #[tokio::test]
 async fn a_proxy_that_forwarded_early_data_gets_425_for_an_upload() -> TestResult {
     let fx = Fixture::new(1 << 10)?;
-    let mut cfg = ServerConfig::new(fx.root());
-    cfg.listen = "127.0.0.1:0".parse()?;
-    let server = HttpServer::bind(cfg).await?;
-    let addr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(async {
-        let _ = stopped.await;
-    }));
+    let server = Loopback::start(crate::loopback::config(&fx.root())).await?;
+    let addr = server.addr;
     let answer = tokio::task::spawn_blocking(move || -> Result<Vec<String>, BoxError> {
         let mut heads = Vec::new();
         for request in [
@@ -355,7 +313,7 @@ async fn a_proxy_that_forwarded_early_data_gets_425_for_an_upload() -> TestResul
         Ok(heads)
     })
     .await??;
-    let _ = stop.send(());
+    server.stop().await;
     assert!(answer[0].starts_with("HTTP/1.1 425"), "{}", answer[0]);
     assert!(answer[1].starts_with("HTTP/1.1 200"), "{}", answer[1]);
     Ok(())
@@ -411,12 +369,8 @@ async fn an_upload_on_an_http2_connection_that_began_with_early_data_waits_for_t
     )?));
     cfg.uploads = Some(xfer_service::UploadConfig::default());
     cfg.access = Arc::new(xfer_service::AccessControl::from_file(&access, true)?);
-    let server = HttpServer::bind(cfg).await?;
-    let upstream = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(async {
-        let _ = stopped.await;
-    }));
+    let server = Loopback::start(cfg).await?;
+    let upstream = server.addr;
     // The second connection's handshake answer comes slowly, so a request written right
     // after the first would still be early data.
     let faults = vec![
@@ -456,7 +410,7 @@ async fn an_upload_on_an_http2_connection_that_began_with_early_data_waits_for_t
         fetch(reader.as_mut(), &req),
         writer.put_whole(put.clone(), h.finish())
     );
-    let _ = stop.send(());
+    server.stop().await;
     assert_eq!(read?.0, fx.data[1024..2048]);
     let rt = reader.first_round_trips().ok_or("no round trips")?;
     assert_eq!(rt.tls, TlsStart::EarlyData, "{rt}");

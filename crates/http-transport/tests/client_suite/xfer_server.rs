@@ -1,30 +1,21 @@
 //! The client against the xfer HTTP server: real files, `Repr-Digest`, `Content-Digest`
 //! trailers, the synthetic resource, over HTTP/1.1, h2c and h2 over TLS.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use xfer_core::transport::Transport;
 use xfer_core::Sha256Digest;
-use xfer_http::server::{HttpServer, ServerConfig};
+use xfer_http::server::ServerConfig;
 use xfer_http::{HttpTransport, HttpVersion};
 
 use crate::client_suite::support::{pattern, TestResult};
 use crate::client_suite::{client_cfg, fetch, range_req};
+use crate::loopback::Loopback;
 
 struct Running {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Loopback,
     _dir: tempfile::TempDir,
     cert: Option<std::path::PathBuf>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
 }
 
 async fn start(
@@ -48,15 +39,8 @@ async fn start(
         )?));
         cert = Some(ss.cert_path);
     }
-    let server = HttpServer::bind(cfg).await?;
-    let addr = server.local_addr();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(async {
-        let _ = rx.await;
-    }));
     Ok(Running {
-        addr,
-        stop: Some(tx),
+        server: Loopback::start(cfg).await?,
         _dir: dir,
         cert,
     })
@@ -69,9 +53,9 @@ async fn against_xfer_server(tls: bool, version: HttpVersion, proto: &str) -> Te
     let url = match &srv.cert {
         Some(c) => {
             cfg.tls.ca_certs = vec![c.clone()];
-            format!("https://localhost:{}/data.bin", srv.addr.port())
+            format!("https://localhost:{}/data.bin", srv.server.addr.port())
         }
-        None => format!("http://{}/data.bin", srv.addr),
+        None => format!("http://{}/data.bin", srv.server.addr),
     };
     let t = HttpTransport::new(&url, cfg)?;
     let info = t.stat().await?;
@@ -111,7 +95,7 @@ async fn xfer_server_h2_tls() -> TestResult {
 #[tokio::test]
 async fn xfer_server_synthetic_resource() -> TestResult {
     let srv = start(b"", false).await?;
-    let url = format!("http://{}/.xfer/synthetic?size=64M&seed=1", srv.addr);
+    let url = format!("http://{}/.xfer/synthetic?size=64M&seed=1", srv.server.addr);
     let t = HttpTransport::new(&url, client_cfg(HttpVersion::Http2))?;
     let info = t.stat().await?;
     assert_eq!(info.size, 64 << 20);
