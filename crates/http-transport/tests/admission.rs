@@ -144,7 +144,12 @@ async fn a_refused_http2_connection_ends_with_goaway_after_its_503() {
 
     // The address's one slot, held by a silent connection.
     let holder = connect_from(5, addr).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Held once an HTTP/1.1 GET from the address is refused.
+    let answer = poll_get(5, addr, |a| a.starts_with("HTTP/1.1 503")).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 503"),
+        "the slot was never held: {answer}"
+    );
     let mut s = connect_from(5, addr).await;
     let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
         let len = payload.len() as u32;

@@ -563,7 +563,16 @@ mod teardown {
             .arg("30")
             .spawn()
             .unwrap_or_else(|e| panic!("{e}"));
-        std::thread::sleep(Duration::from_millis(200));
+        // Running inside once `ip netns exec` has become `sleep`.
+        let comm = format!("/proc/{}/comm", child.id());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(&comm).map_or(true, |c| c.trim() != "sleep") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sleep never started inside"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         drop(lab);
         assert!(!ns_exists(&srv) && !ns_exists(&cli));
         let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
