@@ -406,7 +406,15 @@ async fn curl_large_refused_put(proto: Proto, versions: &[&str]) -> TestResult {
         ] {
             let (code, exit, stderr) = curl_put(&curl, &fx, version, token, &big, "/in/big.bin")?;
             assert_eq!(code, want, "{proto:?} {version} {token:?}: {stderr}");
-            assert_eq!(exit, Some(0), "{proto:?} {version} {token:?}: {stderr}");
+            // curl 7.88 over HTTP/2 sometimes stops sending once the refusal arrives and ends
+            // its stream short of the Content-Length it declared; the server must reset such a
+            // malformed stream (PROTOCOL_ERROR) and curl then exits 92 although it printed the
+            // answer above. Anything else is a failure.
+            let h2_short_stream = version.starts_with("--http2") && exit == Some(92);
+            assert!(
+                exit == Some(0) || h2_short_stream,
+                "{proto:?} {version} {token:?}: exit {exit:?}: {stderr}"
+            );
         }
         assert!(!fx.root().join("in/big.bin").exists());
         assert_eq!(staging_left(&fx.root().join("in")), Vec::<String>::new());
