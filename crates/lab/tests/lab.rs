@@ -321,9 +321,11 @@ mod loss {
         let n = 5000u32;
         let lab = lossy_lab("xlt-loss", p, 42);
         let addr = SocketAddr::new(lab.server_addr(), 7002);
+        let (bound, is_bound) = std::sync::mpsc::channel::<()>();
         let sink = lab
             .spawn_in_server(move || -> std::io::Result<u32> {
                 let sock = udp_sink(addr, 4 << 20)?;
+                let _ = bound.send(());
                 let mut seen = vec![false; n as usize];
                 let mut buf = [0u8; 256];
                 loop {
@@ -342,7 +344,9 @@ mod loss {
                 Ok(seen.iter().filter(|s| **s).count() as u32)
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        std::thread::sleep(Duration::from_millis(100));
+        // The sink is listening before the first datagram leaves (or it failed: its error
+        // comes with the join below).
+        let _ = is_bound.recv_timeout(Duration::from_secs(10));
         let source = lab
             .spawn_in_client(move || -> std::io::Result<()> {
                 let sock = UdpSocket::bind("0.0.0.0:0")?;
@@ -411,10 +415,12 @@ mod udp_offload {
         let n = 4000u32;
         let lab = lossy_lab("xlt-uso", p, 7);
         let addr = SocketAddr::new(lab.server_addr(), 7003);
+        let (bound, is_bound) = std::sync::mpsc::channel::<()>();
         let sink = lab
             .spawn_in_server(move || -> std::io::Result<(u32, u32)> {
                 let sock = udp_sink(addr, 8 << 20)?;
                 set_udp_option(&sock, libc::UDP_GRO, 1);
+                let _ = bound.send(());
                 let mut seen = vec![false; n as usize];
                 let mut coalesced = 0;
                 let mut buf = vec![0u8; 65536];
@@ -438,7 +444,9 @@ mod udp_offload {
                 Ok((seen.iter().filter(|s| **s).count() as u32, coalesced))
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        std::thread::sleep(Duration::from_millis(100));
+        // The sink is listening before the first datagram leaves (or it failed: its error
+        // comes with the join below).
+        let _ = is_bound.recv_timeout(Duration::from_secs(10));
         let source = lab
             .spawn_in_client(move || -> std::io::Result<()> {
                 let sock = UdpSocket::bind("0.0.0.0:0")?;
