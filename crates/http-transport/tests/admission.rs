@@ -49,31 +49,31 @@ async fn poll_get(last: u8, to: SocketAddr, done: impl Fn(&str) -> bool) -> Stri
     }
 }
 
-/// A silent connection from a third host that the server holds, once a newcomer (a fourth
-/// host) is refused: the server is then full. Connected is not yet admitted, and the second
-/// host's slot may still be on its way out, in which case the third host's connection is told
-/// 503 at once and is made again.
-async fn fill_last_slot(addr: SocketAddr) -> TcpStream {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let mut third = connect_from(3, addr).await;
-    loop {
-        let newcomer = get_on(connect_from(4, addr).await).await;
-        if newcomer.starts_with("HTTP/1.1 503") {
-            return third;
+/// A GET of the 7-byte `/f.bin` on a connection kept open after its answer: the head, and the
+/// connection, still admitted (and idle from then on).
+async fn get_keeping(mut s: TcpStream) -> (String, TcpStream) {
+    let req = b"GET /f.bin HTTP/1.1\r\nHost: x\r\n\r\n";
+    s.write_all(req).await.expect("request");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let n = s.read(&mut buf).await.expect("read the answer");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&got);
+            if let Some(end) = text.find("\r\n\r\n") {
+                if got.len() >= end + 4 + b"payload".len() {
+                    break;
+                }
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the server never filled up: {newcomer}"
-        );
-        let mut byte = [0u8; 1];
-        match third.try_read(&mut byte) {
-            // Nothing to read: still held, perhaps not admitted yet.
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            // A refusal (503, or closed at accept): try again.
-            _ => third = connect_from(3, addr).await,
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    assert!(read.is_ok(), "no whole answer within {PATIENCE:?}");
+    (String::from_utf8_lossy(&got).into_owned(), s)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,15 +87,14 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
     let server = Loopback::start(cfg).await.expect("bind");
     let addr = server.addr;
 
-    // One host opens three silent connections: its cap.
+    // One host opens three silent connections: its cap. The server admits connections at
+    // accept, in order, so a request on a fourth one, made after the three, is refused.
     let quiet_from = std::time::Instant::now();
     let mut silent = Vec::new();
     for _ in 0..3 {
         silent.push(connect_from(1, addr).await);
     }
-    // The server counts a connection once it has accepted it; until it has taken all three,
-    // a fourth from the host may still be served (and then closes), so ask until refused.
-    let answer = poll_get(1, addr, |a| a.starts_with("HTTP/1.1 503")).await;
+    let answer = get_on(connect_from(1, addr).await).await;
     assert!(
         answer.starts_with("HTTP/1.1 503"),
         "over the per-address cap: {answer}"
@@ -105,16 +104,23 @@ async fn full_servers_answer_503_and_make_room_from_idle_connections() {
         "{answer}"
     );
 
-    // Another host is served: one slot of four is still free.
-    let answer = get_on(connect_from(2, addr).await).await;
+    // Another host is served on the last free slot, and keeps its connection open (a
+    // connection that closed would free its slot a moment later, on its own task's time).
+    let (answer, kept) = get_keeping(connect_from(2, addr).await).await;
     assert!(
         answer.starts_with("HTTP/1.1 200"),
         "another address: {answer}"
     );
+    silent.push(kept);
 
-    // Four slots, four connections (one more silent one from a third host). Once they have
-    // been quiet a while, a newcomer is served by closing one of them, not refused.
-    silent.push(fill_last_slot(addr).await);
+    // Four slots, four connections: a newcomer is refused while none has been quiet for
+    // long...
+    let answer = get_on(connect_from(4, addr).await).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 503"),
+        "a full server: {answer}"
+    );
+    // ...and once they have been quiet a while, served by closing one of them.
     let answer = poll_get(4, addr, |a| a.starts_with("HTTP/1.1 200")).await;
     assert!(
         answer.starts_with("HTTP/1.1 200"),
