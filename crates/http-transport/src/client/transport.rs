@@ -20,7 +20,7 @@ use crate::client::config::HttpClientConfig;
 use crate::client::connect::{self, ConnectParams, Connection, Sender, Setup};
 use crate::client::lane::{drain, read_small, Answer, HttpLane};
 use crate::client::listing;
-use crate::client::loss_spread::{Episodes, LossSpread, EPISODES};
+use crate::client::loss_spread::{startup, Episodes, LossSpread, EPISODES};
 use crate::client::path_memory::{PathMemory, Verdict};
 use crate::client::response::{
     content_length, declared_checksums, described, header_str, repr_digest,
@@ -100,12 +100,6 @@ struct LossCount {
     episodes: Episodes,
 }
 
-/// Loss in the first moments of a transfer is often its own start-up overflowing the
-/// bottleneck's queue, not the path's: episodes count only this long after the first byte...
-const MEMORY_STARTUP: std::time::Duration = std::time::Duration::from_secs(2);
-/// ...or this many round trips, when that is longer.
-const MEMORY_STARTUP_RTTS: u32 = 20;
-
 impl LossMemory {
     /// Feed one reading of the sockets; returns the bytes received so far.
     fn observe(&self, totals: ReceiveTotals, now: std::time::Instant) -> u64 {
@@ -113,10 +107,8 @@ impl LossMemory {
         let mut c = lock_ignoring_poison(&self.count);
         let Some((start, _)) = c.from else {
             if received > 0 {
-                let startup = rtt.map_or(MEMORY_STARTUP, |r| {
-                    r.saturating_mul(MEMORY_STARTUP_RTTS).max(MEMORY_STARTUP)
-                });
-                c.from = Some((now + startup, received));
+                // Episodes count only after the start-up, from the first byte.
+                c.from = Some((now + startup(rtt), received));
             }
             return received;
         };
@@ -939,8 +931,10 @@ mod tests {
         assert_eq!(t.request_ahead(), None);
         let (t0, rtt) = (Instant::now(), Some(Duration::from_millis(100)));
         let spread = &t.inner.pool.spread;
-        assert!(!spread.observe(1, rtt, t0));
-        assert!(spread.observe(2, rtt, t0 + Duration::from_secs(1)));
+        let after_startup = t0 + super::startup(rtt);
+        assert!(!spread.observe(0, rtt, t0));
+        assert!(!spread.observe(1, rtt, after_startup));
+        assert!(spread.observe(2, rtt, after_startup + Duration::from_secs(1)));
         // One lane per connection now: its window holds two streams' worth.
         assert_eq!(t.inner.h2_layout().streams_per_connection, 1);
         assert_eq!(t.request_ahead(), Some(true));
