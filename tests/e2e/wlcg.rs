@@ -599,17 +599,28 @@ async fn xrootd_pulls_from_xfer_by_http_tpc() -> TestResult {
 
 /// `xfer get --checksum=ALG` from xfer itself, over HTTP/1.1, HTTP/2 (`Want-Digest`) and QUIC
 /// (`xfer/1`'s CHECKSUMS): every algorithm is asked, computed over the bytes received and
-/// named in the report; a file that is not there costs no part file.
+/// named in the report; a file that is not there costs no part file. adler32 also over many
+/// chunks, where the lanes' per-chunk values are combined, with and without SHA-256.
 async fn get_with_checksum(proto: Proto, extra: &[&str]) -> TestResult {
     let fx = Fixture::start(proto).await?;
     let src = fx.root().join("c.bin");
     let expected = write_random_file(&src, 3 * MIB + 11, 46)?;
-    for (flag, algorithm) in [
-        ("--checksum=adler32", ChecksumAlgorithm::Adler32),
-        ("--checksum=MD5", ChecksumAlgorithm::Md5),
-        ("--checksum", ChecksumAlgorithm::Sha256),
-    ] {
-        let dest = fx.out().join(format!("{algorithm}.bin"));
+    let chunked: &[&str] = &["--chunk-size", "256KiB"];
+    for (i, (flag, algorithm, more)) in [
+        ("--checksum=adler32", ChecksumAlgorithm::Adler32, &[][..]),
+        ("--checksum=adler32", ChecksumAlgorithm::Adler32, chunked),
+        (
+            "--checksum=adler32",
+            ChecksumAlgorithm::Adler32,
+            &[chunked, &["--no-verify"]].concat()[..],
+        ),
+        ("--checksum=MD5", ChecksumAlgorithm::Md5, &[][..]),
+        ("--checksum", ChecksumAlgorithm::Sha256, &[][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dest = fx.out().join(format!("{algorithm}-{i}.bin"));
         let mut args = vec![
             "get".to_string(),
             fx.url("/c.bin"),
@@ -622,15 +633,15 @@ async fn get_with_checksum(proto: Proto, extra: &[&str]) -> TestResult {
             args.push("--ca-cert".into());
             args.push(ca.display().to_string());
         }
-        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(extra.iter().chain(more).map(|s| s.to_string()));
         let out = run_xfer(args).await?;
         let report = json_report(&out)?;
-        assert!(out.status.success(), "{proto:?} {flag}: {report}");
+        assert!(out.status.success(), "{proto:?} {flag} {more:?}: {report}");
         assert_eq!(sha256_file(&dest)?, expected);
         assert_eq!(
             report["verification"]["server_checksum"].as_str(),
             Some(checksum_of(algorithm, &src)?.to_string().as_str()),
-            "{proto:?} {flag}: {report}"
+            "{proto:?} {flag} {more:?}: {report}"
         );
     }
     fx.shutdown().await;

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 pub mod adapt;
 pub mod checksum;
+pub mod chunk_adler;
 pub mod digest;
 pub mod duration;
 pub mod error;

@@ -1,5 +1,6 @@
-//! The whole-file SHA-256 (and the checksum `--checksum` asks for), computed during the
-//! transfer.
+//! The whole-file SHA-256 (and the checksum `--checksum` asks for, unless it is adler32 on a
+//! fresh transfer: the lanes compute that per chunk, see [`crate::chunk_adler`]), computed
+//! during the transfer.
 //!
 //! SHA-256 must see the bytes in order, but chunks complete out of order. Rather than hold
 //! every out-of-order chunk in memory (up to the whole file when one early chunk is slow), the

@@ -866,6 +866,113 @@ async fn server_checksum_is_verified() {
     assert!(!journal::part_path(&dest).exists());
 }
 
+/// adler32 is combined from the chunks' values the lanes computed, in whatever order the
+/// chunks completed: exact with many lanes, with a chunk corrupted and fetched again, with
+/// verification off (no SHA-256 pass at all), and on a resume (whose journalled chunks go
+/// through the in-order pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adler32_combined_from_chunks_matches_the_servers() {
+    use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
+    let d = data(23 * CHUNK as usize + 777, 38);
+    let adler = Checksummer::of(ChecksumAlgorithm::Adler32, &d);
+    let cfg = |verify| GetConfig {
+        checksum: Some(ChecksumAlgorithm::Adler32),
+        verify,
+        ..config()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (name, verify, per_chunk_digests) in [
+        ("sha", true, true),
+        ("no-repr", true, false),
+        ("no-verify", false, true),
+    ] {
+        let t = MemTransport::new(d.clone(), 4).with_checksum(adler.clone());
+        let t = Arc::new(if per_chunk_digests {
+            t
+        } else {
+            t.without_digests()
+        });
+        if per_chunk_digests && verify {
+            // Caught by the chunk's digest or the whole file's, and fetched again: the value
+            // kept for the chunk is the good copy's.
+            t.inject(5 * CHUNK, MemFault::Corrupt, 1);
+        }
+        let dest = dir.path().join(name);
+        let report = get(&t, &dest, cfg(verify)).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), d, "{name}");
+        assert_eq!(
+            report.verification.server_checksum.as_deref(),
+            Some(adler.to_string().as_str()),
+            "{name}"
+        );
+        assert_eq!(report.verification.local_hash, verify, "{name}");
+    }
+
+    // A resume: the journalled chunks are read back in order, the rest combined with them.
+    let t = Arc::new(MemTransport::new(d.clone(), 1).with_checksum(adler.clone()));
+    t.inject(9 * CHUNK, MemFault::Fail { retryable: false }, 1);
+    let dest = dir.path().join("resumed");
+    let one_at_a_time = GetConfig {
+        request_ahead: Some(false),
+        ..cfg(true)
+    };
+    get(&t, &dest, one_at_a_time).await.unwrap_err();
+    assert!(journal::journal_path(&dest).exists());
+    let r = get(&t, &dest, cfg(true)).await.unwrap();
+    assert_eq!(r.resumed_bytes, 9 * CHUNK);
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(
+        r.verification.server_checksum.as_deref(),
+        Some(adler.to_string().as_str())
+    );
+}
+
+/// A chunk damaged on its way that nothing else checks is caught by the combined adler32:
+/// the error names the file, keeps the part file, and no destination appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_chunk_fails_the_combined_adler32_naming_the_file() {
+    use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
+    let d = data(9 * CHUNK as usize + 3, 39);
+    let adler = Checksummer::of(ChecksumAlgorithm::Adler32, &d);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, verify) in [("verified.bin", true), ("unverified.bin", false)] {
+        let t = Arc::new(
+            MemTransport::new(d.clone(), 3)
+                .with_checksum(adler.clone())
+                .without_digests(),
+        );
+        t.inject(4 * CHUNK, MemFault::Corrupt, 1);
+        let dest = dir.path().join(name);
+        let cfg = GetConfig {
+            checksum: Some(ChecksumAlgorithm::Adler32),
+            verify,
+            ..config()
+        };
+        let err = get(&t, &dest, cfg).await.unwrap_err();
+        match &err {
+            GetError::ChecksumMismatch {
+                path,
+                part,
+                actual,
+                expected,
+            } => {
+                assert_eq!(path, &dest);
+                assert_eq!(expected, &adler);
+                let on_disk = std::fs::read(part).unwrap();
+                assert_ne!(on_disk, d, "the damaged bytes are what was written");
+                assert_eq!(
+                    actual,
+                    &Checksummer::of(ChecksumAlgorithm::Adler32, &on_disk),
+                    "the combined value is that of the bytes written"
+                );
+            }
+            other => panic!("{name}: expected a checksum mismatch, got {other}"),
+        }
+        assert!(err.to_string().contains(name), "{err}");
+        assert!(!dest.exists());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adaptive_lanes_add_and_retire_lanes_mid_transfer_and_say_why() {
     use xfer_core::adapt::{Action, AdaptConfig};

@@ -22,6 +22,7 @@ use super::lane::{self, LaneContext, LaneEvent, LaneStart, Work};
 use super::GetError;
 use crate::adapt::{Action, AdaptReport};
 use crate::checksum::Checksum;
+use crate::chunk_adler::ChunkAdlers;
 use crate::digest::Sha256Digest;
 use crate::error::TransferError;
 use crate::lane_sampler::{Counters, LaneSampler};
@@ -37,8 +38,12 @@ const ENDGAME_RECHECK: Duration = Duration::from_millis(100);
 
 /// How the transfer ended, as far as the driver is concerned.
 pub(super) enum Ending {
-    /// Every chunk verified; the whole-file digest (and the checksum asked for) when computed.
-    Complete(Option<(Sha256Digest, Option<Checksum>)>),
+    /// Every chunk verified; the whole-file digest and the checksum asked for, each when
+    /// computed.
+    Complete {
+        sha256: Option<Sha256Digest>,
+        checksum: Option<Checksum>,
+    },
     /// The shutdown future resolved.
     Interrupted,
     Failed(GetError),
@@ -92,6 +97,9 @@ pub(super) struct Driver {
     refuse_unvouched: bool,
     /// The first such chunk.
     unvouched: Option<ChunkIndex>,
+    /// Each chunk's adler32 from its winning lane, when the file's is combined from them
+    /// rather than computed by the whole-file hasher.
+    chunk_adler32: Option<ChunkAdlers>,
 }
 
 struct LaneSlot {
@@ -164,6 +172,7 @@ impl Driver {
             last_verified: None,
             refuse_unvouched: false,
             unvouched: None,
+            chunk_adler32: None,
         };
         for start in starts {
             driver.spawn_lane(start);
@@ -274,6 +283,29 @@ impl Driver {
         self
     }
 
+    /// Combine the file's adler32 from each chunk's, which the lanes compute (they must have
+    /// been started with [`LaneContext::chunk_adler32`]).
+    pub fn combine_chunk_adler32(mut self, on: bool) -> Self {
+        self.chunk_adler32 = on.then(|| ChunkAdlers::new(self.sched.plan()));
+        self
+    }
+
+    /// The checksum the transfer ends with: the hasher's, or the one combined from the chunks'.
+    fn final_checksum(&self, from_hasher: Option<Checksum>) -> Result<Option<Checksum>, GetError> {
+        let Some(adlers) = &self.chunk_adler32 else {
+            return Ok(from_hasher);
+        };
+        adlers
+            .combine(self.sched.plan())
+            .map(Some)
+            .map_err(|chunk| {
+                GetError::Config(format!(
+                    "{}: chunk {chunk} was verified without its adler32",
+                    self.source
+                ))
+            })
+    }
+
     /// React to reports until the transfer is complete, fails or `shutdown` resolves. Lanes
     /// are stopped and joined before this returns; the writer is left to the caller to finish.
     pub async fn run(
@@ -296,17 +328,28 @@ impl Driver {
                 break Ending::Unvouched { chunk };
             }
             if inputs.whole_from_chunk && self.sched.is_finished() {
-                break match self.last_verified {
-                    Some(d) => Ending::Complete(Some((d, None))),
-                    None => Ending::Failed(GetError::Config(
+                break match (self.last_verified, self.final_checksum(None)) {
+                    (Some(d), Ok(checksum)) => Ending::Complete {
+                        sha256: Some(d),
+                        checksum,
+                    },
+                    (None, _) => Ending::Failed(GetError::Config(
                         "the only chunk was verified without a digest".into(),
                     )),
+                    (_, Err(e)) => Ending::Failed(e),
                 };
             }
             // A complete schedule is not the end while the hasher may still find a resumed
             // chunk damaged and put it back.
             if self.sched.is_finished() && (!verify_whole || whole_digest.is_some()) {
-                break Ending::Complete(whole_digest);
+                let (sha256, checksum) = match whole_digest {
+                    Some((d, c)) => (Some(d), c),
+                    None => (None, None),
+                };
+                break match self.final_checksum(checksum) {
+                    Ok(checksum) => Ending::Complete { sha256, checksum },
+                    Err(e) => Ending::Failed(e),
+                };
             }
             let wake_at = self.next_timer();
             tokio::select! {
@@ -428,14 +471,21 @@ impl Driver {
                 outcome,
                 error,
                 buffer,
+                adler32,
             } => {
                 self.tokens.remove(&attempt);
                 if let Some(e) = error {
                     self.errors.insert(chunk, e);
                 }
                 let buffered = !buffer.is_empty();
-                if self.sched.handle_outcome(attempt, outcome, now) && buffered {
+                let won = self.sched.handle_outcome(attempt, outcome, now);
+                if won && buffered {
                     self.buffers.insert(attempt, buffer);
+                }
+                // The winner's bytes are the ones sealed for the chunk, so its adler32 is the
+                // chunk's.
+                if let (true, Some(adlers), Some(v)) = (won, self.chunk_adler32.as_mut(), adler32) {
+                    adlers.set(chunk, v);
                 }
                 self.ended_on(lane);
             }
@@ -524,6 +574,9 @@ impl Driver {
             chunk,
             "journalled chunk does not match its digest on disk; fetching it again"
         );
+        if let Some(adlers) = self.chunk_adler32.as_mut() {
+            adlers.clear(chunk);
+        }
         let bytes = self.sched.plan().len(chunk);
         self.progress.update(|p| {
             p.verified -= bytes;

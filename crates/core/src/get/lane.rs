@@ -62,6 +62,8 @@ pub(super) enum LaneEvent {
         outcome: AttemptOutcome,
         error: Option<TransferError>,
         buffer: Vec<Bytes>,
+        /// The adler32 of the bytes received, when every chunk's is asked for.
+        adler32: Option<u32>,
     },
     /// The lane's connection could not be opened for `attempt`. With `gave_up` the lane has
     /// ended; otherwise it sends [`LaneEvent::Ready`] after a backoff.
@@ -83,6 +85,9 @@ pub(super) struct LaneContext {
     /// Hash each chunk as it arrives and ask the server for its digest of it. Off when the
     /// whole-file hash alone checks the bytes (see [`super::GetConfig::check_every_chunk`]).
     pub check_chunks: bool,
+    /// Compute each chunk's adler32 as it arrives, for the whole file's by combination (see
+    /// [`crate::chunk_adler`]).
+    pub chunk_adler32: bool,
     /// One request for the whole resource (the server ignores ranges).
     pub whole: bool,
     /// Whether to request the next chunk before the current body ends (see
@@ -327,6 +332,7 @@ pub(super) async fn run(
             outcome: fetched.outcome,
             error: fetched.error,
             buffer: fetched.buffer,
+            adler32: fetched.adler32,
         };
         if events.send(finished).is_err() {
             return;
@@ -396,6 +402,8 @@ struct Fetched {
     reusable: bool,
     /// An end-game duplicate's bytes.
     buffer: Vec<Bytes>,
+    /// The adler32 of every byte received, when asked for.
+    adler32: Option<u32>,
 }
 
 impl Fetched {
@@ -405,6 +413,7 @@ impl Fetched {
             error: None,
             reusable: false,
             buffer: Vec::new(),
+            adler32: None,
         }
     }
 
@@ -417,6 +426,7 @@ impl Fetched {
             error: Some(error),
             reusable: false,
             buffer: Vec::new(),
+            adler32: None,
         }
     }
 }
@@ -579,6 +589,7 @@ async fn fetch(
         unread: ctx.rate_limit.as_ref().map_or(0, |l| l.limit().window()),
     });
     let mut hasher = ctx.check_chunks.then(Sha256Hasher::new);
+    let mut adler = ctx.chunk_adler32.then(adler2::Adler32::new);
     let mut pace = Pace {
         ctx,
         events,
@@ -621,6 +632,9 @@ async fn fetch(
                 if let Some(h) = hasher.as_mut() {
                     h.update(&data);
                 }
+                if let Some(h) = adler.as_mut() {
+                    h.write_slice(&data);
+                }
                 let n = data.len() as u64;
                 batch.push(data);
                 if let Some(limit) = ctx.rate_limit.as_ref() {
@@ -656,6 +670,7 @@ async fn fetch(
         error: None,
         reusable: true,
         buffer,
+        adler32: adler.map(|h| h.checksum()),
     }
 }
 

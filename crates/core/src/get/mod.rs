@@ -546,10 +546,18 @@ impl Download {
         // read back from the part file. A file of one chunk, fetched now and hashed by its
         // lane, needs no second pass: that chunk's digest is the whole file's (most files of a
         // tree are one chunk).
+        //
+        // adler32 combines exactly, so on a fresh transfer each lane computes its chunks'
+        // and the file's follows at the end: no in-order pass for it. A resume takes the
+        // in-order path, which reads the journal's chunks back (checking them against their
+        // journalled digests) and so computes their adler32 from the bytes on disk.
         let (sealed_tx, sealed_rx) = std::sync::mpsc::channel();
-        let verify_whole = cfg.verify || cfg.expect_sha256.is_some() || cfg.checksum.is_some();
+        let chunk_adler32 =
+            cfg.checksum == Some(ChecksumAlgorithm::Adler32) && prepared.claimed.is_empty();
+        let in_order_checksum = cfg.checksum.filter(|_| !chunk_adler32);
+        let verify_whole = cfg.verify || cfg.expect_sha256.is_some() || in_order_checksum.is_some();
         let whole_from_chunk = cfg.verify
-            && cfg.checksum.is_none()
+            && in_order_checksum.is_none()
             && plan.chunk_count() == 1
             && prepared.claimed.is_empty();
         let (hasher, hashes) = if verify_whole && !whole_from_chunk {
@@ -564,7 +572,7 @@ impl Download {
                 .collect();
             let thread = whole_hash::spawn(
                 plan,
-                cfg.checksum,
+                in_order_checksum,
                 read,
                 part_path.clone(),
                 claimed,
@@ -615,6 +623,7 @@ impl Download {
             transport: Arc::clone(&self.transport),
             remote: info.clone(),
             check_chunks,
+            chunk_adler32,
             whole: !info.accepts_ranges,
             ahead: match (self.transport.request_ahead(), cfg.request_ahead) {
                 (Some(_), Some(asked)) => lane::Ahead::Fixed(asked),
@@ -657,12 +666,14 @@ impl Download {
         );
         // Only per-chunk digests could vouch for the file: one chunk without is enough to
         // know `require_digest` will refuse it, so the rest is not fetched.
-        let driver = driver.refuse_unvouched(
-            cfg.require_digest
-                && info.sha256.is_none()
-                && cfg.expect_sha256.is_none()
-                && server_checksum.is_none(),
-        );
+        let driver = driver
+            .refuse_unvouched(
+                cfg.require_digest
+                    && info.sha256.is_none()
+                    && cfg.expect_sha256.is_none()
+                    && server_checksum.is_none(),
+            )
+            .combine_chunk_adler32(chunk_adler32);
         let inputs = Inputs {
             events,
             writer_failed: writer.failed.take(),
@@ -677,8 +688,7 @@ impl Download {
             let _ = tokio::task::spawn_blocking(move || h.join()).await;
         }
         let (whole_digest, whole_checksum) = match ending {
-            Ending::Complete(Some((digest, checksum))) => (Some(digest), checksum),
-            Ending::Complete(None) => (None, None),
+            Ending::Complete { sha256, checksum } => (sha256, checksum),
             Ending::Interrupted => {
                 synced?;
                 return Err(GetError::Interrupted);
