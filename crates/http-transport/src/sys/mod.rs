@@ -35,6 +35,17 @@ pub(crate) fn unread_bytes(fd: BorrowedFd<'_>) -> Option<u64> {
     rustix::io::ioctl_fionread(fd).ok()
 }
 
+/// Bytes sent on a TCP socket that its peer has not acknowledged yet, queued or in flight
+/// (`SIOCOUTQ`).
+#[cfg(target_os = "linux")]
+pub(crate) fn unacked_bytes(fd: BorrowedFd<'_>) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through the pointer, which is live for the
+    // call; the fd is borrowed for it.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    (rc == 0).then(|| u64::try_from(n).unwrap_or(0))
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of BPF's `bpf_ktime_get_ns`.
 pub(crate) fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
