@@ -1,6 +1,6 @@
 //! Integer socket options that `rustix` does not wrap (`SO_*BUFFORCE`, `SO_BUF_LOCK`,
 //! `TCP_WINDOW_CLAMP`, `TCP_FASTOPEN`), for this crate and the transports: one pair of
-//! system calls, in [`crate::sys`], for every crate that needs them.
+//! system calls, in this crate's `sys` module, for every crate that needs them.
 
 use std::io;
 use std::os::fd::BorrowedFd;
