@@ -127,6 +127,8 @@ async fn a_refused_http2_connection_ends_with_goaway_after_its_503() {
 
     // The address's one slot, held by a silent connection.
     let holder = connect_from(5, addr).await;
+    // Grace for the server to admit the holder: the server exposes no admission count, and a
+    // silent connection gives the client nothing to observe.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut s = connect_from(5, addr).await;
     let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {

@@ -766,7 +766,8 @@ async fn slow_and_surplus_clients_are_cut_off() {
         .expect("send");
     // A client that says nothing at all is disconnected too.
     let mut silent = TcpStream::connect(srv.addr).await.expect("connect");
-    // While those two hold both slots, a third connection is closed at once.
+    // While those two hold both slots, a third connection is closed at once. (Grace for the
+    // server to admit both: it exposes no admission count to wait on.)
     tokio::time::sleep(Duration::from_millis(50)).await;
     let extra = raw_bytes_or_reset(srv.addr, &get("/data.bin", "")).await;
     assert!(
