@@ -534,6 +534,20 @@ impl Drop for BudgetBuf {
 mod tests {
     use super::*;
 
+    /// Waits (at most 10 s) until `count` of the budget's stats reaches `n`: a block that has
+    /// to wait counts itself just before it does, so this is the moment it is in line.
+    async fn until_waiting(budget: &MemoryBudget, count: fn(&BudgetStats) -> u64, n: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while count(&budget.stats()) < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no block waiting after 10 s: {:?}",
+                budget.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     #[tokio::test]
     async fn blocks_wait_for_room_and_return_it_when_dropped() {
         let budget = MemoryBudget::new(1 << 20);
@@ -544,9 +558,10 @@ mod tests {
             let budget = budget.clone();
             async move { budget.buffer(600 << 10).await.map(|b| b.len()) }
         });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        until_waiting(&budget, |s| s.shared_waits, 1).await;
         assert!(!waiting.is_finished(), "over the budget: it waits");
         drop(a);
+        // A window for the waiter to be served wrongly: nothing announces that it was not.
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "a clone still holds the bytes");
         drop(clone);
@@ -599,8 +614,9 @@ mod tests {
         // the same address waits, and so does another block of the first.
         let third = budget.account(IpAddr::from([127, 0, 0, 2]));
         for waiting in [abuser[0].clone(), third] {
+            let before = budget.stats().ceiling_waits;
             let w = tokio::spawn(async move { waiting.buffer(256 << 10).await.map(|b| b.len()) });
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            until_waiting(&budget, |s| s.ceiling_waits, before + 1).await;
             assert!(!w.is_finished(), "over the ceiling: it waits");
             w.abort();
             let _ = w.await;
@@ -642,7 +658,7 @@ mod tests {
             let a = a.clone();
             async move { a.buffer(512 << 10).await.map(|b| b.len()) }
         });
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        until_waiting(&budget, |s| s.ceiling_waits, 1).await;
         assert!(!next.is_finished(), "the second block waits for the first");
         drop(block);
         assert_eq!(next.await.expect("task").expect("fits"), 512 << 10);

@@ -608,7 +608,13 @@ async fn interruption_keeps_the_journal_for_resume() {
     let progress = dl.progress();
     // Interrupt once a few chunks are verified, as Ctrl-C would.
     let ctrl_c = async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while progress.snapshot().verified < 4 * CHUNK {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "four chunks never verified: {:?}",
+                progress.snapshot()
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     };

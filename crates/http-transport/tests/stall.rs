@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 use xfer_common::MemoryBudget;
 use xfer_http::server::ServerConfig;
+use xfer_test_support::wait_until_async;
 
 use crate::loopback::Loopback;
 
@@ -34,20 +35,17 @@ async fn http1_response_that_stalls_closes_its_connection_and_frees_its_budget()
         .await
         .expect("request");
     // The server fills the socket buffers and its queue, then has nowhere to send.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while budget.in_use() == 0 {
-        assert!(Instant::now() < deadline, "the response never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_async(Duration::from_secs(10), "the response to start", || {
+        budget.in_use() != 0
+    })
+    .await;
     // Released one stall timeout (1 s) after the queue stopped moving; ten are allowed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while budget.in_use() != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the stalled response still holds budget after 10 stall timeouts"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_async(
+        Duration::from_secs(10),
+        "the stalled response to release its budget",
+        || budget.in_use() == 0,
+    )
+    .await;
 
     // Reading now drains what was buffered, then finds the connection closed early.
     let mut received = 0u64;
@@ -149,15 +147,12 @@ async fn never_read_http2_streams_of_one_address_do_not_make_another_wait() {
         abusers.push(zero_window_abuser(2, addr, 128).await);
     }
     // The abuser is at its address's ceiling: its streams now wait in their own line.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while budget.stats().ceiling_waits == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the abuser never reached its ceiling: {:?}, {budget:?}",
-            budget.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_async(
+        Duration::from_secs(30),
+        "the abuser to reach its address's ceiling",
+        || budget.stats().ceiling_waits != 0,
+    )
+    .await;
     let held = budget.in_use();
     assert!(
         held <= budget.limit() / 4 + (256 << 10),

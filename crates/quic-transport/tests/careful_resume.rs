@@ -161,10 +161,12 @@ async fn the_second_connection_jumps_from_the_saved_path() {
         // A short loopback download may end before its rate has been measured often enough to
         // save as it rises; then the server saves as the connection closes, which it learns a
         // moment after the client is done.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while cache.stats().saves == 0 && std::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        xfer_test_support::wait_until_async(
+            std::time::Duration::from_secs(10),
+            "the first connection to save its path",
+            || cache.stats().saves != 0,
+        )
+        .await;
         let after_first = cache.stats();
         assert_eq!(
             after_first.jumps, 0,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use xfer_common::listing::manifest::{read_manifest, MANIFEST_MEDIA_TYPE};
 use xfer_common::listing::propfind::read_multistatus;
@@ -424,11 +424,12 @@ async fn manifest_carries_sha256_only_once_the_cache_knows_it() {
     let cache = &fx.svc.config().digests;
     let resource = Resource::open(&fx.root, "/f.bin", None).expect("open");
     cache.ensure(&resource);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while cache.get(&resource).is_none() {
-        assert!(Instant::now() < deadline, "digest never computed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    xfer_test_support::wait_until_async(
+        Duration::from_secs(30),
+        "the digest to be computed",
+        || cache.get(&resource).is_some(),
+    )
+    .await;
     let tree = read_tree(&body_of(fx.svc.respond(&req(Method::List, "/")).await).await);
     assert_eq!(tree["f.bin"].sha256, Some(Sha256Digest::of(b"0123456789")));
     assert_eq!(tree["100% done.txt"].sha256, None);

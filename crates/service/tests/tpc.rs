@@ -267,12 +267,12 @@ async fn dropping_the_body_stops_the_copy_and_frees_its_slot() {
     let first = stream.next().await.expect("a marker").expect("bytes");
     assert!(first.starts_with(b"Perf Marker\n"));
     drop::<ListingStream>(stream);
-    for _ in 0..200 {
-        if *runner.stopped.lock().expect("lock") == 1 && !staging.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    xfer_test_support::wait_until_async(
+        Duration::from_secs(10),
+        "the dropped copy to stop its runner and remove its staging file",
+        || *runner.stopped.lock().expect("lock") == 1 && !staging.exists(),
+    )
+    .await;
     assert_eq!(*runner.stopped.lock().expect("lock"), 1);
     assert!(!staging.exists(), "staging file left behind");
     assert!(!dir.path().join("root/in/slow.bin").exists());

@@ -424,9 +424,12 @@ async fn a_dropped_completion_is_done_whole_or_not_at_all() {
                 if answer.as_mut().poll(&mut cx).is_ready() {
                     break;
                 }
-                while !woken.0.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                }
+                xfer_test_support::wait_until_async(
+                    std::time::Duration::from_secs(10),
+                    "the completion to be woken",
+                    || woken.0.swap(false, std::sync::atomic::Ordering::AcqRel),
+                )
+                .await;
             }
         }
         let stored = dir.path().join("root/in/c.bin");

@@ -9,6 +9,8 @@
 //! - [`signal`]: signals to a spawned child, without `unsafe`.
 //! - [`gate`]: the prerequisite gate: skip when a capability is truly absent, never under
 //!   `CI=true`.
+//! - [`wait`]: bounded polls ([`wait_until`], [`wait_until_async`]) that panic naming what
+//!   never happened, in place of fixed sleeps.
 //!
 //! ```text
 //!   client ──► FaultProxy (127.0.0.1:port) ──► server
@@ -26,11 +28,13 @@ pub mod fence;
 pub mod gate;
 pub mod rate_relay;
 pub mod signal;
+pub mod wait;
 
 pub use access_file::{token_entry, write_access_file};
 pub use data::{random_bytes, sha256_hex, write_random_file};
 pub use fault_proxy::{Fault, FaultProxy, ProxyStats};
 pub use rate_relay::RateRelay;
+pub use wait::{wait_until, wait_until_async};
 
 /// The error type test helpers return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
