@@ -6,11 +6,13 @@ use crate::support::*;
 
 /// Bounds, window and file sized so that on loopback the controller takes several decisions
 /// however fast the machine (and however slow its first request under load, which sets
-/// the warm-up): a 20 ms window, 1 MiB chunks, 256 MiB.
-async fn case(proto: Proto, extra: &[&str]) -> Result<serde_json::Value, BoxError> {
+/// the warm-up): a 20 ms window, 1 MiB chunks, `mib` MiB. HTTP/1.1 × 8, the fastest here,
+/// moved 256 MiB within the warm-up of a loaded CI machine (no decision at all), so it gets
+/// twice that.
+async fn case(proto: Proto, mib: u64, extra: &[&str]) -> Result<serde_json::Value, BoxError> {
     let fx = Fixture::start(proto).await?;
     let src = fx.root().join("big.bin");
-    write_random_file(&src, 256 * MIB, 14)?;
+    write_random_file(&src, mib * MIB, 14)?;
     let dest = fx.out().join("big.bin");
     let mut args = get_args(
         &fx.url("/big.bin"),
@@ -48,7 +50,7 @@ fn check(report: &serde_json::Value, min: u64, max: u64) -> Result<(), BoxError>
     let decisions = a["decisions"].as_array().ok_or("no decisions array")?;
     assert!(
         !decisions.is_empty(),
-        "a 256 MiB transfer spans windows of 20 ms: {a}"
+        "the transfer spans windows of 20 ms: {a}"
     );
     let mut added = 0;
     for d in decisions {
@@ -71,14 +73,14 @@ fn check(report: &serde_json::Value, min: u64, max: u64) -> Result<(), BoxError>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn auto_adapts_over_http1_and_reports_its_decisions() -> TestResult {
-    let report = case(Proto::Http1Tls, &["--lanes", "auto"]).await?;
+    let report = case(Proto::Http1Tls, 512, &["--lanes", "auto"]).await?;
     check(&report, 2, 64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bounded_auto_over_http2_and_quic() -> TestResult {
     for proto in [Proto::Http2Tls, Proto::Quic] {
-        let report = case(proto, &["--lanes", "auto:3-12"]).await?;
+        let report = case(proto, 256, &["--lanes", "auto:3-12"]).await?;
         check(&report, 3, 12)?;
     }
     Ok(())

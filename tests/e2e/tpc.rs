@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -20,6 +20,7 @@ use xfer::crates::common::tls::{client_config, reuse_or_generate_self_signed};
 use xfer::crates::service::{RemotePolicy, TpcConfig};
 use xfer::serve::{ServeConfig, ServerTls};
 use xfer::{ClientConfig, ClientTlsOptions};
+use xfer_test_support::wait_until_async;
 
 use crate::support::{
     require_program, sha256_file, write_random_file, BoxError, Fixture, Proto, TestResult, MIB,
@@ -435,11 +436,10 @@ async fn over_the_limit_429_and_a_client_that_leaves_cancels_its_copy() -> TestR
         assert_eq!(first.status, 202);
         // The copy has started writing its staging file.
         let dir = p.b.root().join("in");
-        wait_until(Duration::from_secs(20), || {
+        wait_until_async(Duration::from_secs(20), "a staging file", || {
             staging_names(&dir).is_ok_and(|n| !n.is_empty())
         })
-        .await
-        .map_err(|()| "no staging file appeared")?;
+        .await;
 
         let second = copy(
             &p.b,
@@ -457,11 +457,10 @@ async fn over_the_limit_429_and_a_client_that_leaves_cancels_its_copy() -> TestR
         let Copy { body, conn, .. } = first;
         drop(body);
         conn.abort();
-        wait_until(Duration::from_secs(20), || {
+        wait_until_async(Duration::from_secs(20), "the staging files to go", || {
             staging_names(&dir).is_ok_and(|n| n.is_empty())
         })
-        .await
-        .map_err(|()| format!("staging files left: {:?}", staging_names(&dir)))?;
+        .await;
         assert!(!dir.join(format!("slow-{h2}.bin")).exists());
 
         // The slot is free again.
@@ -508,17 +507,6 @@ pub(crate) fn staging_names(dir: &Path) -> Result<Vec<String>, BoxError> {
         }
     }
     Ok(out)
-}
-
-async fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Result<(), ()> {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        if Instant::now() > deadline {
-            return Err(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 /// A plain-HTTP source that says it holds 1 GiB, then sends 64 KiB of each range and stalls.
