@@ -29,6 +29,10 @@ impl Transport for LaneMap {
         self.inner.connection_stats()
     }
 
+    fn spread_report(&self) -> Option<xfer_core::progress::SpreadReport> {
+        self.inner.spread_report()
+    }
+
     fn protocol(&self) -> String {
         self.inner.protocol()
     }

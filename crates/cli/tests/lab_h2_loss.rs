@@ -2,8 +2,9 @@
 //! with the default layout the client sees the loss on its one connection (packets arriving
 //! out of order) and spreads its lanes over `--h2-loss-connections` connections; with `-c 1`
 //! given by hand, or `--h2-loss-connections 1`, it keeps one. The report's per-connection
-//! `out_of_order_packets` is the signal, and the download verifies either way. With a path
-//! memory, the transfer keeps its verdict (lossy) and the next one starts spread.
+//! `out_of_order_packets` is the signal and its `spread` says what was done and why; the
+//! download verifies either way. With a path memory, the transfer keeps its verdict (lossy)
+//! and the next one starts spread.
 //!
 //! Needs root, /dev/net/tun and iproute2. Without them the test prints why and passes, except
 //! under CI=true, where it fails.
@@ -70,8 +71,11 @@ fn http2_spreads_over_more_connections_once_loss_is_seen() {
     let _server = serve_plain(&lab, dir.path(), addr);
     let out = dir.path().join("out.bin");
 
-    let (n, ooo) = connections(&get(&lab, addr, &out, &["--no-path-memory"]));
+    let report = get(&lab, addr, &out, &["--no-path-memory"]);
+    let (n, ooo) = connections(&report);
     assert!(ooo > 0, "0.5% loss but no out-of-order packet counted");
+    assert_eq!(report["spread"]["cause"], "loss", "{}", report["spread"]);
+    assert_eq!(report["spread"]["connections"], 8, "{}", report["spread"]);
     // Lanes move when their chunk ends, so one may still be on the first connection when a
     // late decision meets the end of the file: 8 at most, and more than one.
     assert!(
@@ -91,28 +95,24 @@ fn http2_spreads_over_more_connections_once_loss_is_seen() {
             .any(|l| l.starts_with(&format!("{addr} ")) && l.ends_with(" lossy")),
         "the path memory holds {kept:?}"
     );
-    let url = format!("http://{addr}/.xfer/synthetic?size={SIZE}&seed=7");
-    let o = lab
-        .command_in_client(env!("CARGO_BIN_EXE_xfer"))
-        .args(["get", &url, "-o", path_str(&out), "--overwrite", "--quiet"])
-        .args(["--protocol", "http2", "--h2-loss-connections", "3"])
-        .args(remember)
-        .env("RUST_LOG", "xfer_http=info")
-        .output()
-        .unwrap_or_else(|e| panic!("running xfer get: {e}"));
-    let log = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{log}");
-    assert!(
-        log.contains("from the start") && log.contains("connections=3"),
-        "spread from the start over --h2-loss-connections: {log}"
+    let mut again = remember.to_vec();
+    again.extend(["--h2-loss-connections", "3"]);
+    let report = get(&lab, addr, &out, &again);
+    assert_eq!(
+        report["spread"]["cause"], "path_memory",
+        "spread from the start over --h2-loss-connections: {}",
+        report["spread"]
     );
+    assert_eq!(report["spread"]["connections"], 3, "{}", report["spread"]);
 
     for pinned in [
         &["-c", "1", "--no-path-memory"][..],
         &["--h2-loss-connections", "1", "--no-path-memory"][..],
     ] {
-        let (n, ooo) = connections(&get(&lab, addr, &out, pinned));
+        let report = get(&lab, addr, &out, pinned);
+        let (n, ooo) = connections(&report);
         assert!(ooo > 0, "{pinned:?}");
         assert_eq!(n, 1, "{pinned:?} keeps one connection");
+        assert!(report.get("spread").is_none(), "{pinned:?}: {report}");
     }
 }

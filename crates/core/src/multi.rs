@@ -813,6 +813,16 @@ impl Transport for MultiSource {
         out
     }
 
+    /// One source's spread, as its own transport tells it; several sources each have their
+    /// own connections, and no one spread describes them.
+    fn spread_report(&self) -> Option<crate::progress::SpreadReport> {
+        let s = self.lock();
+        match s.sources.as_slice() {
+            [only] => only.transport.spread_report(),
+            _ => None,
+        }
+    }
+
     fn protocol(&self) -> String {
         let transports: Vec<Arc<dyn Transport>> = self
             .lock()

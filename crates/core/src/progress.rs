@@ -199,10 +199,24 @@ pub struct Report {
     /// The lane count the controller chose and why, when it ran (`--lanes auto`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive_lanes: Option<crate::adapt::AdaptReport>,
+    /// The lanes were spread over more connections than the transfer began with (HTTP/2
+    /// under loss): over how many and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<SpreadReport>,
     /// The server's `Last-Modified` (or QUIC mtime) of what was fetched, when it said: a tree
     /// whose listing has no times gives it to the local copy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<String>,
+}
+
+/// Why and how far a transport spread its lanes over more connections.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpreadReport {
+    /// Connections the lanes were spread over.
+    pub connections: usize,
+    /// `path_memory`: from the start, because the last transfer to this peer saw loss;
+    /// `loss`: during the transfer, after loss episodes on the connections in use.
+    pub cause: &'static str,
 }
 
 /// What one source of a multi-source download delivered.

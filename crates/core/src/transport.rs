@@ -508,6 +508,12 @@ pub trait Transport: Send + Sync {
         Vec::new()
     }
 
+    /// When the transport spread its lanes over more connections than it started with, how
+    /// many and why, for the final report.
+    fn spread_report(&self) -> Option<crate::progress::SpreadReport> {
+        None
+    }
+
     /// Other places that hold this resource, as the server named them in its last answer to
     /// `stat` (HTTP `Link: <...>; rel=duplicate`, RFC 6249), unchecked.
     fn duplicates(&self) -> Vec<String> {

@@ -162,6 +162,7 @@ pub(super) fn report(f: Finished<'_>) -> Report {
         connections: f.transport.connection_stats(),
         sources: f.transport.source_reports(),
         adaptive_lanes: f.adaptive_lanes,
+        spread: f.transport.spread_report(),
         last_modified: f.info.last_modified.clone(),
     }
 }

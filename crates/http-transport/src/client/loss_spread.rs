@@ -104,6 +104,9 @@ pub(crate) struct LossSpread {
     target: usize,
     /// Connections requests go to now: `base`, then `target`.
     active: AtomicUsize,
+    base: usize,
+    /// Spread from the start on the path memory's word, not on loss seen here.
+    from_memory: std::sync::atomic::AtomicBool,
     watch: Mutex<Watch>,
 }
 
@@ -121,6 +124,8 @@ impl LossSpread {
         Self {
             target: target.max(base),
             active: AtomicUsize::new(base),
+            base,
+            from_memory: std::sync::atomic::AtomicBool::new(false),
             watch: Mutex::new(Watch::default()),
         }
     }
@@ -166,7 +171,22 @@ impl LossSpread {
     /// Spread now, whatever the readings say: the last transfer on this path saw loss
     /// (`path_memory.rs`).
     pub fn spread_now(&self) {
+        self.from_memory.store(true, Ordering::Relaxed);
         self.active.store(self.target, Ordering::Relaxed);
+    }
+
+    /// For the report: over how many connections the lanes were spread and why (`path_memory`
+    /// or `loss`), once they were.
+    pub fn report(&self) -> Option<xfer_core::progress::SpreadReport> {
+        let active = self.active();
+        (active > self.base).then(|| xfer_core::progress::SpreadReport {
+            connections: active,
+            cause: if self.from_memory.load(Ordering::Relaxed) {
+                "path_memory"
+            } else {
+                "loss"
+            },
+        })
     }
 
     /// The lanes of `configured` divided over the connections in use: unchanged until the
@@ -274,6 +294,22 @@ mod tests {
         assert!(!s.observe(10, None, at(0)));
         assert!(!s.observe(20, None, at(900)));
         assert!(s.observe(30, None, at(1_000)));
+    }
+
+    #[test]
+    fn the_report_says_how_far_and_why() {
+        let s = LossSpread::new(1, 8);
+        assert_eq!(s.report(), None, "not spread");
+        let rtt = Some(Duration::from_millis(100));
+        let t0 = past_startup(&s, rtt);
+        s.observe(1, rtt, t0);
+        s.observe(2, rtt, t0 + Duration::from_secs(1));
+        let r = s.report().expect("spread");
+        assert_eq!((r.connections, r.cause), (8, "loss"));
+        let s = LossSpread::new(1, 3);
+        s.spread_now();
+        let r = s.report().expect("spread");
+        assert_eq!((r.connections, r.cause), (3, "path_memory"));
     }
 
     #[test]

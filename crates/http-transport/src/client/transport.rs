@@ -859,6 +859,10 @@ impl Transport for HttpTransport {
         self.inner.pool.stats.collect()
     }
 
+    fn spread_report(&self) -> Option<xfer_core::progress::SpreadReport> {
+        self.inner.pool.spread.report()
+    }
+
     fn protocol(&self) -> String {
         match (self.inner.mode(), self.inner.target().origin.security) {
             (Some(Mode::H1), _) => "http/1.1".into(),
