@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
+use xfer::tree::TreeConfig;
 use xfer::{ChecksumAlgorithm, Download, GetConfig, ProgressSnapshot, Sha256Digest};
 
-use crate::client_args::{duration_arg, size_arg, ClientArgs};
+use crate::client_args::{duration_arg, size_arg, ClientArgs, Protocol};
 use crate::exit::UsageError;
 use crate::lanes_arg::{lanes_arg, LanesArg};
 use crate::progress_bar::Display;
@@ -220,7 +221,32 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         print!("{}", sw.report(mechanisms::Side::Client));
         return Ok(ExitCode::SUCCESS);
     }
-    args.rate.shape_windows(&mut args.client);
+    let tree_url = args.recursive
+        || args
+            .url
+            .split(['?', '#'])
+            .next()
+            .is_some_and(|p| p.ends_with('/'));
+    if let Some(limit) = args.rate.limit_rate {
+        // What the engine runs under a cap (`GetConfig::rate_limit`): a tree its HTTP/1.1
+        // lane budget, one file its fixed lanes or the cap's share of the layout's.
+        let (default, http1_lanes) = if tree_url {
+            let lanes = args.tree_lanes.and_then(LanesArg::fixed);
+            (
+                Protocol::Auto,
+                lanes.unwrap_or(TreeConfig::default().http1_lanes),
+            )
+        } else {
+            let lanes = args.lanes.and_then(LanesArg::fixed);
+            let layout = args.client.connections.unwrap_or(8);
+            (
+                Protocol::Http1,
+                lanes.unwrap_or(limit.download_lanes(layout)),
+            )
+        };
+        let connections = crate::rate_arg::tcp_connections(&args.client, default, http1_lanes);
+        args.rate.shape_windows(&mut args.client, connections);
+    }
     let mut mirrors = std::mem::take(&mut args.rest);
     if mirrors.last().is_some_and(|d| !d.contains("://")) {
         args.dest = mirrors.pop().map(PathBuf::from);
@@ -234,13 +260,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         ))
         .into());
     }
-    if args.recursive
-        || args
-            .url
-            .split(['?', '#'])
-            .next()
-            .is_some_and(|p| p.ends_with('/'))
-    {
+    if tree_url {
         if matches!(args.lanes, Some(LanesArg::Auto { .. })) {
             return Err(UsageError(
                 "--lanes auto is for one file; a tree takes --lanes N (lanes per big file) and --tree-lanes".into(),

@@ -8,7 +8,7 @@ use clap::Args;
 use xfer::crates::core::put::{PutConfig, Upload};
 use xfer::{format_bps, HumanBytes};
 
-use crate::client_args::{size_arg, ClientArgs};
+use crate::client_args::{size_arg, ClientArgs, Protocol};
 use crate::exit::UsageError;
 use crate::progress_bar::Display;
 
@@ -58,7 +58,14 @@ const UPLOAD_SEND_BUFFER: u64 = 32 << 20;
 pub async fn run(args: PutArgs) -> anyhow::Result<ExitCode> {
     let tree = args.file.is_dir();
     let mut client_args = args.client.clone();
-    args.rate.shape_windows(&mut client_args);
+    let (default, http1_lanes) = if tree {
+        (Protocol::Auto, args.lanes.unwrap_or(args.files))
+    } else {
+        let lanes = args.lanes.or(args.client.connections).unwrap_or(8);
+        (Protocol::Http1, lanes)
+    };
+    let connections = crate::rate_arg::tcp_connections(&client_args, default, http1_lanes);
+    args.rate.shape_windows(&mut client_args, connections);
     if tree {
         // Many files want many requests over few connections: HTTP/2 where the server
         // offers it, as for `xfer get URL/` (and as --help says).

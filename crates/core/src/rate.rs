@@ -78,6 +78,18 @@ impl RateLimit {
             .max(MIN_WINDOW)
     }
 
+    /// The receive buffer of each of `connections` TCP connections sharing this cap: the
+    /// [`window`](Self::window) for one or two, and for more, their share of two windows (at
+    /// least [`MIN_WINDOW`]). What lanes hold unread stays near a quarter second of the cap
+    /// however many there are (four full windows held half a second, and the link swung
+    /// by a quarter around the cap as lanes paused and resumed), while each still reaches
+    /// its share of the cap at round trips up to twice [`WINDOW_MS`].
+    pub fn connection_window(self, connections: usize) -> u64 {
+        let window = self.window();
+        let share = u64::try_from(connections.max(1)).unwrap_or(u64::MAX);
+        (2 * window / share).clamp(MIN_WINDOW.min(window), window)
+    }
+
     /// The bytes let through at once: [`BURST_MS`] of the rate, at least [`MIN_BURST`].
     pub fn burst(self) -> u64 {
         (self.bytes_per_second() / (1000 / BURST_MS)).max(MIN_BURST)
@@ -373,6 +385,19 @@ mod tests {
         assert_eq!(rate(250_000_000).download_lanes(8), 3);
         assert_eq!(rate(10_000_000_000).download_lanes(8), 8);
         assert_eq!(rate(1).download_lanes(1), 1);
+    }
+
+    #[test]
+    fn many_connections_share_two_windows() {
+        let limit = rate(25_000_000); // 200 Mbit/s: a window of 3,125,000 bytes.
+        assert_eq!(limit.connection_window(1), 3_125_000);
+        assert_eq!(limit.connection_window(2), 3_125_000);
+        assert_eq!(limit.connection_window(4), 1_562_500);
+        assert_eq!(limit.connection_window(0), 3_125_000);
+        // Never below the smallest window, however many.
+        assert_eq!(limit.connection_window(1000), MIN_WINDOW);
+        // A cap so low its window is the smallest one stays there.
+        assert_eq!(rate(1000).connection_window(8), MIN_WINDOW);
     }
 
     #[test]

@@ -509,6 +509,11 @@ struct AheadClock {
     /// the end of every chunk, and the link swings around the cap as the other lanes drain
     /// and refill their windows.
     unread: u64,
+    /// The fastest the lane can read, bytes per second: the cap of `--limit-rate`, else
+    /// unbounded. A paced lane's first reads take the bucket's burst and its full window at
+    /// memory speed; measured alone they promise the chunk's end at once, and the request
+    /// ahead went out (and was refused, the lane's first body not yet counted) a chunk early.
+    max_rate: f64,
 }
 
 impl AheadClock {
@@ -527,7 +532,7 @@ impl AheadClock {
         if received == 0 || elapsed <= 0.0 {
             return false;
         }
-        let rate = received as f64 / elapsed;
+        let rate = (received as f64 / elapsed).min(self.max_rate);
         let left = len.saturating_sub(on_wire) as f64 / rate;
         left <= (self.latency * Self::LEAD).as_secs_f64()
     }
@@ -587,6 +592,10 @@ async fn fetch(
         latency,
         first_byte: None,
         unread: ctx.rate_limit.as_ref().map_or(0, |l| l.limit().window()),
+        max_rate: ctx
+            .rate_limit
+            .as_ref()
+            .map_or(f64::INFINITY, |l| l.limit().bytes_per_second() as f64),
     });
     let mut hasher = ctx.check_chunks.then(Sha256Hasher::new);
     let mut adler = ctx.chunk_adler32.then(adler2::Adler32::new);
@@ -747,6 +756,7 @@ mod tests {
             latency: Duration::from_millis(10),
             first_byte: None,
             unread,
+            max_rate: f64::INFINITY,
         }
     }
 
@@ -772,5 +782,24 @@ mod tests {
         assert_eq!(first_due(clock(500_000)), 3_470_000);
         // A window as large as the chunk: the next request goes with the first bytes.
         assert_eq!(first_due(clock(4_000_000)), 0);
+    }
+
+    #[test]
+    fn a_capped_lane_is_not_due_on_its_first_burst() {
+        let t0 = Instant::now();
+        let len = 16_000_000;
+        let mut c = AheadClock {
+            latency: Duration::from_millis(50),
+            first_byte: None,
+            unread: 3_000_000,
+            max_rate: 25e6,
+        };
+        assert!(!c.due(16_000, len, t0));
+        // 1 MB within a millisecond (the bucket's burst and a full window): at the cap, the
+        // chunk has half a second left, far more than three round trips.
+        assert!(!c.due(1_000_000, len, t0 + Duration::from_millis(1)));
+        // Unbounded, the same reads would have been taken for the end.
+        c.max_rate = f64::INFINITY;
+        assert!(c.due(1_000_000, len, t0 + Duration::from_millis(1)));
     }
 }
