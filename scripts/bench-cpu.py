@@ -18,7 +18,7 @@ Usage: scripts/bench-cpu.py LABEL=XFER_BINARY [LABEL=XFER_BINARY ...]
 Client CPU is user+sys of the waited-for `xfer bench` (getrusage of children) or of chasqui's
 client daemon (/proc/PID/stat); server CPU is utime+stime of the server process before and
 after the row. Both divided by the bytes the row moved. Load averages are printed per row."""
-import json, os, re, resource, shutil, subprocess, sys, tempfile, time
+import atexit, json, os, re, resource, shutil, subprocess, sys, tempfile, time
 
 CHASQUI = os.environ.get("CHASQUI")
 DUR = os.environ.get("DUR", "10")
@@ -39,6 +39,16 @@ def child_cpu():
 
 work = tempfile.mkdtemp(prefix="cpu-cmp-", dir="/dev/shm")
 procs = []
+def stop_all():
+    # Whatever way the script ends: a daemon left behind keeps its port, and the next run's
+    # would fail to bind while the driver measured the old one.
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            p.wait()
+    shutil.rmtree(work, ignore_errors=True)
+atexit.register(stop_all)
+
 def spawn(args, log, cwd=work):
     p = subprocess.Popen(PIN + args, cwd=cwd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     procs.append(p)
@@ -53,6 +63,10 @@ sh("openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out
 if CHASQUI:
     cs = spawn([CHASQUI, "server", "-addr", "127.0.0.1:25678", "-ca", "ca.pem", "-cert", "cert.pem", "-key", "key.pem"], f"{work}/cs.log")
     cc = spawn([CHASQUI, "client", "-addr", "127.0.0.1:29443", "-ca", "ca.pem", "-cert", "cert.pem", "-key", "key.pem"], f"{work}/cc.log")
+    time.sleep(1)
+    for name, p in (("server", cs), ("client", cc)):
+        if p.poll() is not None:
+            sys.exit(f"chasqui {name} exited at start (port in use?): {open(f'{work}/c{name[0]}.log').read()[-500:]}")
 
 floor = None
 if os.environ.get("FLOOR", "1") != "0" and binaries:
@@ -139,10 +153,7 @@ try:
                 proto = {"h1": "http1", "h2": "http2", "q": "quic"}[item[:-1]]
                 xfer_row(label, proto, item[-1] == "v")
 finally:
-    for p in procs:
-        p.terminate()
-        p.wait()
-    shutil.rmtree(work, ignore_errors=True)
+    stop_all()
 print(f"cores: {CORES or 'all'} ({os.cpu_count()} online)")
 if floor:
     print(f"floor, one core, {floor['negotiated_suite']}, load {' '.join(floor['load'])}:")
