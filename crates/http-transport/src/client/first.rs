@@ -15,6 +15,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use xfer_common::ranges::{parse_content_range_clamped, parse_unsatisfied_content_range};
@@ -24,9 +25,10 @@ use xfer_core::TransferError;
 
 use crate::client::body::HttpRangeBody;
 use crate::client::lane::{drain, range_headers, Answer, HttpLane};
+use crate::client::pipeline::PipedLane;
 use crate::client::response::{check_range_head, content_length, described, header_str, Ctx};
 use crate::client::target::Target;
-use crate::client::transport::{HttpTransport, Inner};
+use crate::client::transport::{HttpTransport, Inner, Mode};
 
 impl HttpTransport {
     /// [`xfer_core::transport::Transport::open_first`] over HTTP.
@@ -170,7 +172,6 @@ impl HttpTransport {
         want_digest: bool,
     ) -> Result<Speculated, TransferError> {
         let inner = &self.inner;
-        let mut lane = HttpLane::new(inner.clone(), index);
         let guess = RangeRequest {
             range: range.clone(),
             expected_size: range.end,
@@ -178,6 +179,24 @@ impl HttpTransport {
             validator: None,
             whole: false,
         };
+        if inner.mode() == Some(Mode::H1) {
+            // Over HTTP/1.1 the lane's own codec carries it, so that the next request can be
+            // pipelined behind it (`PipedLane::fetch_speculative`).
+            let mut lane = PipedLane::new(inner.clone(), index, None, true, Instant::now());
+            let answer = lane.fetch_speculative(&guess).await?;
+            return Ok(Speculated {
+                lane: Box::new(lane),
+                answer: answer.map(|(info, req, body)| {
+                    let first = FirstBody {
+                        range: req.range,
+                        whole: false,
+                        body,
+                    };
+                    (info, first)
+                }),
+            });
+        }
+        let mut lane = HttpLane::new(inner.clone(), index);
         let (headers, suffix) = range_headers(&guess)?;
         let answer = lane
             .request(Method::GET, inner.target(), &headers, &suffix)

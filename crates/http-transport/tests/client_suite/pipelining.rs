@@ -375,3 +375,30 @@ async fn a_lane_that_ends_leaves_its_pipelined_connection_to_the_next() -> TestR
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_request_after_a_speculative_one_is_pipelined_behind_it() -> TestResult {
+    // A lane's first chunk asked before the size is known is read by the lane's own codec,
+    // so the request it sends ahead goes out while that body is still arriving, not after it
+    // (as behind a hyper body, which the lane can take over only once read to its end).
+    let data = pattern(600_000);
+    let srv = RawServer::start(data.clone(), Behaviour::Length).await?;
+    let t = HttpTransport::new(&srv.url(), client_cfg(HttpVersion::Http1))?;
+    let spec = t.open_speculative(1, 0..300_000, false).await?;
+    let (info, mut first) = spec
+        .answer
+        .ok_or("the speculative range brought its chunk")?;
+    assert_eq!(info.size, 600_000);
+    assert_eq!(first.range, 0..300_000);
+    let mut lane = spec.lane;
+    let mut twin = lane.twin().ok_or("an HTTP/1.1 lane has a twin")?;
+    let second = range_req(&info, 300_000..600_000);
+    let (one, two) = tokio::join!(
+        crate::client_suite::read_all(first.body.as_mut()),
+        fetch(twin.as_mut(), &second)
+    );
+    assert_eq!([one?, two?.0].concat(), data.to_vec());
+    assert_eq!(srv.connections.load(Ordering::SeqCst), 1, "one connection");
+    assert_eq!(srv.pipelined.load(Ordering::SeqCst), 1, "pipelined");
+    Ok(())
+}

@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use http::{header, HeaderName, HeaderValue};
-use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RoundTrips};
+use http::{header, HeaderName, HeaderValue, StatusCode};
+use xfer_common::ranges::parse_content_range_clamped;
+use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RemoteInfo, RoundTrips};
 use xfer_core::TransferError;
 
 use crate::client::connect::{self, Connection, Sender};
@@ -14,7 +15,7 @@ use crate::client::lane::{range_headers, HttpLane};
 use crate::client::pipeline::body::{Framed, PipedBody};
 use crate::client::pipeline::conn::{Claim, HeadError, Lost, PipeConn, Taken};
 use crate::client::pipeline::wire::{self, Decoder};
-use crate::client::response::{check_range_head, is_redirect, Ctx};
+use crate::client::response::{check_range_head, described, header_str, is_redirect, Ctx};
 use crate::client::target::Target;
 use crate::client::transport::Inner;
 
@@ -195,7 +196,19 @@ impl PipedLane {
         }
         let (fields, suffix) = range_headers(req)?;
         let what = format!("GET {target}{suffix}");
-        let head = self.head(&target, &fields)?;
+        let (conn, resp, framed) = self.exchange(&target, &fields, &what).await?;
+        self.judge(conn, resp, framed, req, &target, what).await
+    }
+
+    /// Send a request with `fields` to `target` on the lane's connection and wait for its
+    /// answer's head; a pipelined request the server lost goes again on a fresh connection.
+    async fn exchange(
+        &mut self,
+        target: &Target,
+        fields: &[(HeaderName, HeaderValue)],
+        what: &str,
+    ) -> Result<(Arc<PipeConn>, wire::ResponseHead, Framed), TransferError> {
+        let head = self.head(target, fields)?;
         let idle = self.inner.cfg.idle_timeout;
         let mut fresh = false;
         loop {
@@ -224,7 +237,7 @@ impl PipedLane {
                         seq,
                         keep_alive: false,
                     };
-                    return self.judge(conn, resp, framed, req, &target, what).await;
+                    return Ok((conn, resp, framed));
                 }
                 Err(HeadError::Lost(Lost(why))) if !fresh && conn.has_history(seq) => {
                     if !conn.announced_close() {
@@ -239,14 +252,75 @@ impl PipedLane {
                     // pipelining to this server; once more on a fresh connection.
                     self.inner.note_pipeline_loss();
                     if fresh {
-                        return Err(HeadError::Timeout.into_transfer(&conn.peer, &what, idle));
+                        return Err(HeadError::Timeout.into_transfer(&conn.peer, what, idle));
                     }
                     tracing::debug!(peer = %conn.peer, "no answer to a pipelined request; sending it again on a fresh connection");
                     fresh = true;
                 }
-                Err(e) => return Err(e.into_transfer(&conn.peer, &what, idle)),
+                Err(e) => return Err(e.into_transfer(&conn.peer, what, idle)),
             }
         }
+    }
+
+    /// [`xfer_core::transport::Transport::open_speculative`] on a connection of the lane's own:
+    /// `guess` asks for a chunk before the size is known. Its body is read by this code, not
+    /// hyper's, so the request the lane sends ahead of that body's end goes out on the same
+    /// connection at once, instead of waiting for hyper to read the first body to its end (a
+    /// round trip idle on every lane at the first chunk's end, and under `--limit-rate` a
+    /// window's reading more). Only a `206` for exactly those bytes (or their part up to the end)
+    /// is kept, with the resource as it describes it; anything else gives the connection up and
+    /// leaves the lane to ask again once the engine knows what to ask.
+    pub(crate) async fn fetch_speculative(
+        &mut self,
+        guess: &RangeRequest,
+    ) -> Result<Option<(RemoteInfo, RangeRequest, Box<dyn RangeBody>)>, TransferError> {
+        let target = self.inner.target();
+        let (fields, suffix) = range_headers(guess)?;
+        let what = format!("GET {target}{suffix}");
+        let (conn, resp, framed) = self.exchange(&target, &fields, &what).await?;
+        let url = target.to_string();
+        let peer = conn.peer.clone();
+        let total = (resp.status == StatusCode::PARTIAL_CONTENT)
+            .then(|| header_str(&resp.headers, header::CONTENT_RANGE))
+            .flatten()
+            .and_then(parse_content_range_clamped)
+            .and_then(|(_, total)| total);
+        let framing = wire::framing(&resp);
+        let (Some(total), Ok(mut info), Ok(framing)) =
+            (total, described(&url, &resp.headers, &peer), framing)
+        else {
+            tracing::debug!(%url, status = %resp.status, "the speculative range brought no chunk");
+            drop(framed);
+            conn.break_off("speculative answer without the chunk");
+            return Ok(None);
+        };
+        info.size = total;
+        let req = RangeRequest {
+            range: guess.range.start..guess.range.end.min(total),
+            expected_size: total,
+            ..guess.clone()
+        };
+        let ctx = Ctx {
+            peer: &peer,
+            url: &url,
+            what: &what,
+        };
+        let checked = (!req.range.is_empty())
+            .then(|| check_range_head(resp.status, &resp.headers, &req, &ctx));
+        let Some(Ok(len)) = checked else {
+            tracing::debug!(%url, ?checked, "the speculative answer is not the bytes asked for");
+            drop(framed);
+            conn.break_off("speculative answer not the bytes asked for");
+            return Ok(None);
+        };
+        let framed = Framed {
+            decoder: Decoder::new(framing.body),
+            keep_alive: framing.keep_alive,
+            ..framed
+        };
+        let idle = self.inner.cfg.idle_timeout;
+        let body = PipedBody::new(conn, framed, what, len, idle);
+        Ok(Some((info, req, Box::new(body))))
     }
 
     /// Decide what a response head means for `req`: its body, an error, or (a redirect) the
