@@ -179,6 +179,8 @@ struct OpenFile {
     ino: u64,
     mtime_ns: i128,
     ctime_ns: i128,
+    /// The filesystem refused a read of cached bytes only: not asked again for this file.
+    no_cached_reads: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -232,6 +234,7 @@ impl Resource {
                 ino: stamp.ino,
                 mtime_ns: stamp.mtime_ns,
                 ctime_ns: stamp.ctime_ns,
+                no_cached_reads: std::sync::atomic::AtomicBool::new(false),
             })),
             size: stamp.size,
             etag: stamp.etag(),
@@ -361,6 +364,41 @@ impl Resource {
                 Ok(got)
             }
         }
+    }
+
+    /// Fill `buf` from `offset` if the page cache holds all of it, without waiting for a disk:
+    /// `Ok(true)` when it did (the file checked unchanged, as [`Resource::read_at`] checks
+    /// it), `Ok(false)` when some of it is not cached, the resource is synthetic, or the
+    /// platform cannot tell; then `buf` holds nothing useful and the caller reads it with
+    /// [`Resource::read_exact_at`] where blocking is allowed.
+    pub fn read_cached_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+        #[cfg(target_os = "linux")]
+        if let Source::File(f) = &self.source {
+            use crate::sys::CachedRead;
+            use std::os::fd::AsFd;
+            use std::sync::atomic::Ordering;
+            if offset.saturating_add(buf.len() as u64) > self.size
+                || f.no_cached_reads.load(Ordering::Relaxed)
+            {
+                return Ok(false);
+            }
+            let mut done = 0;
+            while done < buf.len() {
+                let at = offset.saturating_add(done as u64);
+                match crate::sys::pread_cached(f.file.as_fd(), &mut buf[done..], at)? {
+                    CachedRead::Read(n) if n > 0 => done += n,
+                    CachedRead::Unsupported => {
+                        f.no_cached_reads.store(true, Ordering::Relaxed);
+                        return Ok(false);
+                    }
+                    CachedRead::Read(_) | CachedRead::WouldBlock => return Ok(false),
+                }
+            }
+            self.check_unchanged(f)?;
+            return Ok(true);
+        }
+        let _ = (offset, buf);
+        Ok(false)
     }
 
     /// Fill `buf` completely from `offset` or fail (short resource counts as changed).
@@ -559,7 +597,7 @@ pub struct BlockStream {
     /// The connection whose share the blocks count against: the [`BudgetAccount`] in scope
     /// when the stream was made, if it draws on the same budget.
     account: Option<BudgetAccount>,
-    in_flight: VecDeque<(u64, JoinHandle<io::Result<Bytes>>)>,
+    in_flight: VecDeque<(u64, BlockRead)>,
     /// Waiting for room in the budget for the block at `next`.
     acquiring: Option<Acquiring>,
     /// Offset of the next block to yield.
@@ -624,12 +662,21 @@ impl BlockStream {
                 }
             };
             self.next += len as u64;
-            let resource = self.resource.clone();
-            let handle = tokio::task::spawn_blocking(move || {
-                resource.read_exact_at(offset, &mut buf)?;
-                Ok(buf.freeze())
-            });
-            self.in_flight.push_back((offset, handle));
+            // A block the page cache holds is copied here, on the task: handing it to the
+            // blocking pool cost a thread switch and two wake-ups per block, a quarter of a
+            // file server's CPU in profiles (docs/results.md, "CPU per byte").
+            let read = match self.resource.read_cached_exact_at(offset, &mut buf) {
+                Ok(true) => BlockRead::Done(Some(Ok(buf.freeze()))),
+                Ok(false) => {
+                    let resource = self.resource.clone();
+                    BlockRead::Blocking(tokio::task::spawn_blocking(move || {
+                        resource.read_exact_at(offset, &mut buf)?;
+                        Ok(buf.freeze())
+                    }))
+                }
+                Err(e) => BlockRead::Done(Some(Err(e))),
+            };
+            self.in_flight.push_back((offset, read));
         }
         Ok(())
     }
@@ -652,13 +699,18 @@ impl BlockStream {
             };
         };
         let offset = *offset;
-        let result = match Pin::new(handle).poll(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(r) => r,
+        let result = match handle {
+            BlockRead::Done(r) => r
+                .take()
+                .unwrap_or_else(|| Err(io::Error::other("a block was taken twice"))),
+            BlockRead::Blocking(handle) => match Pin::new(handle).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => {
+                    r.unwrap_or_else(|e| Err(io::Error::other(format!("read task failed: {e}"))))
+                }
+            },
         };
         self.in_flight.pop_front();
-        let result =
-            result.unwrap_or_else(|e| Err(io::Error::other(format!("read task failed: {e}"))));
         match result {
             Ok(block) => {
                 debug_assert_eq!(offset, self.position);
@@ -670,8 +722,8 @@ impl BlockStream {
             }
             Err(e) => {
                 self.failed = true;
-                for (_, h) in self.in_flight.drain(..) {
-                    h.abort();
+                for (_, read) in self.in_flight.drain(..) {
+                    read.abort();
                 }
                 Poll::Ready(Some(Err(e)))
             }
@@ -688,7 +740,22 @@ impl Drop for BlockStream {
     fn drop(&mut self) {
         // Reads not started yet must not run for a block nobody will send; the budget of the
         // others comes back when their results are dropped.
-        for (_, h) in self.in_flight.drain(..) {
+        for (_, read) in self.in_flight.drain(..) {
+            read.abort();
+        }
+    }
+}
+
+/// One block's read: done on the task (from the page cache), or on the blocking pool.
+enum BlockRead {
+    /// `None` once taken.
+    Done(Option<io::Result<Bytes>>),
+    Blocking(JoinHandle<io::Result<Bytes>>),
+}
+
+impl BlockRead {
+    fn abort(self) {
+        if let BlockRead::Blocking(h) = self {
             h.abort();
         }
     }
@@ -709,6 +776,64 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join(name), data).expect("write");
         dir
+    }
+
+    /// Whether `dir` is on tmpfs, which has no reads of cached bytes only.
+    fn on_tmpfs(dir: &Path) -> bool {
+        let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+            return false;
+        };
+        let Ok(dir) = dir.canonicalize() else {
+            return false;
+        };
+        // The longest mount point that holds `dir` is its filesystem.
+        mounts
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (_, point, kind) = (f.next()?, f.next()?, f.next()?);
+                dir.starts_with(point)
+                    .then(|| (point.len(), kind == "tmpfs"))
+            })
+            .max_by_key(|(len, _)| *len)
+            .is_some_and(|(_, tmpfs)| tmpfs)
+    }
+
+    #[test]
+    fn a_cached_block_is_read_without_the_blocking_pool() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let dir = root_with("f", &data);
+        let r = Resource::open(dir.path(), "/f", None).expect("open");
+        let mut buf = vec![0u8; 100_000];
+        // Just written: the page cache holds it, on Linux, which can tell (except on
+        // filesystems that refuse to say, tmpfs among them).
+        let cached = r.read_cached_exact_at(50_000, &mut buf).expect("read");
+        let tells = cfg!(target_os = "linux") && !on_tmpfs(dir.path());
+        assert_eq!(cached, tells);
+        if cached {
+            assert_eq!(buf, data[50_000..150_000]);
+        }
+        // Past the end is never a cached read: the blocking read says what is wrong.
+        assert!(!r
+            .read_cached_exact_at(250_000, &mut buf)
+            .expect("past the end"));
+        // Synthetic bytes are generated on the blocking pool.
+        let s = Resource::open(dir.path(), SYNTHETIC_PATH, Some("size=1000")).expect("synthetic");
+        assert!(!s
+            .read_cached_exact_at(0, &mut buf[..1000])
+            .expect("synthetic"));
+    }
+
+    #[test]
+    fn a_cached_read_of_a_changed_file_fails() {
+        let dir = root_with("f", &[7u8; 10_000]);
+        let r = Resource::open(dir.path(), "/f", None).expect("open");
+        std::fs::write(dir.path().join("f"), [8u8; 20_000]).expect("rewrite");
+        let mut buf = vec![0u8; 5_000];
+        match r.read_cached_exact_at(0, &mut buf) {
+            Ok(cached) => assert!(!cached || !cfg!(target_os = "linux"), "changed file read"),
+            Err(e) => assert!(e.to_string().contains("size"), "{e}"),
+        }
     }
 
     #[test]

@@ -25,6 +25,35 @@ pub(crate) fn route_mtu(fd: BorrowedFd<'_>, v6: bool) -> Option<u32> {
     mtu.ok().filter(|&m| m > 0)
 }
 
+/// What a read of cached bytes only found.
+#[cfg(target_os = "linux")]
+pub(crate) enum CachedRead {
+    /// Bytes read; fewer than asked where only part was cached, 0 at the end of the file.
+    Read(usize),
+    /// The read would wait for the disk.
+    WouldBlock,
+    /// The filesystem cannot read without waiting (tmpfs, some network filesystems).
+    Unsupported,
+}
+
+/// Read into `buf` at `offset` only what the page cache already holds (`preadv2` with
+/// `RWF_NOWAIT`, Linux 4.14).
+#[cfg(target_os = "linux")]
+pub(crate) fn pread_cached(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    offset: u64,
+) -> io::Result<CachedRead> {
+    use rustix::io::{Errno, ReadWriteFlags};
+    let mut bufs = [io::IoSliceMut::new(buf)];
+    match rustix::io::preadv2(fd, &mut bufs, offset, ReadWriteFlags::NOWAIT) {
+        Ok(n) => Ok(CachedRead::Read(n)),
+        Err(Errno::AGAIN | Errno::INTR) => Ok(CachedRead::WouldBlock),
+        Err(Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => Ok(CachedRead::Unsupported),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// This host's name as the kernel holds it (`uname(2)`'s node name, which `gethostname(2)`
 /// returns on Linux).
 pub(crate) fn host_name() -> Option<String> {
