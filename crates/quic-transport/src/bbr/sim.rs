@@ -45,8 +45,52 @@ struct Sent {
     id: u64,
 }
 
+/// A loss-based competitor, as most bulk TCP senders are: slow start, then one packet per
+/// round trip; on a loss event (once per round trip) the window drops to 0.7 of itself,
+/// cubic's factor. It sends whatever its window allows, unpaced.
+struct Reno {
+    cwnd: u64,
+    ssthresh: u64,
+    /// Losses of packets sent before this id belong to the event already counted.
+    recover: u64,
+}
+
+/// The simulated receivers acknowledge [`Link::per_ack`] datagrams at once and have no delayed
+/// acknowledgement timer: a window below that would wait for an acknowledgement forever.
+const RENO_MIN_WINDOW: u64 = 64 * PKT;
+
+impl Reno {
+    fn new() -> Self {
+        Self {
+            cwnd: RENO_MIN_WINDOW,
+            ssthresh: u64::MAX,
+            recover: 0,
+        }
+    }
+
+    fn on_ack(&mut self, bytes: u64) {
+        if self.cwnd < self.ssthresh {
+            self.cwnd += bytes;
+        } else {
+            self.cwnd += (PKT * bytes / self.cwnd).max(1);
+        }
+    }
+
+    fn on_loss(&mut self, lost_id: u64, next_id: u64) {
+        if lost_id >= self.recover {
+            self.ssthresh = (self.cwnd * 7 / 10).max(RENO_MIN_WINDOW);
+            self.cwnd = self.ssthresh;
+            self.recover = next_id;
+        }
+    }
+}
+
 struct Flow {
     cc: Bbr,
+    /// Sends as this loss-based competitor instead of `cc`.
+    reno: Option<Reno>,
+    /// Sends nothing before this time, nanoseconds into the run.
+    start_ns: u64,
     bound: Option<InflightBound>,
     next_id: u64,
     outstanding: VecDeque<Sent>,
@@ -63,9 +107,21 @@ struct Flow {
 
 impl Flow {
     fn window(&self) -> u64 {
+        if let Some(r) = &self.reno {
+            return r.cwnd;
+        }
         let w = self.cc.window();
         self.bound.as_ref().map_or(w, |b| b.window(w))
     }
+}
+
+/// The senders of a run: `bbr` connections of xfer's BBR (with the loss bound when
+/// `bounded`), and `reno` loss-based competitors that start `head_start` before them.
+pub(super) struct Mix {
+    pub bbr: usize,
+    pub bounded: bool,
+    pub reno: usize,
+    pub head_start: Duration,
 }
 
 enum Ev {
@@ -107,15 +163,33 @@ pub(super) fn run_with(
     secs: u64,
     cfg: BbrConfig,
 ) -> Outcome {
+    let mix = Mix {
+        bbr: flows,
+        bounded,
+        reno: 0,
+        head_start: Duration::ZERO,
+    };
+    run_mix(link, &mix, secs, cfg)
+}
+
+/// Flows `0..mix.bbr` are BBR, the rest the competitors.
+pub(super) fn run_mix(link: &Link, mix: &Mix, secs: u64, cfg: BbrConfig) -> Outcome {
+    let flows = mix.bbr + mix.reno;
+    let bounded = mix.bounded;
+    let head_ns = mix.head_start.as_nanos() as u64;
     let t0 = Instant::now();
     let at = |ns: u64| t0 + Duration::from_nanos(ns);
     let mut fl: Vec<Flow> = (0..flows)
-        .map(|_| {
+        .map(|i| {
             let cfg = Arc::new(cfg.clone());
             let cc = cfg.clone().build(t0, PKT as u16);
             let cc = *cc.into_any().downcast::<Bbr>().expect("a Bbr");
+            let competitor = i >= mix.bbr;
             Flow {
-                bound: bounded.then(|| InflightBound::new(cc.initial_window(), PKT as u16)),
+                bound: (bounded && !competitor)
+                    .then(|| InflightBound::new(cc.initial_window(), PKT as u16)),
+                reno: competitor.then(Reno::new),
+                start_ns: if competitor { 0 } else { head_ns },
                 cc,
                 next_id: 0,
                 outstanding: VecDeque::new(),
@@ -168,8 +242,16 @@ pub(super) fn run_with(
                     ));
                 }
                 for (i, f) in fl.iter_mut().enumerate() {
+                    if t_ns < f.start_ns {
+                        continue;
+                    }
                     let srtt = f.srtt.unwrap_or(Duration::from_millis(333));
-                    let rate = 1.25 * f.window() as f64 / srtt.as_secs_f64();
+                    let rate = if f.reno.is_some() {
+                        // Unpaced: as fast as the window opens.
+                        f64::MAX / 4.0
+                    } else {
+                        1.25 * f.window() as f64 / srtt.as_secs_f64()
+                    };
                     let elapsed = f.last_tick.map_or(0.0, |l| (now - l).as_secs_f64());
                     f.last_tick = Some(now);
                     let burst = (BATCH * PKT) as f64 * 2.0;
@@ -239,6 +321,10 @@ pub(super) fn run_with(
                     let rtt = now - *sent;
                     f.min_rtt = f.min_rtt.min(rtt);
                     f.srtt = Some(f.srtt.map_or(rtt, |s| (s * 7 + rtt) / 8));
+                    if let Some(r) = f.reno.as_mut() {
+                        r.on_ack(PKT);
+                        continue;
+                    }
                     f.cc.ack(now, *sent, PKT, f.min_rtt);
                     if let Some(b) = f.bound.as_mut() {
                         let inner = f.cc.window();
@@ -247,10 +333,22 @@ pub(super) fn run_with(
                 }
                 // Packet threshold: three below the largest acknowledged are lost.
                 let mut lost = 0;
+                let mut first_lost = None;
                 while f.outstanding.front().is_some_and(|s| s.id + 3 < largest) {
-                    f.outstanding.pop_front();
+                    if let Some(s) = f.outstanding.pop_front() {
+                        first_lost.get_or_insert(s.id);
+                    }
                     f.in_flight -= PKT;
                     lost += PKT;
+                }
+                if let (Some(r), Some(id)) = (f.reno.as_mut(), first_lost) {
+                    f.lost += lost;
+                    lost_per_second[(t_ns / 1_000_000_000) as usize] += lost;
+                    r.on_loss(id, f.next_id);
+                    continue;
+                }
+                if f.reno.is_some() {
+                    continue;
                 }
                 if lost > 0 {
                     f.lost += lost;
@@ -375,6 +473,54 @@ fn a_queue_shallower_than_the_window_stops_losing_once_the_bound_fits_it() {
         late[0],
         late[1]
     );
+}
+
+/// Goodput per flow over seconds `from..to`, Mbit/s.
+fn shares(o: &Outcome, from: usize, to: usize) -> Vec<u64> {
+    o.per_second
+        .iter()
+        .map(|f| f[from..to].iter().sum::<u64>() * 8 / 1_000_000 / (to - from) as u64)
+        .collect()
+}
+
+/// Two connections beside one loss-based flow that filled the one-BDP queue first, as the
+/// lab's fairness cell has it (`scenarios/fairness.toml`):
+/// `cargo test --release -p xfer-quic --lib bbr::sim::beside_a_loss_based_flow -- --ignored --nocapture`
+///
+/// In this link the competitor, which gives up 30 % at every loss event while the controller
+/// ignores loss under 2 % of a round, is pushed down to 0-100 Mbit/s: the opposite of the
+/// lab, where QUIC kept 84-493 Mbit/s beside a Linux cubic flow (docs/results.md,
+/// "Fairness"). What this link lacks to show the lab's case is open; a burst that makes
+/// quinn declare persistent congestion, which restarts the model from the minimum window
+/// into a standing queue, is the first candidate.
+#[test]
+#[ignore]
+fn beside_a_loss_based_flow() {
+    for rtt in [50u64, 100, 200] {
+        let link = Link::gigabit(Duration::from_millis(rtt));
+        let mix = Mix {
+            bbr: 2,
+            bounded: false,
+            reno: 1,
+            head_start: Duration::from_secs(3),
+        };
+        let o = run_mix(&link, &mix, 33, BbrConfig::default());
+        let s = shares(&o, 13, 33);
+        println!(
+            "rtt {rtt}: Mbit/s over seconds 13-33: bbr {:?} reno {:?}; lost {:?}",
+            &s[..2],
+            &s[2..],
+            o.lost
+        );
+        if std::env::var_os("SIM_TRACE").is_some() {
+            let per: Vec<Vec<u64>> = o
+                .per_second
+                .iter()
+                .map(|f| f.iter().map(|b| b * 8 / 1_000_000).collect())
+                .collect();
+            println!("  {per:?}");
+        }
+    }
 }
 
 /// Prints the simulated goodput of each gain, RTT and flow count:
