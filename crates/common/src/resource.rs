@@ -664,9 +664,10 @@ impl BlockStream {
             self.next += len as u64;
             // A block the page cache holds is copied here, on the task: handing it to the
             // blocking pool cost a thread switch and two wake-ups per block, a quarter of a
-            // file server's CPU in profiles (docs/results.md, "CPU per byte").
+            // file server's CPU in profiles (docs/results.md, "The server reads cached blocks
+            // on its task").
             let read = match self.resource.read_cached_exact_at(offset, &mut buf) {
-                Ok(true) => BlockRead::Done(Some(Ok(buf.freeze()))),
+                Ok(true) => BlockRead::Done(Ok(buf.freeze())),
                 Ok(false) => {
                     let resource = self.resource.clone();
                     BlockRead::Blocking(tokio::task::spawn_blocking(move || {
@@ -674,7 +675,7 @@ impl BlockStream {
                         Ok(buf.freeze())
                     }))
                 }
-                Err(e) => BlockRead::Done(Some(Err(e))),
+                Err(e) => BlockRead::Done(Err(e)),
             };
             self.in_flight.push_back((offset, read));
         }
@@ -690,7 +691,7 @@ impl BlockStream {
             self.failed = true;
             return Poll::Ready(Some(Err(e)));
         }
-        let Some((offset, handle)) = self.in_flight.front_mut() else {
+        let Some((offset, read)) = self.in_flight.pop_front() else {
             // Waiting for room in the budget: its semaphore wakes us.
             return if self.acquiring.is_some() {
                 Poll::Pending
@@ -698,19 +699,19 @@ impl BlockStream {
                 Poll::Ready(None)
             };
         };
-        let offset = *offset;
-        let result = match handle {
-            BlockRead::Done(r) => r
-                .take()
-                .unwrap_or_else(|| Err(io::Error::other("a block was taken twice"))),
-            BlockRead::Blocking(handle) => match Pin::new(handle).poll(cx) {
-                Poll::Pending => return Poll::Pending,
+        let result = match read {
+            BlockRead::Done(r) => r,
+            BlockRead::Blocking(mut handle) => match Pin::new(&mut handle).poll(cx) {
+                Poll::Pending => {
+                    self.in_flight
+                        .push_front((offset, BlockRead::Blocking(handle)));
+                    return Poll::Pending;
+                }
                 Poll::Ready(r) => {
                     r.unwrap_or_else(|e| Err(io::Error::other(format!("read task failed: {e}"))))
                 }
             },
         };
-        self.in_flight.pop_front();
         match result {
             Ok(block) => {
                 debug_assert_eq!(offset, self.position);
@@ -748,8 +749,7 @@ impl Drop for BlockStream {
 
 /// One block's read: done on the task (from the page cache), or on the blocking pool.
 enum BlockRead {
-    /// `None` once taken.
-    Done(Option<io::Result<Bytes>>),
+    Done(io::Result<Bytes>),
     Blocking(JoinHandle<io::Result<Bytes>>),
 }
 
