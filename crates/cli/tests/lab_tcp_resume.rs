@@ -1,7 +1,8 @@
 //! TCP resume through an emulated link (200 Mbit/s, 40 ms): the server measures the path
 //! while it sends a download, saves it when the client's last connection closes, and the
-//! client's next run starts with a larger initial congestion window, as the server's log
-//! reports (its `TCP_INFO` at accept). The kernel half (exact windows granted, RTT check,
+//! client's next run starts with a larger initial congestion window, as the server's
+//! `xfer_tcp_resume_events_total` counters say, and its log reports (its `TCP_INFO` at
+//! accept). The kernel half (exact windows granted, RTT check,
 //! expiry) is tested on loopback in the HTTP crate (`tcp_resume`).
 //!
 //! Needs root, /dev/net/tun and iproute2. Without them the test prints why and passes, except
@@ -11,30 +12,49 @@
 use crate::lab_support;
 
 use std::ffi::OsStr;
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
 use lab_support::{get_json, prerequisites, serve_logged_with_cgroup2};
 use xfer_lab::{cleanup, HostProfile, Lab, LabConfig, LinkConfig};
+use xfer_test_support::wait_until;
 
 const PORT: u16 = 9452;
+const METRICS_PORT: u16 = 9453;
 const SIZE: u64 = 32 << 20;
 
-/// Wait up to 10 s for a line of the server's log containing `what`; the matching lines.
+/// The lines of the server's log containing `what`.
 fn log_lines(log: &std::path::Path, what: &str) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let found: Vec<String> = text
-            .lines()
-            .filter(|l| l.contains(what))
-            .map(String::from)
-            .collect();
-        if !found.is_empty() || Instant::now() > deadline {
-            return found;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(what))
+        .map(String::from)
+        .collect()
+}
+
+/// `xfer_tcp_resume_events_total{event="EVENT"}` from the server's metrics listener at
+/// `metrics`, asked from the client namespace; `None` while it cannot be read.
+fn resume_events(lab: &Lab, metrics: SocketAddr, event: &'static str) -> Option<u64> {
+    let text = lab
+        .spawn_in_client(move || -> std::io::Result<String> {
+            let mut s = TcpStream::connect_timeout(&metrics, Duration::from_secs(2))?;
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            Ok(text)
+        })
+        .ok()?
+        .join()
+        .ok()?
+        .ok()?
+        .ok()?;
+    let series = format!("xfer_tcp_resume_events_total{{event=\"{event}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The integer after `key=` in a log line.
@@ -64,9 +84,13 @@ fn a_returning_client_starts_from_the_saved_window() {
     let certs = dir.path().join("certs");
     let log = dir.path().join("serve.log");
     let addr = SocketAddr::new(lab.server_addr(), PORT);
-    let args: [&OsStr; 6] = [
+    let metrics = SocketAddr::new(lab.server_addr(), METRICS_PORT);
+    let metrics_arg = metrics.to_string();
+    let args: [&OsStr; 8] = [
         "--mechanism".as_ref(),
         "tcp-resume=on".as_ref(),
+        "--metrics-listen".as_ref(),
+        metrics_arg.as_ref(),
         "--self-signed".as_ref(),
         "--no-quic".as_ref(),
         "--cert-dir".as_ref(),
@@ -80,11 +104,15 @@ fn a_returning_client_starts_from_the_saved_window() {
         &log,
         "info,xfer_http::server::tcp_resume=debug",
     );
+    wait_until(Duration::from_secs(10), "the server's metrics", || {
+        resume_events(&lab, metrics, "path_saved").is_some()
+    });
     assert!(
         !log_lines(&log, "tcp resume on").is_empty(),
         "the server did not start TCP resume: {}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
+    assert_eq!(resume_events(&lab, metrics, "path_saved"), Some(0));
     let url = format!("https://{addr}/.xfer/synthetic?size={SIZE}&seed=5");
     let ca = certs.join("cert.pem");
     let out = dir.path().join("out.bin");
@@ -100,6 +128,10 @@ fn a_returning_client_starts_from_the_saved_window() {
     ];
 
     get_json(&lab, &get);
+    // The path is saved when the client's last connection has closed, after the command.
+    wait_until(Duration::from_secs(10), "a path saved", || {
+        resume_events(&lab, metrics, "path_saved").is_some_and(|n| n >= 1)
+    });
     let saved = log_lines(&log, "tcp resume: path saved");
     let line = saved.last().unwrap_or_else(|| {
         panic!(
@@ -117,12 +149,18 @@ fn a_returning_client_starts_from_the_saved_window() {
     assert!((11..=1500).contains(&segments), "{line}");
     let rtt_us = field(line, "rtt_us");
     assert!((1_000..=100_000).contains(&rtt_us), "{line}");
-    assert!(
-        log_lines(&log, "starts from the saved path").is_empty(),
+    assert_eq!(
+        resume_events(&lab, metrics, "jump"),
+        Some(0),
         "a jump before anything was saved"
     );
 
     get_json(&lab, &get);
+    // Counted at accept, before the command's first answer: no wait.
+    assert!(
+        resume_events(&lab, metrics, "jump").is_some_and(|n| n >= 1),
+        "the second run's connections started cold"
+    );
     let jumps = log_lines(&log, "starts from the saved path");
     assert!(
         !jumps.is_empty(),

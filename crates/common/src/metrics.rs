@@ -134,6 +134,8 @@ pub struct Metrics {
     digest_hits: AtomicU64,
     digest_misses: AtomicU64,
     access_log_dropped: AtomicU64,
+    /// [`TcpResumeEvent`] as index.
+    tcp_resume: [AtomicU64; 2],
     durations: [Histogram<12>; 2],
     sizes: [Histogram<6>; 2],
     budget: Mutex<Option<MemoryBudget>>,
@@ -158,6 +160,7 @@ impl Metrics {
             digest_hits: AtomicU64::new(0),
             digest_misses: AtomicU64::new(0),
             access_log_dropped: AtomicU64::new(0),
+            tcp_resume: [AtomicU64::new(0), AtomicU64::new(0)],
             durations: [
                 Histogram::new(DURATION_BOUNDS),
                 Histogram::new(DURATION_BOUNDS),
@@ -238,6 +241,11 @@ impl Metrics {
             &self.digest_misses
         };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Something TCP resume did (`--mechanism tcp-resume=on`).
+    pub fn count_tcp_resume(&self, event: TcpResumeEvent) {
+        self.tcp_resume[event as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// An access-log line dropped because the writer fell behind.
@@ -387,6 +395,19 @@ impl Metrics {
         );
         header(
             &mut out,
+            "xfer_tcp_resume_events_total",
+            "counter",
+            "TCP resume (--mechanism tcp-resume=on): paths saved as a client's last connection closed, and connections that started from a saved path.",
+        );
+        for (event, name) in [
+            (TcpResumeEvent::PathSaved, "path_saved"),
+            (TcpResumeEvent::Jump, "jump"),
+        ] {
+            let v = load(&self.tcp_resume[event as usize]);
+            let _ = writeln!(out, "xfer_tcp_resume_events_total{{event=\"{name}\"}} {v}");
+        }
+        header(
+            &mut out,
             "xfer_access_log_dropped_total",
             "counter",
             "Access-log lines dropped because the writer fell behind.",
@@ -438,6 +459,15 @@ impl Drop for OpenConnection {
     }
 }
 
+/// What TCP resume counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpResumeEvent {
+    /// A client's path was saved for its next connections.
+    PathSaved = 0,
+    /// A connection started with a window from a saved path.
+    Jump = 1,
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -479,6 +509,10 @@ mod tests {
             out.contains("xfer_transferred_bytes_total{protocol=\"h2\",direction=\"out\"} 10\n")
         );
         assert_eq!(m.bytes_totals(), (0, 11));
+        m.count_tcp_resume(TcpResumeEvent::Jump);
+        let out = m.render();
+        assert!(out.contains("xfer_tcp_resume_events_total{event=\"jump\"} 1\n"));
+        assert!(out.contains("xfer_tcp_resume_events_total{event=\"path_saved\"} 0\n"));
         let g = global();
         let open = g.open_connection("quic");
         assert!(g

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use xfer_common::metrics::{self, TcpResumeEvent};
 use xfer_common::path_share::{MeasuredPath, PathShare};
 
 use super::{cgroup, PathMeasurement, SavedTcpPath, TcpResumeConfig};
@@ -70,6 +71,7 @@ impl TcpResume {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Some(s) = crate::tcp::path_sample(&socket).filter(|s| s.cwnd > 10) {
             tracing::debug!(%peer, cwnd = s.cwnd, "tcp resume: connection starts from the saved path");
+            metrics::global().count_tcp_resume(TcpResumeEvent::Jump);
         }
         let peer = key(peer);
         self.lock().entry(peer).or_default().rates.insert(id, 0);
@@ -108,6 +110,7 @@ impl TcpResume {
         };
         self.map.put(&key(peer).octets(), &value)?;
         tracing::debug!(%peer, rate = m.rate, rtt_us, segments, "tcp resume: path saved");
+        metrics::global().count_tcp_resume(TcpResumeEvent::PathSaved);
         Ok(segments)
     }
 
