@@ -26,7 +26,10 @@ use xfer_core::TransferError;
 use crate::client::body::HttpRangeBody;
 use crate::client::lane::{drain, range_headers, Answer, HttpLane};
 use crate::client::pipeline::PipedLane;
-use crate::client::response::{check_range_head, content_length, described, header_str, Ctx};
+use crate::client::response::{
+    check_range_head, content_length, described, header_str, judge_speculative, Ctx,
+    SpeculativeMiss,
+};
 use crate::client::target::Target;
 use crate::client::transport::{HttpTransport, Inner, Mode};
 
@@ -203,46 +206,28 @@ impl HttpTransport {
             .await?;
         let url = answer.target.to_string();
         let what = format!("GET {url}{suffix}");
-        let h = answer.response.headers();
         let status = answer.response.status();
-        let total = (status == StatusCode::PARTIAL_CONTENT)
-            .then(|| header_str(h, header::CONTENT_RANGE))
-            .flatten()
-            .and_then(parse_content_range_clamped)
-            .and_then(|(_, total)| total);
-        let (Some(total), Ok(mut info)) = (total, described(&url, h, &answer.peer)) else {
-            tracing::debug!(%url, %status, "the speculative range brought no chunk");
-            if status == StatusCode::OK {
-                // The whole resource is on its way: closing the connection is cheaper.
-                drop(answer);
-            } else {
-                drain(answer.response.into_body(), inner).await;
-            }
-            return Ok(Speculated {
-                lane: Box::new(lane),
-                answer: None,
-            });
-        };
-        info.size = total;
-        let req = RangeRequest {
-            range: range.start..range.end.min(total),
-            expected_size: total,
-            ..guess
-        };
         let ctx = Ctx {
             peer: &answer.peer,
             url: &url,
             what: &what,
         };
-        let checked = (!req.range.is_empty())
-            .then(|| check_range_head(status, answer.response.headers(), &req, &ctx));
-        let Some(Ok(len)) = checked else {
-            tracing::debug!(%url, ?checked, "the speculative answer is not the bytes asked for");
-            drop(answer);
-            return Ok(Speculated {
-                lane: Box::new(lane),
-                answer: None,
-            });
+        let judged = judge_speculative(status, answer.response.headers(), &guess, &ctx);
+        let (info, req, len) = match judged {
+            Ok(j) => j,
+            Err(miss) => {
+                if miss == SpeculativeMiss::NoChunk && status != StatusCode::OK {
+                    drain(answer.response.into_body(), inner).await;
+                } else {
+                    // The whole resource, or bytes not asked for, is on its way: closing the
+                    // connection is cheaper.
+                    drop(answer);
+                }
+                return Ok(Speculated {
+                    lane: Box::new(lane),
+                    answer: None,
+                });
+            }
         };
         let first = first_body(inner, answer, what, len, &req);
         Ok(Speculated {

@@ -2,9 +2,11 @@
 //! (or a one-byte probe) say about the resource.
 
 use http::{header, HeaderMap, StatusCode};
-use xfer_common::ranges::{parse_content_range, parse_unsatisfied_content_range};
+use xfer_common::ranges::{
+    parse_content_range, parse_content_range_clamped, parse_unsatisfied_content_range,
+};
 use xfer_core::digest::REPR_DIGEST;
-use xfer_core::transport::RangeRequest;
+use xfer_core::transport::{RangeRequest, RemoteInfo};
 use xfer_core::{Sha256Digest, TransferError};
 
 /// Statuses after which the client follows `Location`.
@@ -293,4 +295,50 @@ mod tests {
             Err(TransferError::RemoteChanged { .. })
         ));
     }
+}
+
+/// Why a speculative range answer brings no usable chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpeculativeMiss {
+    /// Not a `206` that tells the size (a `416`, a `200` with the whole resource, an error).
+    NoChunk,
+    /// A `206` that tells the size, but not for the bytes asked for.
+    OtherBytes,
+}
+
+/// Judge the answer to `guess`, a range asked before the size was known, the same way for
+/// both codecs: the resource as the answer describes it, the request its body answers
+/// (clamped to the size) and the body's length. Only a `206` for exactly those bytes, or their
+/// part up to the end, counts.
+pub(crate) fn judge_speculative(
+    status: StatusCode,
+    h: &HeaderMap,
+    guess: &RangeRequest,
+    ctx: &Ctx<'_>,
+) -> Result<(RemoteInfo, RangeRequest, u64), SpeculativeMiss> {
+    let total = (status == StatusCode::PARTIAL_CONTENT)
+        .then(|| header_str(h, header::CONTENT_RANGE))
+        .flatten()
+        .and_then(parse_content_range_clamped)
+        .and_then(|(_, total)| total);
+    let (Some(total), Ok(mut info)) = (total, described(ctx.url, h, ctx.peer)) else {
+        tracing::debug!(url = ctx.url, %status, "the speculative range brought no chunk");
+        return Err(SpeculativeMiss::NoChunk);
+    };
+    info.size = total;
+    let req = RangeRequest {
+        range: guess.range.start..guess.range.end.min(total),
+        expected_size: total,
+        ..guess.clone()
+    };
+    let checked = (!req.range.is_empty()).then(|| check_range_head(status, h, &req, ctx));
+    let Some(Ok(len)) = checked else {
+        tracing::debug!(
+            url = ctx.url,
+            ?checked,
+            "the speculative answer is not the bytes asked for"
+        );
+        return Err(SpeculativeMiss::OtherBytes);
+    };
+    Ok((info, req, len))
 }

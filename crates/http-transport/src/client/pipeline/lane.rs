@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use http::{header, HeaderName, HeaderValue, StatusCode};
-use xfer_common::ranges::parse_content_range_clamped;
+use http::{header, HeaderName, HeaderValue};
 use xfer_core::transport::{BoxFuture, Lane, RangeBody, RangeRequest, RemoteInfo, RoundTrips};
 use xfer_core::TransferError;
 
@@ -15,7 +14,7 @@ use crate::client::lane::{range_headers, HttpLane};
 use crate::client::pipeline::body::{Framed, PipedBody};
 use crate::client::pipeline::conn::{Claim, HeadError, Lost, PipeConn, Taken};
 use crate::client::pipeline::wire::{self, Decoder};
-use crate::client::response::{check_range_head, described, header_str, is_redirect, Ctx};
+use crate::client::response::{check_range_head, is_redirect, judge_speculative, Ctx};
 use crate::client::target::Target;
 use crate::client::transport::Inner;
 
@@ -280,37 +279,17 @@ impl PipedLane {
         let (conn, resp, framed) = self.exchange(&target, &fields, &what).await?;
         let url = target.to_string();
         let peer = conn.peer.clone();
-        let total = (resp.status == StatusCode::PARTIAL_CONTENT)
-            .then(|| header_str(&resp.headers, header::CONTENT_RANGE))
-            .flatten()
-            .and_then(parse_content_range_clamped)
-            .and_then(|(_, total)| total);
-        let framing = wire::framing(&resp);
-        let (Some(total), Ok(mut info), Ok(framing)) =
-            (total, described(&url, &resp.headers, &peer), framing)
-        else {
-            tracing::debug!(%url, status = %resp.status, "the speculative range brought no chunk");
-            drop(framed);
-            conn.break_off("speculative answer without the chunk");
-            return Ok(None);
-        };
-        info.size = total;
-        let req = RangeRequest {
-            range: guess.range.start..guess.range.end.min(total),
-            expected_size: total,
-            ..guess.clone()
-        };
         let ctx = Ctx {
             peer: &peer,
             url: &url,
             what: &what,
         };
-        let checked = (!req.range.is_empty())
-            .then(|| check_range_head(resp.status, &resp.headers, &req, &ctx));
-        let Some(Ok(len)) = checked else {
-            tracing::debug!(%url, ?checked, "the speculative answer is not the bytes asked for");
+        let judged = judge_speculative(resp.status, &resp.headers, guess, &ctx);
+        let (Ok((info, req, len)), Ok(framing)) = (judged, wire::framing(&resp)) else {
+            // Its body is not read: the connection is given up, and the lane's next request
+            // opens another.
             drop(framed);
-            conn.break_off("speculative answer not the bytes asked for");
+            conn.break_off("speculative answer without the chunk asked for");
             return Ok(None);
         };
         let framed = Framed {
