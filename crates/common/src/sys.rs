@@ -1,5 +1,6 @@
-//! Every system call of this crate, behind safe functions that borrow their fds: the rest of
-//! the crate holds no `unsafe` (a test below keeps it so). `rustix` where it has the call;
+//! Every system call of this crate, behind safe functions that borrow their fds, and the one
+//! loop compiled for a CPU feature found at run time: the rest of the crate holds no `unsafe`
+//! (a test below keeps it so). `rustix` where it has the call;
 //! `libc` only for what it lacks, each block with the reason it is sound.
 
 use std::io;
@@ -52,6 +53,34 @@ pub(crate) fn pread_cached(
         Err(Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => Ok(CachedRead::Unsupported),
         Err(e) => Err(e.into()),
     }
+}
+
+/// [`crate::synthetic::fill`] on AVX-512 (its 64-bit multiplies), when this CPU has it:
+/// `false` leaves `buf` untouched for the portable loop.
+pub(crate) fn fill_wide(seed: u64, offset: u64, buf: &mut [u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if wide_fill_available() {
+        // SAFETY: the CPU has the features `fill_avx512` is compiled for (checked just above).
+        unsafe { fill_avx512(seed, offset, buf) };
+        return true;
+    }
+    let _ = (seed, offset, buf);
+    false
+}
+
+/// Whether [`fill_wide`] fills (std caches the CPU's feature bits: one atomic load).
+pub(crate) fn wide_fill_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512dq");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn fill_avx512(seed: u64, offset: u64, buf: &mut [u8]) {
+    crate::synthetic::fill_words(seed, offset, buf);
 }
 
 /// This host's name as the kernel holds it (`uname(2)`'s node name, which `gethostname(2)`
