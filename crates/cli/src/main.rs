@@ -84,6 +84,11 @@ fn main() -> ExitCode {
         _ => monitoring_args::LogFormat::Text,
     };
     init_tracing(cli.verbose, log_format);
+    // The server keeps its blocks in its memory budget's own pool and hands pages back after
+    // bursts on purpose; the client commands receive into buffers glibc would keep trimming.
+    if !matches!(cli.command, Command::Serve(_)) {
+        sys::keep_freed_heap();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

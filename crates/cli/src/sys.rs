@@ -1,6 +1,6 @@
 //! Every system call of the binary, behind safe functions: the rest of the crate holds no
 //! `unsafe` (a test below keeps it so). `rustix` where it has the call; `libc` only for
-//! `getrusage`, which rustix does not offer.
+//! `getrusage` and glibc's `mallopt`, which rustix does not offer.
 
 use std::time::Duration;
 
@@ -23,6 +23,43 @@ pub fn process_cpu_times() -> Option<(Duration, Duration)> {
     Some((tv(usage.ru_utime), tv(usage.ru_stime)))
 }
 
+/// Let glibc keep freed heap memory for the next allocation instead of handing it back to the
+/// kernel: allocations up to 32 MiB come from the heap (not one `mmap` each) and up to 64 MiB
+/// of free memory stay at the top of each heap. A client receives into buffers of 64 KiB to
+/// 1 MiB that are freed on other threads; glibc's defaults gave their pages back
+/// (`madvise`) as soon as a heap's top held 2 MiB free, and the next buffer faulted every page
+/// in again, 8 % of a QUIC client's CPU (docs/results.md, "The client keeps its freed heap").
+/// Left alone when `GLIBC_TUNABLES` sets malloc's tunables: the user's choice wins.
+/// Returns whether the settings were applied.
+pub fn keep_freed_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        if std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("malloc.")) {
+            return false;
+        }
+        // SAFETY: mallopt only changes glibc's own allocator parameters; both values are
+        // within the ranges glibc documents (the mmap threshold's maximum is 32 MiB on 64-bit).
+        let rc = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20)
+                & libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20)
+        };
+        rc == 1
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    false
+}
+
+/// Minor page faults of the calling thread so far (`getrusage(RUSAGE_THREAD)`).
+#[cfg(all(test, target_os = "linux"))]
+fn thread_minor_faults() -> u64 {
+    // SAFETY: as in `process_cpu_times`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD with a valid, writable pointer is the documented use on Linux.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    assert_eq!(rc, 0, "getrusage");
+    u64::try_from(usage.ru_minflt).unwrap_or(0)
+}
+
 /// The calling thread's CPU time, user and system (`CLOCK_THREAD_CPUTIME_ID`).
 pub fn thread_cpu_time() -> Duration {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -43,6 +80,31 @@ mod tests {
     fn unsafe_stays_in_the_sys_module() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         xfer_test_support::fence::assert_unsafe_only_in_sys(root);
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn freed_buffers_come_back_without_faulting_their_pages_in() {
+        // Fill and free 16 MiB in 1 MiB buffers three times on one thread: with the heap kept,
+        // the second and third rounds reuse pages already mapped; with glibc's defaults each
+        // round faults its 4,096 pages in again.
+        std::thread::spawn(|| {
+            assert!(super::keep_freed_heap(), "mallopt refused");
+            let mut faults = Vec::new();
+            for _ in 0..3 {
+                let before = super::thread_minor_faults();
+                let bufs: Vec<Vec<u8>> = (0..16).map(|_| vec![1u8; 1 << 20]).collect();
+                std::hint::black_box(&bufs);
+                drop(bufs);
+                faults.push(super::thread_minor_faults() - before);
+            }
+            assert!(
+                faults[1] < 512 && faults[2] < 512,
+                "minor faults per round: {faults:?}"
+            );
+        })
+        .join()
+        .expect("test thread");
     }
 
     #[test]
