@@ -9,6 +9,8 @@ Usage: scripts/bench-cpu.py LABEL=XFER_BINARY [LABEL=XFER_BINARY ...]
   PLAN=h1n,h1v,h2n,h2v,qn,qv   rows per binary: protocol h1/h2/q, n = --no-verify, v = SHA-256;
                 gn/gv: one `xfer get` of a SIZE-byte synthetic file over HTTP/1.1 into /dev/shm
   SIZE=2GiB     size of the gn/gv file
+  GET_ARGS_<LABEL>="..."  more arguments for that label's gn/gv rows (two labels may name one
+                binary to compare flags: GET_ARGS_skip=--no-whole-sha256 ... skip=XFER)
   CORES=0,1     CPU list (taskset -c) for every server, client and the floor; unset: all cores
   FLOOR=1       first run `xfer bench --floor` (first binary, on the first core of CORES, for
                 FLOOR_DUR=7 seconds) and print every row's CPU per GiB also as a multiple of
@@ -130,6 +132,7 @@ def get_row(label, verify):
     args = [path, "get", f"{url}/.xfer/synthetic?size={SIZE}&seed=1", "-o", dest, "--overwrite",
             "--json", "--quiet", "--ca-cert", ca, "--protocol", "http1"]
     if not verify: args.append("--no-verify")
+    args += os.environ.get(f"GET_ARGS_{label}", "").split()
     s0, c0, l0, w0 = proc_cpu(p.pid), child_cpu(), load(), time.monotonic()
     out = subprocess.run(PIN + args, capture_output=True, text=True)
     s1, c1, w1 = proc_cpu(p.pid), child_cpu(), time.monotonic()

@@ -132,6 +132,13 @@ pub struct GetArgs {
     /// Also write <output>.sha256 in sha256sum format.
     #[arg(long)]
     pub sha256_file: bool,
+    /// Skip the whole-file SHA-256 when the server sends a digest with every chunk: each
+    /// chunk's check already covers its bytes, and the whole-file pass runs on one core,
+    /// which bounds one file at that core's hash rate. The report then has no sha256. It
+    /// still runs if a chunk comes without a digest, and with --sha256-file or
+    /// --expect-sha256.
+    #[arg(long)]
+    pub no_whole_sha256: bool,
     /// Memory for the whole-file hash: chunks completed out of order are hashed from bytes
     /// kept in memory, up to this much, rather than read back from the part file. 0 reads
     /// every chunk back, which also checks the file as written.
@@ -311,6 +318,7 @@ pub async fn run(mut args: GetArgs) -> anyhow::Result<ExitCode> {
         expect_sha256,
         require_digest: args.require_digest,
         write_sha256_file: args.sha256_file,
+        whole_sha256: !args.no_whole_sha256,
         overwrite: args.overwrite,
         checksum: args.checksum,
         request_ahead: args.request_ahead(&sw),

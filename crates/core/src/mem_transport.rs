@@ -23,6 +23,8 @@ pub enum MemFault {
     Fail { retryable: bool },
     /// End the body half-way.
     Truncate,
+    /// Send the true bytes without their digest, as a server that has none for this range.
+    NoDigest,
 }
 
 /// A resource in memory. Lanes share its state.
@@ -34,6 +36,8 @@ struct State {
     etag: Mutex<Option<String>>,
     accepts_ranges: AtomicBool,
     send_digests: AtomicBool,
+    /// Stat reports the whole file's digest (when digests are sent at all).
+    send_repr_digest: AtomicBool,
     lanes: usize,
     piece: usize,
     /// (range start, fault, times left)
@@ -58,6 +62,7 @@ impl MemTransport {
             etag: Mutex::new(Some("\"mem-1\"".into())),
             accepts_ranges: AtomicBool::new(true),
             send_digests: AtomicBool::new(true),
+            send_repr_digest: AtomicBool::new(true),
             lanes,
             piece: 64 << 10,
             faults: Mutex::new(Vec::new()),
@@ -77,6 +82,13 @@ impl MemTransport {
     /// Send no `Content-Digest`.
     pub fn without_digests(self) -> Self {
         self.0.send_digests.store(false, Ordering::Relaxed);
+        self
+    }
+
+    /// Send a digest with every range but none for the whole file (a server that has not
+    /// hashed the whole file yet).
+    pub fn without_repr_digest(self) -> Self {
+        self.0.send_repr_digest.store(false, Ordering::Relaxed);
         self
     }
 
@@ -143,10 +155,9 @@ impl Transport for MemTransport {
                 etag: s.etag.lock().ok().and_then(|e| e.clone()),
                 last_modified: None,
                 accepts_ranges: s.accepts_ranges.load(Ordering::Relaxed),
-                sha256: s
-                    .send_digests
-                    .load(Ordering::Relaxed)
-                    .then_some(s.repr_digest),
+                sha256: (s.send_digests.load(Ordering::Relaxed)
+                    && s.send_repr_digest.load(Ordering::Relaxed))
+                .then_some(s.repr_digest),
             })
         })
     }
@@ -278,7 +289,7 @@ impl MemLane {
         };
         // Like a server, hash only what the client asks a digest for.
         let send_digest = req.want_digest && t.send_digests.load(Ordering::Relaxed);
-        let true_digest = send_digest.then(|| Sha256Digest::of(slice));
+        let mut true_digest = send_digest.then(|| Sha256Digest::of(slice));
         let mut body = t.data.slice(start..end);
         let mut cut = None;
         match t.take_fault(range.start) {
@@ -306,6 +317,7 @@ impl MemLane {
                 body = Bytes::from(v);
             }
             Some(MemFault::Truncate) => cut = Some(body.len() / 2),
+            Some(MemFault::NoDigest) => true_digest = None,
             None => {}
         }
         let delay = t

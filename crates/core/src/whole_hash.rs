@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 
 use crate::checksum::{Checksum, ChecksumAlgorithm, Checksummer};
 use crate::digest::{Sha256Digest, Sha256Hasher};
@@ -55,18 +56,37 @@ enum Ready {
     Sealed(Option<KeptChunk>),
 }
 
-/// Inputs: sealed chunks (from the writer). Claimed chunks (resumed from a journal) are
-/// given up front with the digest their bytes must have. `also` is a checksum computed over
-/// the same bytes in the same pass.
+/// What the hasher hashes, besides the sealed chunks it is sent.
+pub struct HashJob {
+    pub plan: ChunkPlan,
+    /// A checksum computed over the same bytes in the same pass.
+    pub also: Option<ChecksumAlgorithm>,
+    /// The part file, open for reading back, and its path (for errors).
+    pub part: File,
+    pub part_path: PathBuf,
+    /// Chunks resumed from a journal, with the digest their bytes must have.
+    pub claimed: Vec<(ChunkIndex, Option<Sha256Digest>)>,
+    /// When given, nothing is hashed and no kept bytes are held while it is false: the caller
+    /// sets it before the seal of the first chunk that needs the whole-file hash, and the
+    /// hasher then starts from the first chunk, reading back what it let go. Never set, the
+    /// thread ends when the writer does, without a digest.
+    pub wanted: Option<Arc<AtomicBool>>,
+}
+
+/// Hash `job`'s file in order as the writer seals its chunks (`sealed`), reporting on `events`.
 pub fn spawn(
-    plan: ChunkPlan,
-    also: Option<ChecksumAlgorithm>,
-    part: File,
-    part_path: PathBuf,
-    claimed: Vec<(ChunkIndex, Option<Sha256Digest>)>,
+    job: HashJob,
     sealed: mpsc::Receiver<Sealed>,
     events: tokio::sync::mpsc::UnboundedSender<HashEvent>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let HashJob {
+        plan,
+        also,
+        part,
+        part_path,
+        claimed,
+        wanted,
+    } = job;
     std::thread::Builder::new()
         .name("xfer-hash".into())
         .spawn(move || {
@@ -81,7 +101,8 @@ pub fn spawn(
             let mut buf = vec![0u8; READ_BUFFER];
             let count = plan.chunk_count();
             loop {
-                while next < count {
+                let idle = wanted.as_ref().is_some_and(|w| !w.load(Ordering::Acquire));
+                while next < count && !idle {
                     let expected = match ready.remove(&next) {
                         None => break,
                         Some(Ready::Sealed(Some(kept))) => {
@@ -143,6 +164,10 @@ pub fn spawn(
                     return;
                 }
                 match sealed.recv() {
+                    // Not wanted (yet): the kept bytes go back to the writer's budget.
+                    Ok(s) if wanted.as_ref().is_some_and(|w| !w.load(Ordering::Acquire)) => {
+                        ready.insert(s.chunk, Ready::Sealed(None));
+                    }
                     Ok(s) => {
                         ready.insert(s.chunk, Ready::Sealed(s.bytes));
                     }
@@ -201,16 +226,15 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
         let file = File::open(part.path()).unwrap();
-        let thread = spawn(
+        let job = HashJob {
             plan,
-            Some(ChecksumAlgorithm::Adler32),
-            file,
-            part.path().to_path_buf(),
-            Vec::new(),
-            rx,
-            events_tx,
-        )
-        .unwrap();
+            also: Some(ChecksumAlgorithm::Adler32),
+            part: file,
+            part_path: part.path().to_path_buf(),
+            claimed: Vec::new(),
+            wanted: None,
+        };
+        let thread = spawn(job, rx, events_tx).unwrap();
         for s in first {
             tx.send(s).unwrap();
         }

@@ -558,6 +558,56 @@ async fn server_without_ranges_or_digests_still_works() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_checked_by_the_server_need_no_whole_file_pass_unless_asked() {
+    let d = data(12 * CHUNK as usize + 5, 11);
+    let t = Arc::new(MemTransport::new(d.clone(), 4).without_repr_digest());
+    let dir = tempfile::tempdir().unwrap();
+    let skip = GetConfig {
+        whole_sha256: false,
+        ..exact()
+    };
+    // Every chunk came with its digest: the file is verified, and no whole-file SHA-256 was
+    // computed for the report.
+    let dest = dir.path().join("skipped");
+    let r = get(&t, &dest, skip.clone()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.sha256, None);
+    assert!(
+        r.verified_against
+            .iter()
+            .any(|s| s.contains("per-chunk") && s.contains("all")),
+        "{:?}",
+        r.verified_against
+    );
+    // The default still computes it.
+    let dest = dir.path().join("default");
+    let r = get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(r.sha256, Some(Sha256Digest::of(&d).to_hex()));
+    // One chunk without a digest (the fifth): the pass starts from the first chunk, reading
+    // back what it had let go, and the report has the whole file's digest.
+    t.inject(4 * CHUNK, MemFault::NoDigest, 1);
+    let dest = dir.path().join("mixed");
+    let r = get(&t, &dest, skip.clone()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    assert_eq!(r.sha256, Some(Sha256Digest::of(&d).to_hex()));
+    // So does the last chunk without one, after every other chunk was sealed unhashed.
+    let plan = ChunkPlan::tapered(d.len() as u64, CHUNK).unwrap();
+    let last = plan.range(plan.chunk_count() - 1).start;
+    t.inject(last, MemFault::NoDigest, 1);
+    let dest = dir.path().join("last");
+    let r = get(&t, &dest, skip.clone()).await.unwrap();
+    assert_eq!(r.sha256, Some(Sha256Digest::of(&d).to_hex()));
+    // And anything that needs the whole file's digest: the sha256 file.
+    let dest = dir.path().join("file");
+    let cfg = GetConfig {
+        write_sha256_file: true,
+        ..skip
+    };
+    let r = get(&t, &dest, cfg).await.unwrap();
+    assert_eq!(r.sha256, Some(Sha256Digest::of(&d).to_hex()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verification_off_skips_hashing() {
     let d = data(4 * CHUNK as usize, 10);
     let t = Arc::new(MemTransport::new(d.clone(), 2));

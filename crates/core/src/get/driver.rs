@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,6 +101,11 @@ pub(super) struct Driver {
     /// Each chunk's adler32 from its winning lane, when the file's is combined from them
     /// rather than computed by the whole-file hasher.
     chunk_adler32: Option<ChunkAdlers>,
+    /// The hasher waits for this before hashing anything ([`crate::whole_hash::spawn`]); set
+    /// at the first chunk verified without the server's digest, before its seal reaches the
+    /// hasher. Never set, the transfer ends without the whole-file digest: every chunk was
+    /// checked against the server's.
+    whole_on_demand: Option<Arc<AtomicBool>>,
 }
 
 struct LaneSlot {
@@ -173,6 +179,7 @@ impl Driver {
             refuse_unvouched: false,
             unvouched: None,
             chunk_adler32: None,
+            whole_on_demand: None,
         };
         for start in starts {
             driver.spawn_lane(start);
@@ -290,6 +297,12 @@ impl Driver {
         self
     }
 
+    /// Hash the whole file only once a chunk comes without the server's digest.
+    pub fn whole_on_demand(mut self, wanted: Option<Arc<AtomicBool>>) -> Self {
+        self.whole_on_demand = wanted;
+        self
+    }
+
     /// The checksum the transfer ends with: the hasher's, or the one combined from the chunks'.
     fn final_checksum(&self, from_hasher: Option<Checksum>) -> Result<Option<Checksum>, GetError> {
         let Some(adlers) = &self.chunk_adler32 else {
@@ -341,7 +354,13 @@ impl Driver {
             }
             // A complete schedule is not the end while the hasher may still find a resumed
             // chunk damaged and put it back.
-            if self.sched.is_finished() && (!verify_whole || whole_digest.is_some()) {
+            let whole_unneeded = self
+                .whole_on_demand
+                .as_ref()
+                .is_some_and(|w| !w.load(Ordering::Acquire));
+            if self.sched.is_finished()
+                && (!verify_whole || whole_digest.is_some() || whole_unneeded)
+            {
                 let (sha256, checksum) = match whole_digest {
                     Some((d, c)) => (Some(d), c),
                     None => (None, None),
@@ -610,6 +629,11 @@ impl Driver {
                 losers,
             } => {
                 self.set_server_checked(chunk, server_checked);
+                if !server_checked {
+                    if let Some(wanted) = &self.whole_on_demand {
+                        wanted.store(true, Ordering::Release);
+                    }
+                }
                 if self.refuse_unvouched && !server_checked && self.unvouched.is_none() {
                     self.unvouched = Some(chunk);
                 }
