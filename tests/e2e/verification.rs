@@ -38,8 +38,44 @@ async fn own_server_vouches_for_every_chunk(proto: Proto) -> TestResult {
     Ok(())
 }
 
+/// A resource with per-chunk digests and no whole-file one (the synthetic resource never has
+/// one): `whole_sha256` off checks every chunk against the server's and computes nothing more.
+async fn chunk_digests_make_the_whole_file_pass_optional(proto: Proto) -> TestResult {
+    let fx = Fixture::start(proto).await?;
+    let size = 5 * MIB + 3;
+    let url = fx.url(&format!("/.xfer/synthetic?size={size}&seed=4"));
+    let n = u64::from(xfer::ChunkPlan::tapered(size, MIB)?.chunk_count());
+    let skip = GetConfig {
+        chunk_size: MIB,
+        whole_sha256: false,
+        ..GetConfig::default()
+    };
+    let report = xfer::download(&url, fx.out().join("skip"), &fx.client, skip.clone()).await?;
+    assert_eq!(report.sha256, None);
+    assert_eq!(report.verification.chunks_with_server_digest, n);
+    assert!(report.verification.is_server_checked());
+    let mut want = vec![0u8; usize::try_from(size)?];
+    xfer::crates::common::synthetic::fill(4, 0, &mut want);
+    assert_eq!(std::fs::read(fx.out().join("skip"))?, want);
+    // The default computes it, for the report.
+    let whole = GetConfig {
+        whole_sha256: true,
+        ..skip
+    };
+    let report = xfer::download(&url, fx.out().join("whole"), &fx.client, whole).await?;
+    assert_eq!(
+        report.sha256,
+        Some(xfer::Sha256Digest::of(&want).to_hex()),
+        "{:?}",
+        report.verified_against
+    );
+    fx.shutdown().await;
+    Ok(())
+}
+
 each_transport! {
     own_server => own_server_vouches_for_every_chunk;
+    whole_file_pass_optional => chunk_digests_make_the_whole_file_pass_optional;
 }
 
 /// `xfer get --json` in 64 KiB chunks, so a few hundred KiB make several range requests.
