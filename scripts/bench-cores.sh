@@ -11,6 +11,7 @@
 #   PROTOCOLS="http1 quic"   http1 (8 connections), http2 or quic (2 x 4)
 #   ROUNDS=2          each set and protocol this many times, in turn
 #   XFER=path         (default: builds target/release/xfer)
+#   GET_ARGS="..."    more `xfer get` arguments for every run (e.g. --no-whole-sha256)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -60,7 +61,7 @@ for round in $(seq "$ROUNDS"); do
             before=$(cpu_of "$SERVER")
             /usr/bin/time -f '%U %S' -o "$WORK/time" taskset -c "$cpus" "$XFER" get \
                 "$src/.xfer/synthetic?size=$SIZE&seed=5" -o "$WORK/out.bin" --overwrite --quiet \
-                --json --ca-cert "$WORK/cert/cert.pem" "${args[@]}" >"$WORK/report.json"
+                --json --ca-cert "$WORK/cert/cert.pem" "${args[@]}" ${GET_ARGS:-} >"$WORK/report.json"
             after=$(cpu_of "$SERVER")
             python3 - "$WORK/report.json" "$WORK/time" "$proto" "$cpus" "$round" "$before" "$after" <<'PY' | tee -a "$OUT/results.txt"
 import json, sys
