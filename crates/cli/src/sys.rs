@@ -4,16 +4,18 @@
 
 use std::time::Duration;
 
-/// User and system CPU time of the whole process (`getrusage(RUSAGE_SELF)`); `None` if the
-/// kernel refuses (it does not for SELF).
-pub fn process_cpu_times() -> Option<(Duration, Duration)> {
+/// `getrusage(who)`; `None` if the kernel refuses (it does not for SELF, nor THREAD on Linux).
+fn rusage(who: libc::c_int) -> Option<libc::rusage> {
     // SAFETY: `usage` is a plain C struct that getrusage fills; zeroed is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid, writable pointer is the documented use.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    if rc != 0 {
-        return None;
-    }
+    // SAFETY: a valid `who` with a valid, writable pointer is the documented use.
+    let rc = unsafe { libc::getrusage(who, &mut usage) };
+    (rc == 0).then_some(usage)
+}
+
+/// User and system CPU time of the whole process (`getrusage(RUSAGE_SELF)`).
+pub fn process_cpu_times() -> Option<(Duration, Duration)> {
+    let usage = rusage(libc::RUSAGE_SELF)?;
     let tv = |t: libc::timeval| {
         Duration::new(
             u64::try_from(t.tv_sec).unwrap_or(0),
@@ -52,11 +54,7 @@ pub fn keep_freed_heap() -> bool {
 /// Minor page faults of the calling thread so far (`getrusage(RUSAGE_THREAD)`).
 #[cfg(all(test, target_os = "linux"))]
 fn thread_minor_faults() -> u64 {
-    // SAFETY: as in `process_cpu_times`.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_THREAD with a valid, writable pointer is the documented use on Linux.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    assert_eq!(rc, 0, "getrusage");
+    let usage = rusage(libc::RUSAGE_THREAD).expect("getrusage(RUSAGE_THREAD)");
     u64::try_from(usage.ru_minflt).unwrap_or(0)
 }
 
