@@ -22,7 +22,7 @@ use quinn_proto::RttEstimator;
 #[cfg(test)]
 use model::Mode;
 use model::Model;
-pub use model::{BW_WINDOW_ROUNDS, CWND_GAIN_PERCENT, STARTUP_GAIN_PERCENT};
+pub use model::{BW_WINDOW_ROUNDS, CWND_GAIN_PERCENT, MIN_WINDOW_PACKETS, STARTUP_GAIN_PERCENT};
 use rate::RateSampler;
 
 /// Initial window in datagrams of the 1,200-byte QUIC minimum: quinn's BBR's 200 (240,000
@@ -40,6 +40,11 @@ pub struct BbrConfig {
     pub startup_gain_percent: u64,
     /// Bound the window after a round that loses more than 2 % (`QuicTuning::loss_bound`).
     pub loss_bound: bool,
+    /// Lowest window, in datagrams; at least [`MIN_WINDOW_PACKETS`] (4). A sender that
+    /// asks its peer to acknowledge only every N+1 packets
+    /// (`QuicTuning::ack_eliciting_threshold`) needs room for more than that in flight, or
+    /// the peer holds each acknowledgement for its delay timer.
+    pub min_window_packets: u64,
 }
 
 impl Default for BbrConfig {
@@ -49,6 +54,7 @@ impl Default for BbrConfig {
             cwnd_gain_percent: CWND_GAIN_PERCENT,
             startup_gain_percent: STARTUP_GAIN_PERCENT,
             loss_bound: true,
+            min_window_packets: MIN_WINDOW_PACKETS,
         }
     }
 }
@@ -64,7 +70,8 @@ impl BbrConfig {
                 self.cwnd_gain_percent,
                 self.startup_gain_percent,
                 self.loss_bound,
-            ),
+            )
+            .with_min_window_packets(self.min_window_packets),
             sampler: RateSampler::default(),
         }
     }

@@ -51,7 +51,7 @@ const ROUND_RTT_SAMPLES: u32 = 8;
 const MIN_ROUND_PACKETS: u64 = 16;
 /// Lowest window, in datagrams (RFC 9002's minimum window is two; four keeps the ACK clock
 /// running with quinn's acknowledgement of every other packet).
-const MIN_WINDOW_PACKETS: u64 = 4;
+pub const MIN_WINDOW_PACKETS: u64 = 4;
 
 /// `bytes` × `percent` / 100.
 fn gain(bytes: u64, percent: u64) -> u64 {
@@ -134,6 +134,8 @@ pub(crate) struct Model {
     startup_gain: u64,
     /// A Careful Resume jump is unconfirmed: its rounds say nothing about the path yet.
     jump_in_flight: bool,
+    /// The lowest window, in datagrams.
+    min_window_packets: u64,
 }
 
 impl Model {
@@ -168,7 +170,15 @@ impl Model {
             bound_binding: false,
             exit: None,
             jump_in_flight: false,
+            min_window_packets: MIN_WINDOW_PACKETS,
         }
+    }
+
+    /// Never let the window fall below `packets` datagrams (at least [`MIN_WINDOW_PACKETS`]).
+    pub(crate) fn with_min_window_packets(mut self, packets: u64) -> Self {
+        self.min_window_packets = packets.max(MIN_WINDOW_PACKETS);
+        self.cwnd = self.cwnd.max(self.min_window());
+        self
     }
 
     /// Careful Resume raised the window to a jump (`true`) and has not yet seen it all
@@ -207,7 +217,7 @@ impl Model {
     }
 
     fn min_window(&self) -> u64 {
-        MIN_WINDOW_PACKETS * self.mtu
+        self.min_window_packets * self.mtu
     }
 
     pub(crate) fn on_ack(&mut self, bytes: u64, min_rtt: Duration) {
@@ -428,6 +438,42 @@ mod tests {
             delivered,
             false,
         );
+    }
+
+    /// Rounds at `rtt` delivering `per_round` bytes each at `rate`; the window at the end.
+    fn window_after_rounds(mut m: Model, rtt: Duration, rate: u64, per_round: u64) -> u64 {
+        for r in 0..40u64 {
+            m.on_ack(per_round, rtt);
+            m.on_end_acks(
+                Some(RateSample {
+                    rate,
+                    prior_delivered: r * per_round,
+                    app_limited: false,
+                    rtt,
+                }),
+                (r + 1) * per_round,
+                false,
+            );
+        }
+        m.window()
+    }
+
+    #[test]
+    fn the_window_keeps_its_floor_on_a_short_path() {
+        // 100 MB/s over 50 us is a BDP of 5 KB, under four datagrams: the default floor of
+        // four lets the window shrink to it; a floor of 20 (a peer acknowledging every tenth
+        // packet, twice over) holds.
+        let tiny = Duration::from_micros(50);
+        let fresh = || Model::new(240_000, 1472, 150, 289, true);
+        let low = window_after_rounds(fresh(), tiny, 100_000_000, 4 * 1472);
+        assert!(low < 20 * 1472, "default floor: {low}");
+        let held = window_after_rounds(
+            fresh().with_min_window_packets(20),
+            tiny,
+            100_000_000,
+            4 * 1472,
+        );
+        assert!(held >= 20 * 1472, "floor of 20 datagrams: {held}");
     }
 
     #[test]
