@@ -271,8 +271,21 @@ async fn a_path_another_protocol_measured_makes_the_first_connection_jump() {
             .get(key, std::time::SystemTime::now())
             .expect("the published path is saved");
         assert_eq!(saved.cwnd, measured.bdp());
-        server.download().await;
-        let stats = cache.stats();
+        // A connection that meets loss (a loaded machine's loopback drops datagrams too) or
+        // stays short of data before its first full window rightly does not jump; a few
+        // attempts, each from the published path again (a finished connection saves its
+        // own, loopback-sized measurement), make the test about the share, not the machine.
+        let mut stats = cache.stats();
+        for attempt in 0..3 {
+            if attempt > 0 {
+                share.publish("127.0.0.1".parse().expect("literal"), measured);
+            }
+            server.download().await;
+            stats = cache.stats();
+            if stats.jumps >= 1 {
+                break;
+            }
+        }
         assert!(stats.jumps >= 1, "{stats:?}");
         assert!(stats.largest_jump <= saved.cwnd / 2 + 1, "{stats:?}");
         server.shutdown().await;
