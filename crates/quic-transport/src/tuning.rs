@@ -416,7 +416,7 @@ impl QuicTuning {
         // Two of the peer's acknowledgement groups in flight: with fewer than threshold + 1
         // datagrams in flight the peer acknowledges only when its delay timer fires, and on a
         // short path, where the measured BDP is a few datagrams, every window then waited for
-        // that timer (20-27 Mbit/s on loopback with a threshold of 9 or 31).
+        // that timer (17-31 Mbit/s on loopback with a threshold of 9 or 31).
         let for_acks = self
             .ack_eliciting_threshold
             .map_or(0, |n| 2 * (u64::from(n) + 1));
