@@ -69,6 +69,23 @@ pub fn duration_with_unit_arg(s: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckThreshold(pub Option<u32>);
 
+/// The acknowledgement threshold a sender asks for: `--quic-ack-threshold` when given; else
+/// the default's every tenth packet when the `quic-ack-frequency` mechanism is on and xfer's
+/// BBR sends, as only its window keeps the floor that threshold needs on a short path.
+pub fn ack_threshold(
+    mechanism_on: bool,
+    congestion: CongestionControl,
+    asked: Option<AckThreshold>,
+) -> Option<u32> {
+    match asked {
+        Some(AckThreshold(v)) => v,
+        None if mechanism_on && congestion == CongestionControl::Bbr => {
+            Some(QuicTuning::DEFAULT_ACK_ELICITING_THRESHOLD)
+        }
+        None => None,
+    }
+}
+
 pub fn ack_threshold_arg(s: &str) -> Result<AckThreshold, String> {
     if s.eq_ignore_ascii_case("off") {
         return Ok(AckThreshold(None));
@@ -243,7 +260,8 @@ pub struct ClientArgs {
     #[arg(long)]
     pub no_quic_loss_bound: bool,
     /// Packets the server may receive before it must acknowledge (for uploads, where the client
-    /// sends), or `off` (the default) for QUIC's every second packet.
+    /// sends), or `off` for QUIC's every second packet. Default 9 while xfer's BBR sends
+    /// (`--mechanism quic-ack-frequency=off` turns the default off).
     #[arg(long, value_parser = ack_threshold_arg, value_name = "PACKETS")]
     pub quic_ack_threshold: Option<AckThreshold>,
     /// QUIC initial RTT estimate (`300ms`; a unit is required).
@@ -435,9 +453,11 @@ impl ClientArgs {
         if !sw.is_on(mechanisms::QUIC_LOSS_BOUND) {
             t.loss_bound = false;
         }
-        if let Some(AckThreshold(v)) = self.quic_ack_threshold {
-            t.ack_eliciting_threshold = v;
-        }
+        t.ack_eliciting_threshold = ack_threshold(
+            sw.is_on(mechanisms::QUIC_ACK_FREQUENCY),
+            t.congestion,
+            self.quic_ack_threshold,
+        );
         if let Some(rtt) = self.quic_initial_rtt {
             t.initial_rtt = rtt;
         }
@@ -498,5 +518,58 @@ mod default_text_tests {
             );
         }
         assert_eq!(duration_text(Duration::from_secs(3600)), "1h");
+    }
+}
+
+#[cfg(test)]
+mod ack_threshold_tests {
+    use super::*;
+
+    #[test]
+    fn the_default_threshold_needs_the_mechanism_and_xfers_bbr() {
+        let bbr = CongestionControl::Bbr;
+        assert_eq!(ack_threshold(true, bbr, None), Some(9));
+        assert_eq!(ack_threshold(false, bbr, None), None);
+        for other in [
+            CongestionControl::Cubic,
+            CongestionControl::NewReno,
+            CongestionControl::QuinnBbr,
+        ] {
+            assert_eq!(ack_threshold(true, other, None), None, "{other:?}");
+        }
+        // What the flag asks wins either way, `off` included.
+        assert_eq!(
+            ack_threshold(
+                false,
+                CongestionControl::Cubic,
+                Some(AckThreshold(Some(31)))
+            ),
+            Some(31)
+        );
+        assert_eq!(ack_threshold(true, bbr, Some(AckThreshold(None))), None);
+    }
+
+    #[test]
+    fn the_mechanism_switch_reaches_the_quic_tuning() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            client: ClientArgs,
+        }
+        let tuning = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("xfer").chain(args.iter().copied()))
+                .expect("arguments parse");
+            cli.client
+                .to_config()
+                .expect("a valid configuration")
+                .quic
+                .tuning
+                .ack_eliciting_threshold
+        };
+        assert_eq!(tuning(&[]), Some(9));
+        assert_eq!(tuning(&["--mechanism", "quic-ack-frequency=off"]), None);
+        assert_eq!(tuning(&["--quic-congestion", "cubic"]), None);
+        assert_eq!(tuning(&["--quic-ack-threshold", "3"]), Some(3));
     }
 }

@@ -109,7 +109,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_quic_loss_bound: bool,
     /// Packets a QUIC client may receive before it must acknowledge (for downloads, where the
-    /// server sends), or `off` (the default) for QUIC's every second packet.
+    /// server sends), or `off` for QUIC's every second packet. Default 9 while xfer's BBR
+    /// sends (`--mechanism quic-ack-frequency=off` turns the default off).
     #[arg(long, value_parser = crate::client_args::ack_threshold_arg, value_name = "PACKETS")]
     pub quic_ack_threshold: Option<crate::client_args::AckThreshold>,
     /// QUIC send window: unacknowledged bytes per connection.
@@ -377,9 +378,11 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
         quic.congestion = cc.into();
     }
     quic.loss_bound = sw.is_on(mechanisms::QUIC_LOSS_BOUND);
-    if let Some(crate::client_args::AckThreshold(v)) = args.quic_ack_threshold {
-        quic.ack_eliciting_threshold = v;
-    }
+    quic.ack_eliciting_threshold = crate::client_args::ack_threshold(
+        sw.is_on(mechanisms::QUIC_ACK_FREQUENCY),
+        quic.congestion,
+        args.quic_ack_threshold,
+    );
     quic.send_window = args.quic_send_window;
     quic.udp_send_buffer = Some(args.udp_buffer);
     quic.udp_recv_buffer = Some(args.udp_buffer);
