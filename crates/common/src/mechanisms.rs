@@ -159,7 +159,7 @@ pub const MECHANISMS: &[Mechanism] = &[
         requires: Requirement::Nothing,
         reads: "nothing",
         changes: "asks the QUIC receiver to acknowledge every 10th packet (xfer's BBR sending); BBR keeps 20 datagrams in flight at least",
-        justification: "results.md \"QUIC acknowledges every tenth packet\": loopback QUIC x 8 moves twice as much, 25-50 % less CPU per GiB; lab cells 0.98-1.05 x off",
+        justification: "4003f4d; results.md \"QUIC acknowledges every tenth packet\": loopback QUIC x 8 moves twice as much, 25-50 % less CPU per GiB; lab cells 0.98-1.05 x off",
     },
     Mechanism {
         name: WINDOW_CAP,
