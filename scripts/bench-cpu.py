@@ -9,6 +9,7 @@ Usage: scripts/bench-cpu.py LABEL=XFER_BINARY [LABEL=XFER_BINARY ...]
   PLAN=h1n,h1v,h2n,h2v,qn,qv   rows per binary: protocol h1/h2/q, n = --no-verify, v = SHA-256;
                 gn/gv: one `xfer get` of a SIZE-byte synthetic file over HTTP/1.1 into /dev/shm
   SIZE=2GiB     size of the gn/gv file
+  CONC_<LABEL>=8  lanes (`--concurrency`) of that label's bench rows
   GET_ARGS_<LABEL>="..."  more arguments for that label's gn/gv rows (two labels may name one
                 binary to compare flags: GET_ARGS_skip=--no-whole-sha256 ... skip=XFER)
   CORES=0,1     CPU list (taskset -c) for every server, client and the floor; unset: all cores
@@ -110,7 +111,8 @@ def chasqui_row():
 def xfer_row(label, proto, verify):
     p, path, url, ca = servers[label]
     u = url if proto != "quic" else "quic://" + url[len("https://"):]
-    args = [path, "bench", u, "--ca-cert", ca, "--concurrency", "8", "--mean-size", "100MiB", "--size-sd", "0",
+    conc = os.environ.get(f"CONC_{label}", "8")
+    args = [path, "bench", u, "--ca-cert", ca, "--concurrency", conc, "--mean-size", "100MiB", "--size-sd", "0",
             "--duration", DUR, "--json"]
     if proto != "quic": args += ["--protocol", proto]
     if not verify: args.append("--no-verify")
@@ -122,7 +124,7 @@ def xfer_row(label, proto, verify):
     except Exception:
         print("bench failed:", out.stdout[-2000:], out.stderr[-2000:]); return
     b = j["bytes_received"]
-    rows.append((f"{label} {proto} x8 {'sha256' if verify else 'noverify'}", j["goodput_bps"] / 8 / (1 << 20),
+    rows.append((f"{label} {proto} x{conc} {'sha256' if verify else 'noverify'}", j["goodput_bps"] / 8 / (1 << 20),
                  (c1 - c0) / (b / GIB), (s1 - s0) / (b / GIB), l0, j.get("errors", 0) == 0, verify))
 
 def get_row(label, verify):
