@@ -181,7 +181,7 @@ pub struct QuicTuning {
     /// Default 9 ([`QuicTuning::DEFAULT_ACK_ELICITING_THRESHOLD`], every tenth packet): each
     /// acknowledgement costs the receiver a packet to build, seal and send and the sender one
     /// to open and process, and where the CPU is the limit (a fast, short path) the fewer of
-    /// them, the more goes through: on loopback QUIC × 8 moved twice as much with 40-50 % less
+    /// them, the more goes through: on loopback QUIC × 8 moved twice as much with 25-50 % less
     /// CPU per GiB on each end (docs/results.md, "QUIC acknowledges every tenth packet"). With
     /// a threshold, xfer's BBR keeps at least 2 × (N + 1) datagrams in flight, so that a short
     /// path's small window never waits for the delay timer; CUBIC and NewReno have no such
