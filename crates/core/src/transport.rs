@@ -569,6 +569,13 @@ pub struct ConnectionStats {
     /// spreading over connections watch it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_order_packets: Option<u64>,
+    /// QUIC: datagrams this end received, and ACK frames it sent (each rides a datagram it
+    /// sends). Their ratio is how often the receiver of a download answers: one per batch of
+    /// datagrams read, at most one per `QuicTuning::ack_eliciting_threshold` + 1 packets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub datagrams_received: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acks_sent: Option<u64>,
 }
 
 #[cfg(test)]

@@ -215,6 +215,40 @@ async fn ranged_fetch_of_a_file_is_byte_identical() {
     });
 }
 
+/// The server, sending, asks the client for an acknowledgement every tenth packet
+/// (`QuicTuning::ack_eliciting_threshold`, draft-ietf-quic-ack-frequency). Without the
+/// request quinn acknowledges every second packet, once per batch it reads: on an idle
+/// loopback one acknowledgement per 3-8 datagrams, which this bound refuses. What it allows
+/// beyond one per ten: those riding on the client's own packets (requests, window updates)
+/// and one per delay timer (25 ms) per connection while the sender paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_acknowledges_every_tenth_packet() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let t = fx.client("/.xfer/synthetic?size=32MiB&seed=3");
+        let info = t.stat().await.expect("stat");
+        let started = std::time::Instant::now();
+        let quarter = info.size / 4;
+        for lane in 0..4 {
+            let start = lane as u64 * quarter;
+            let (bytes, _) = fetch(&t, lane, &range_req(&info, start..start + quarter))
+                .await
+                .expect("fetch");
+            assert_eq!(bytes.len() as u64, quarter);
+        }
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        let stats = t.connection_stats();
+        let datagrams: u64 = stats.iter().filter_map(|s| s.datagrams_received).sum();
+        let acks: u64 = stats.iter().filter_map(|s| s.acks_sent).sum();
+        let bound = datagrams / 10 + 40 + stats.len() as u64 * (elapsed_ms / 25);
+        assert!(
+            datagrams > 1000 && acks <= bound,
+            "{acks} acknowledgements for {datagrams} datagrams in {elapsed_ms} ms (bound {bound})"
+        );
+        fx.shutdown().await;
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synthetic_fetch_matches_fill() {
     limited!(async {

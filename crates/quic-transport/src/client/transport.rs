@@ -108,6 +108,8 @@ impl Transport for QuicTransport {
                     bytes_received: Some(s.udp_rx.bytes),
                     send_buffer: Some(live.buffers.send as u64),
                     recv_buffer: Some(live.buffers.recv as u64),
+                    datagrams_received: Some(s.udp_rx.datagrams),
+                    acks_sent: Some(s.frame_tx.acks),
                 })
             })
             .collect()
