@@ -570,8 +570,9 @@ pub struct ConnectionStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_order_packets: Option<u64>,
     /// QUIC: datagrams this end received, and ACK frames it sent (each rides a datagram it
-    /// sends). Their ratio is how often the receiver of a download answers: one per batch of
-    /// datagrams read, at most one per `QuicTuning::ack_eliciting_threshold` + 1 packets.
+    /// sends). Their ratio is how often the receiver of a download answers: once per batch of
+    /// datagrams it reads once `QuicTuning::ack_eliciting_threshold` + 1 packets have come,
+    /// and besides on a gap, on its delay timer and on packets it sends anyway.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub datagrams_received: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
