@@ -134,6 +134,7 @@ async fn bench_counts_every_byte_over_each_transport() {
     .await;
     check(&r, "http/1.1");
     assert_eq!(r["verify"], Value::Bool(false));
+    assert!(r["cpu"]["sha256_paired"].is_null(), "nothing hashed: {r}");
     let per_server: Vec<u64> = r["servers"]
         .as_array()
         .map(|s| s.iter().map(|s| num(s, "requests")).collect())
@@ -162,6 +163,11 @@ async fn bench_counts_every_byte_over_each_transport() {
             },
         );
         assert_eq!(r["verify"], Value::Bool(true));
+        let paired = r["cpu"]["sha256_paired"].as_f64().unwrap_or(-1.0);
+        assert!(
+            (0.0..=1.0).contains(&paired),
+            "a share of what was hashed: {r}"
+        );
     }
 
     let r = bench(vec![quic, "--ca-cert".into(), ca.clone()]).await;
@@ -250,6 +256,7 @@ fn floor_reports_every_primitive_and_the_sums_it_is_read_against() {
             "chacha20_seal",
             "chacha20_open",
             "sha256",
+            "sha256_pair",
             "adler32",
             "copy"
         ]

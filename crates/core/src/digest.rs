@@ -190,6 +190,28 @@ impl Sha256Hasher {
     }
 }
 
+pub use xfer_sha256::{pairing_stats, pairs_help, thread_pairing_stats, PairingStats};
+
+/// Streaming SHA-256 for a lane's chunk: bytes handed over as [`bytes::Bytes`] may wait to
+/// be hashed together with another lane's on the same thread (two streams interleaved on one
+/// core cost less than one after the other; see the `xfer-sha256` crate).
+#[derive(Default)]
+pub struct LaneSha256(xfer_sha256::PairingSha256);
+
+impl LaneSha256 {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn update(&mut self, data: bytes::Bytes) {
+        self.0.update(data);
+    }
+
+    pub fn finish(self) -> Sha256Digest {
+        Sha256Digest(self.0.finish())
+    }
+}
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn hex_val(c: u8) -> Option<u8> {

@@ -557,6 +557,42 @@ async fn server_without_ranges_or_digests_still_works() {
     assert_eq!(r.sha256, Some(Sha256Digest::of(&d).to_hex()));
 }
 
+#[tokio::test]
+async fn lanes_on_one_thread_hash_their_chunks_in_pairs() {
+    use xfer_core::digest::{pairs_help, thread_pairing_stats};
+    if !pairs_help() {
+        eprintln!("skipped: this CPU has no SHA extensions, so lanes hash alone");
+        return;
+    }
+    // The test's runtime runs every lane on this thread: while one lane's piece waits to be
+    // hashed, the next lane's piece arrives and the two are hashed together.
+    let d = data(16 * CHUNK as usize, 5);
+    // Without the whole file's digest every chunk is checked against the server's.
+    let t = Arc::new(MemTransport::new(d.clone(), 4).without_repr_digest());
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("paired");
+    let before = thread_pairing_stats();
+    get(&t, &dest, exact()).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), d);
+    let after = thread_pairing_stats();
+    let (paired, alone) = (
+        after.paired_bytes - before.paired_bytes,
+        after.alone_bytes - before.alone_bytes,
+    );
+    // Each chunk is hashed once by its lane (the whole-file pass runs on its own thread);
+    // bytes that straddle pieces go through a partial block and are not counted.
+    assert!(
+        paired + alone <= d.len() as u64 && paired + alone >= d.len() as u64 * 9 / 10,
+        "{paired} + {alone} of {}",
+        d.len()
+    );
+    assert!(
+        paired >= d.len() as u64 / 2,
+        "only {paired} of {} bytes hashed in pairs ({alone} alone)",
+        d.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunks_checked_by_the_server_need_no_whole_file_pass_unless_asked() {
     let d = data(12 * CHUNK as usize + 5, 11);

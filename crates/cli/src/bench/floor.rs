@@ -18,25 +18,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use bytes::Bytes;
 use rustls::crypto::cipher::OutboundPlainMessage;
 use rustls::crypto::cipher::{AeadKey, InboundOpaqueMessage, Iv, OutboundChunks};
 use rustls::{CipherSuite, ContentType, ProtocolVersion, SupportedCipherSuite, Tls13CipherSuite};
 use serde::Serialize;
 use xfer::crates::common::tls;
 use xfer::crates::core::checksum::{ChecksumAlgorithm, Checksummer};
-use xfer::crates::core::digest::Sha256Hasher;
+use xfer::crates::core::digest::{LaneSha256, Sha256Hasher};
 
 /// The largest TLS record payload (RFC 8446 §5.1), what a bulk transfer's records carry.
 const RECORD: usize = 16 * 1024;
 const WORKING_SET: usize = 32 << 20;
 /// Rows measured; `--duration` is shared among them.
-pub const ROWS: u32 = 7;
+pub const ROWS: u32 = 8;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// One primitive's rate on one core.
 #[derive(Debug, Clone, Serialize)]
 pub struct FloorRow {
-    /// Stable key: `seal`, `open`, `chacha20_seal`, `chacha20_open`, `sha256`, `adler32`, `copy`.
+    /// Stable key: `seal`, `open`, `chacha20_seal`, `chacha20_open`, `sha256`, `sha256_pair`, `adler32`, `copy`.
     pub key: &'static str,
     pub what: String,
     pub bytes: u64,
@@ -118,6 +119,29 @@ pub fn measure(budget: Duration) -> anyhow::Result<FloorReport> {
                 std::hint::black_box(h.finish());
             });
             data.len() as u64
+        }),
+    ));
+    // Not part of the floor, which counts one stream's SHA-256 as the floor does: two
+    // lanes' chunks hashed together on one core, as the engine's lanes pair them.
+    let (first, second) = data.split_at(data.len() / 2);
+    let (first, second) = (
+        Bytes::copy_from_slice(first),
+        Bytes::copy_from_slice(second),
+    );
+    rows.push(row(
+        "sha256_pair",
+        "SHA-256, two streams on one core (not in the floor)".into(),
+        timed(budget, |clock| {
+            clock.time(|| {
+                let (mut a, mut b) = (LaneSha256::new(), LaneSha256::new());
+                for at in (0..first.len()).step_by(256 << 10) {
+                    let end = (at + (256 << 10)).min(first.len());
+                    a.update(first.slice(at..end));
+                    b.update(second.slice(at..end.min(second.len())));
+                }
+                std::hint::black_box((a.finish(), b.finish()));
+            });
+            (first.len() + second.len()) as u64
         }),
     ));
     rows.push(row(

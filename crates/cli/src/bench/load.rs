@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use xfer::crates::core::digest::Sha256Hasher;
+use xfer::crates::core::digest::LaneSha256;
 use xfer::crates::core::transport::{Lane, RangeRequest, RemoteInfo};
 use xfer::{TransferError, Transport};
 
@@ -192,7 +192,7 @@ async fn one_op(
     };
     let sent = Instant::now();
     let mut body = lane.fetch(&req).await.map_err(fail)?;
-    let mut hasher = plan.verify.then(Sha256Hasher::new);
+    let mut hasher = plan.verify.then(LaneSha256::new);
     while let Some(data) = body.next_data().await.map_err(fail)? {
         // A piece that lands after the deadline does not count, even if the timer that cancels
         // this future has not fired yet.
@@ -215,7 +215,7 @@ async fn one_op(
         flight.received += n;
         plan.live_bytes.fetch_add(n, Ordering::Relaxed);
         if let Some(h) = hasher.as_mut() {
-            h.update(&data);
+            h.update(data);
         }
     }
     if flight.received != size {

@@ -24,6 +24,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::time::Instant;
 use xfer::crates::common::synthetic::{SyntheticSpec, MAX_SYNTHETIC_SIZE};
+use xfer::crates::core::digest::{pairing_stats, PairingStats};
 use xfer::{format_bps, HumanBytes};
 
 use crate::client_args::{duration_arg, size_arg, ClientArgs};
@@ -138,6 +139,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     let start = Instant::now();
     let cpu_start = CpuTimes::now();
+    let hashed_before = pairing_stats();
     let plan = Arc::new(Plan {
         targets,
         deadline: start + window,
@@ -163,6 +165,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let cpu = CpuTimes::now().since(&cpu_start);
+    let hashed = pairing_stats();
     live.finish();
     for t in &plan.targets {
         t.transport.close().await;
@@ -187,6 +190,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             seed: args.seed,
             window,
             cpu,
+            sha256_bytes: PairingStats {
+                paired_bytes: hashed.paired_bytes - hashed_before.paired_bytes,
+                alone_bytes: hashed.alone_bytes - hashed_before.alone_bytes,
+            },
         },
         tallies,
     );

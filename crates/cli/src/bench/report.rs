@@ -8,6 +8,7 @@ use xfer::{format_bps, HumanBytes};
 
 use super::cpu::CpuTimes;
 use super::load::{LaneTally, OpError};
+use xfer::crates::core::digest::PairingStats;
 
 /// At most this many failed operations are listed one by one; the count is always exact.
 const ERROR_SAMPLES: usize = 20;
@@ -76,6 +77,9 @@ pub struct Cpu {
     pub system_s: f64,
     /// (user + system) seconds per GiB received; null when nothing was received.
     pub s_per_gib: Option<f64>,
+    /// Share of the bytes hashed for SHA-256 that were hashed two lanes at once on one core;
+    /// null when nothing was hashed.
+    pub sha256_paired: Option<f64>,
 }
 
 /// What the run was asked to do, for the report header.
@@ -88,6 +92,8 @@ pub struct RunInfo {
     pub seed: u64,
     pub window: Duration,
     pub cpu: CpuTimes,
+    /// SHA-256 bytes hashed during the run: in pairs, alone.
+    pub sha256_bytes: PairingStats,
 }
 
 impl BenchReport {
@@ -156,6 +162,14 @@ impl BenchReport {
             user_s: user,
             system_s: system,
             s_per_gib: (r.bytes_received > 0).then(|| (user + system) / gib),
+            sha256_paired: {
+                let PairingStats {
+                    paired_bytes,
+                    alone_bytes,
+                } = info.sha256_bytes;
+                let all = paired_bytes + alone_bytes;
+                (all > 0).then(|| paired_bytes as f64 / all as f64)
+            },
         };
         r
     }
@@ -205,12 +219,16 @@ impl BenchReport {
             self.ttfb_ms.median, self.ttfb_ms.p99, self.ttfb_ms.samples
         ));
         line(format!(
-            "client cpu  {:.2} s user + {:.2} s system{}",
+            "client cpu  {:.2} s user + {:.2} s system{}{}",
             self.cpu.user_s,
             self.cpu.system_s,
             self.cpu
                 .s_per_gib
                 .map(|v| format!(" = {v:.3} s/GiB"))
+                .unwrap_or_default(),
+            self.cpu
+                .sha256_paired
+                .map(|v| format!("; SHA-256 {:.0} % in pairs", 100.0 * v))
                 .unwrap_or_default()
         ));
         for e in &self.error_samples {
@@ -276,6 +294,7 @@ mod tests {
             seed: 0,
             window: Duration::from_secs(2),
             cpu: CpuTimes::default(),
+            sha256_bytes: PairingStats::default(),
         };
         let r = BenchReport::build(info, vec![lane(100, 3, 90, 10), lane(300, 5, 280, 20)]);
         assert_eq!(r.operations, 8);

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::digest::Sha256Hasher;
+use crate::digest::LaneSha256;
 use crate::error::TransferError;
 use crate::plan::ChunkIndex;
 use crate::progress::Progress;
@@ -597,7 +597,7 @@ async fn fetch(
             .as_ref()
             .map_or(f64::INFINITY, |l| l.limit().bytes_per_second() as f64),
     });
-    let mut hasher = ctx.check_chunks.then(Sha256Hasher::new);
+    let mut hasher = ctx.check_chunks.then(LaneSha256::new);
     let mut adler = ctx.chunk_adler32.then(adler2::Adler32::new);
     let mut pace = Pace {
         ctx,
@@ -639,7 +639,7 @@ async fn fetch(
                     let _ = events.send(LaneEvent::Ahead { lane });
                 }
                 if let Some(h) = hasher.as_mut() {
-                    h.update(&data);
+                    h.update(data.clone());
                 }
                 if let Some(h) = adler.as_mut() {
                     h.write_slice(&data);
@@ -673,7 +673,7 @@ async fn fetch(
     }
     Fetched {
         outcome: AttemptOutcome::Received {
-            digest: hasher.map(Sha256Hasher::finish),
+            digest: hasher.map(LaneSha256::finish),
             server_digest: body.trailer_digest(),
         },
         error: None,
