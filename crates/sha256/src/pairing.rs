@@ -4,8 +4,8 @@
 //! [`PairingSha256::update`] leaves its bytes *waiting* and offers its stream on the thread's
 //! one-place exchange; the next update on that thread, from any other stream, takes the offer
 //! and hashes both streams' waiting blocks in one interleaved pass ([`compress_two`]). A stream
-//! hashes its oldest bytes alone once more than [`WAIT_BUDGET`] wait, and everything left at
-//! [`finish`], so a lone lane costs what a plain hasher costs, plus a lock.
+//! hashes its oldest bytes alone once more than `WAIT_BUDGET` (512 KiB) wait, and everything
+//! left at [`finish`], so a lone lane costs what a plain hasher costs, plus a lock.
 //!
 //! Order within a stream is kept: a stream's bytes are hashed front first, by whichever thread
 //! holds the stream's lock. An offer whose stream is locked by another thread is simply not
