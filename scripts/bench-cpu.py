@@ -9,6 +9,10 @@ Usage: scripts/bench-cpu.py LABEL=XFER_BINARY [LABEL=XFER_BINARY ...]
   PLAN=h1n,h1v,h2n,h2v,qn,qv   rows per binary: protocol h1/h2/q, n = --no-verify, v = SHA-256;
                 gn/gv: one `xfer get` of a SIZE-byte synthetic file over HTTP/1.1 into /dev/shm
   SIZE=2GiB     size of the gn/gv file
+  SIZE_SD=0     `--size-sd` of the bench rows: 0 asks for the same 100 MiB range every time,
+                which the server's range-digest memory answers after the first; 20% (with a
+                new `--seed` for every row) makes every range new to the server, so it hashes
+                every byte it sends
   CONC_<LABEL>=8  lanes (`--concurrency`) of that label's bench rows
   GET_ARGS_<LABEL>="..."  more arguments for that label's gn/gv rows (two labels may name one
                 binary to compare flags: GET_ARGS_skip=--no-whole-sha256 ... skip=XFER)
@@ -108,11 +112,15 @@ def chasqui_row():
     rate = float(re.search(r"download rate:\s+([0-9.]+) MB/sec", txt).group(1)) * 1e6
     rows.append(("chasqui h1 x8 tls", rate / (1 << 20), (c1 - c0) / (vol / GIB), (s1 - s0) / (vol / GIB), l0, txt.count("errors:           0") > 0, False))
 
+SIZE_SD = os.environ.get("SIZE_SD", "0")
+# With sizes that vary, each row gets its own size sequence, so no row repeats another's ranges.
+seeds = iter(range(1, 1 << 30)) if SIZE_SD not in ("0", "0%") else iter(lambda: 0, None)
+
 def xfer_row(label, proto, verify):
     p, path, url, ca = servers[label]
     u = url if proto != "quic" else "quic://" + url[len("https://"):]
     conc = os.environ.get(f"CONC_{label}", "8")
-    args = [path, "bench", u, "--ca-cert", ca, "--concurrency", conc, "--mean-size", "100MiB", "--size-sd", "0",
+    args = [path, "bench", u, "--ca-cert", ca, "--concurrency", conc, "--mean-size", "100MiB", "--size-sd", SIZE_SD, "--seed", str(next(seeds)),
             "--duration", DUR, "--json"]
     if proto != "quic": args += ["--protocol", proto]
     if not verify: args.append("--no-verify")

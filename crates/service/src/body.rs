@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use xfer_common::fault::corrupt_block;
 use xfer_common::{BlockStream, DigestCache, Resource};
 use xfer_core::checksum::{ChecksumAlgorithm, Checksummer};
-use xfer_core::digest::{Sha256Digest, Sha256Hasher};
+use xfer_core::digest::{LaneSha256, Sha256Digest};
 
 use crate::checksums::ChecksumCache;
 
@@ -82,8 +82,9 @@ enum Hashing {
 
 /// Everything fed with the bytes sent.
 struct Hashers {
-    /// The trailer's digest, when one was asked for.
-    trailer: Option<Sha256Hasher>,
+    /// The trailer's digest, when one was asked for. Blocks of two responses that meet on one
+    /// thread are hashed together (`xfer-sha256`).
+    trailer: Option<LaneSha256>,
     others: Vec<Checksummer>,
 }
 
@@ -98,9 +99,9 @@ impl Hashers {
                 .any(|c| c.algorithm() != ChecksumAlgorithm::Adler32)
     }
 
-    fn update(&mut self, block: &[u8]) {
+    fn update(&mut self, block: &Bytes) {
         if let Some(h) = &mut self.trailer {
-            h.update(block);
+            h.update(block.clone());
         }
         for c in &mut self.others {
             c.update(block);
@@ -121,7 +122,7 @@ impl fmt::Debug for BodyStream {
 impl BodyStream {
     pub(crate) fn new(blocks: BlockStream, range: &Range<u64>, mut plan: StreamPlan) -> Self {
         let hashers = Hashers {
-            trailer: (plan.hash && plan.known_digest.is_none()).then(Sha256Hasher::new),
+            trailer: (plan.hash && plan.known_digest.is_none()).then(LaneSha256::new),
             others: plan
                 .checksums
                 .as_mut()
