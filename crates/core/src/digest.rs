@@ -9,6 +9,7 @@ use std::fmt;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
+pub use xfer_sha256::{pairing_stats, pairs_help, thread_pairing_stats, PairingStats};
 
 /// The RFC 9530 algorithm key xfer computes and checks.
 pub const SHA256_KEY: &str = "sha-256";
@@ -189,8 +190,6 @@ impl Sha256Hasher {
         Sha256Digest(self.0.finalize().into())
     }
 }
-
-pub use xfer_sha256::{pairing_stats, pairs_help, thread_pairing_stats, PairingStats};
 
 /// Streaming SHA-256 for a lane's chunk: bytes handed over as [`bytes::Bytes`] may wait to
 /// be hashed together with another lane's on the same thread (two streams interleaved on one

@@ -32,7 +32,7 @@ pub struct PairingSha256 {
 /// Bytes a stream keeps waiting for a partner before it hashes the oldest alone. HTTP/1.1
 /// bodies arrive in pieces of about 200 KiB (hyper's read buffer), and a lane's body often
 /// yields two or three in a row before another lane runs. Measured on loopback, 8 lanes on two
-/// runtime threads: 128 KiB paired 55-61 % of the bytes, 512 KiB 96-97 %, 2 MiB no more.
+/// runtime threads: 128 KiB paired 55-61 % of the bytes, 512 KiB 92-97 %, 2 MiB no more.
 const WAIT_BUDGET: usize = 512 << 10;
 
 /// One stream's hashing state. Its unhashed bytes are `tail[..tail_len]` then `waiting` in
@@ -67,7 +67,8 @@ thread_local! {
 fn count(paired: u64, alone: u64) {
     PAIRED_BYTES.fetch_add(paired, Ordering::Relaxed);
     ALONE_BYTES.fetch_add(alone, Ordering::Relaxed);
-    THREAD_BYTES.with(|c| {
+    // `try_with`: a hasher used while this thread's locals are being torn down still hashes.
+    let _ = THREAD_BYTES.try_with(|c| {
         let mut s = c.get();
         s.paired_bytes += paired;
         s.alone_bytes += alone;
@@ -93,7 +94,9 @@ pub fn pairing_stats() -> PairingStats {
 
 /// The [`PairingStats`] of the hashing done on the calling thread so far.
 pub fn thread_pairing_stats() -> PairingStats {
-    THREAD_BYTES.with(std::cell::Cell::get)
+    THREAD_BYTES
+        .try_with(std::cell::Cell::get)
+        .unwrap_or_default()
 }
 
 impl Default for PairingSha256 {
@@ -136,7 +139,7 @@ impl PairingSha256 {
         }
         me.hash_alone(WAIT_BUDGET);
         if !me.front_blocks().is_empty() {
-            OFFER.with(|o| *o.borrow_mut() = Arc::downgrade(&self.stream));
+            offer(&self.stream);
         }
     }
 
@@ -149,7 +152,7 @@ impl PairingSha256 {
             }
         }
         me.hash_alone(0);
-        OFFER.with(|o| {
+        let _ = OFFER.try_with(|o| {
             let mut o = o.borrow_mut();
             if std::ptr::eq(o.as_ptr(), Arc::as_ptr(&self.stream)) {
                 *o = Weak::new();
@@ -162,7 +165,8 @@ impl PairingSha256 {
     /// bytes, as many as both have, in one interleaved pass. What the other stream has left
     /// is offered again.
     fn pair_with_offer(&self, me: &mut Stream) -> Paired {
-        let Some(other) = OFFER.with(|o| std::mem::take(&mut *o.borrow_mut()).upgrade()) else {
+        let taken = OFFER.try_with(|o| std::mem::take(&mut *o.borrow_mut()).upgrade());
+        let Some(other) = taken.ok().flatten() else {
             return Paired::No;
         };
         if Arc::ptr_eq(&other, &self.stream) {
@@ -187,7 +191,7 @@ impl PairingSha256 {
         me.consume(n);
         them.consume(n);
         if !them.front_blocks().is_empty() {
-            OFFER.with(|o| *o.borrow_mut() = Arc::downgrade(&other));
+            offer(&other);
         }
         Paired::Yes
     }
@@ -279,6 +283,11 @@ impl Stream {
         }
         out
     }
+}
+
+/// Offer `stream` on this thread's exchange (its bytes then wait for the next update here).
+fn offer(stream: &Arc<Mutex<Stream>>) {
+    let _ = OFFER.try_with(|o| *o.borrow_mut() = Arc::downgrade(stream));
 }
 
 fn lock(stream: &Mutex<Stream>) -> MutexGuard<'_, Stream> {

@@ -37,7 +37,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// One primitive's rate on one core.
 #[derive(Debug, Clone, Serialize)]
 pub struct FloorRow {
-    /// Stable key: `seal`, `open`, `chacha20_seal`, `chacha20_open`, `sha256`, `sha256_pair`, `adler32`, `copy`.
+    /// Stable key: `seal`, `open`, `chacha20_seal`, `chacha20_open`, `sha256`, `sha256_pair`,
+    /// `adler32`, `copy`.
     pub key: &'static str,
     pub what: String,
     pub bytes: u64,

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use serde::Serialize;
+use xfer::crates::core::digest::PairingStats;
 use xfer::{format_bps, HumanBytes};
 
 use super::cpu::CpuTimes;
 use super::load::{LaneTally, OpError};
-use xfer::crates::core::digest::PairingStats;
 
 /// At most this many failed operations are listed one by one; the count is always exact.
 const ERROR_SAMPLES: usize = 20;
