@@ -14,6 +14,7 @@ Usage: scripts/bench-cpu.py LABEL=XFER_BINARY [LABEL=XFER_BINARY ...]
                 new `--seed` for every row) makes every range new to the server, so it hashes
                 every byte it sends
   CONC_<LABEL>=8  lanes (`--concurrency`) of that label's bench rows
+  BENCH_ARGS_<LABEL>="..."  more arguments for that label's bench rows
   GET_ARGS_<LABEL>="..."  more arguments for that label's gn/gv rows (two labels may name one
                 binary to compare flags: GET_ARGS_skip=--no-whole-sha256 ... skip=XFER)
   CORES=0,1     CPU list (taskset -c) for every server, client and the floor; unset: all cores
@@ -124,6 +125,7 @@ def xfer_row(label, proto, verify):
             "--duration", DUR, "--json"]
     if proto != "quic": args += ["--protocol", proto]
     if not verify: args.append("--no-verify")
+    args += os.environ.get(f"BENCH_ARGS_{label}", "").split()
     s0, c0, l0 = proc_cpu(p.pid), child_cpu(), load()
     out = subprocess.run(PIN + args, capture_output=True, text=True)
     s1, c1 = proc_cpu(p.pid), child_cpu()

@@ -273,9 +273,9 @@ pub struct ClientArgs {
     /// Turn QUIC path MTU discovery off.
     #[arg(long)]
     pub quic_no_mtu_discovery: bool,
-    /// Largest UDP payload QUIC may use, bytes (1200-65527). Default 8972 (6550 with GSO, so
-    /// that a batch of 10 fits one send), lowered to what the route to the server takes
-    /// (1472 on 1500-byte Ethernet over IPv4).
+    /// Largest UDP payload QUIC may use, bytes (1200-65527). Default: what the route to the
+    /// server takes (1472 on 1500-byte Ethernet over IPv4, 8972 on jumbo frames, 65507 on
+    /// loopback; 8972 where the kernel does not say).
     #[arg(long, value_name = "BYTES")]
     pub quic_max_datagram: Option<u16>,
     /// Turn UDP segmentation offload (GSO) off.

@@ -117,6 +117,11 @@ pub struct ServeArgs {
     #[arg(long, value_parser = size_arg, value_name = "SIZE",
           default_value = size_text(QuicTuning::for_server().send_window))]
     pub quic_send_window: u64,
+    /// Largest UDP payload QUIC sends or accepts, bytes (1200-65527). Default 65527: each
+    /// client announces what its route takes (1472 on 1500-byte Ethernet over IPv4, 8972 on
+    /// jumbo frames, 65507 on loopback) and MTU discovery stops there.
+    #[arg(long, value_name = "BYTES")]
+    pub quic_max_datagram: Option<u16>,
     /// Do not start QUIC connections from the path their client's last connection measured
     /// (Careful Resume, RFC 9959): every connection pays slow start.
     #[arg(long)]
@@ -384,6 +389,9 @@ pub async fn run(given: ServeArgs, matches: &ArgMatches) -> anyhow::Result<ExitC
         args.quic_ack_threshold,
     );
     quic.send_window = args.quic_send_window;
+    if let Some(bytes) = args.quic_max_datagram {
+        quic.mtu_discovery_upper_bound = bytes;
+    }
     quic.udp_send_buffer = Some(args.udp_buffer);
     quic.udp_recv_buffer = Some(args.udp_buffer);
     quic.validate().map_err(|e| UsageError(e.to_string()))?;

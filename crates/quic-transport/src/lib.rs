@@ -37,6 +37,7 @@ pub mod bbr;
 pub mod client;
 pub mod loss_bound;
 pub mod resume;
+pub mod send_batch;
 pub mod server;
 pub mod socket;
 pub mod tuning;

@@ -229,7 +229,7 @@ impl QuicServer {
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
             .map_err(|e| ServerError::Tls(e.to_string()))?;
         // Clients announce what their route takes; MTU discovery stops at the smaller.
-        let largest = config.tuning.max_udp_payload(None);
+        let largest = config.tuning.largest_udp_payload();
         let transport = config.tuning.transport_config(
             SERVER_IDLE_TIMEOUT,
             config.max_streams_per_connection,

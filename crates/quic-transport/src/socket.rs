@@ -18,6 +18,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 use xfer_common::sockbuf::{self, Direction};
 
+use crate::send_batch::SplitBatches;
 use crate::tuning::QuicTuning;
 
 /// What the kernel granted for a socket, bytes (Linux reports twice the requested value, half of
@@ -38,13 +39,15 @@ pub struct Offload {
     pub gro_segments: usize,
 }
 
-/// Hand `socket` to quinn's runtime and report what offload the kernel granted it. Log once
+/// Hand `socket` to quinn's runtime, with batches too large for one send split
+/// ([`SplitBatches`]), and report what offload the kernel granted it. Log once
 /// per socket at debug level, so a capture of a slow run shows whether GSO/GRO were on.
 pub fn wrap_for_quinn(
     socket: UdpSocket,
     runtime: &dyn quinn::Runtime,
 ) -> io::Result<(Arc<dyn quinn::AsyncUdpSocket>, Offload)> {
-    let socket = runtime.wrap_udp_socket(socket)?;
+    let socket: Arc<dyn quinn::AsyncUdpSocket> =
+        Arc::new(SplitBatches::new(runtime.wrap_udp_socket(socket)?));
     let offload = Offload {
         gso_segments: socket.max_transmit_segments(),
         gro_segments: socket.max_receive_segments(),

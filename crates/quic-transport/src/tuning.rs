@@ -16,7 +16,7 @@
 //! | connection receive window | unlimited | 128 MiB (server: 64 MiB) | K = 4 streams, each with its next body requested ahead, at full windows; bounded memory |
 //! | send window | 10 MB | 64 MiB | the sender must retain ≥ 1 BDP of unacked data, per connection |
 //! | UDP socket buffers | kernel default (~208 KiB) | 32 MiB | bursts of a 1 Gbit/s flow outlast a small buffer |
-//! | largest datagram (MTU discovery bound) | 1452 | 8972 (6550 with GSO), lowered to the client's route | every byte of an Ethernet frame; fewer packets per GiB where the path takes more |
+//! | largest datagram (MTU discovery bound) | 1452 | what the client's route takes (1472 on Ethernet, 8972 on jumbo frames, 65507 on loopback) | every byte of an Ethernet frame; fewer packets per GiB where the path takes more |
 //! | acknowledgements asked of the receiver | every 2nd packet | every 10th (xfer's BBR) | each acknowledgement costs both ends a packet's work |
 //!
 //! This module does not open sockets (see `socket`) and holds no per-role settings such as
@@ -136,15 +136,18 @@ pub struct QuicTuning {
     /// larger packets mean less CPU per byte. Off keeps `initial_mtu` for the connection.
     pub mtu_discovery: bool,
     /// Largest UDP payload this endpoint probes for (MTU discovery) and accepts, bytes.
-    /// Default 8972: a 9000-byte jumbo frame under IPv4; with [`QuicTuning::gso`] on, at most
-    /// 6550, so that quinn's batch of 10 datagrams fits one GSO send. The client lowers it for each
+    /// Default 65527, QUIC's largest: the route decides. The client lowers it for each
     /// connection to what the route to the server takes (the kernel's route MTU less IP and UDP
-    /// headers: 1472 on an IPv4 path of 1500-byte Ethernet, 65507 on loopback) and announces
-    /// that to the server as its `max_udp_payload_size`, so the server, the sender of a
-    /// download, never probes beyond the client's first hop. quinn's own default, 1452, left
-    /// 20 bytes of every IPv4 datagram unused and kept loopback at Ethernet size. A larger
-    /// value costs only probes that a smaller hop further on drops, and receive buffer
-    /// address space (quinn sizes it from this). Allowed 1200 to 65527.
+    /// headers: 1472 on an IPv4 path of 1500-byte Ethernet, 8972 on 9000-byte jumbo frames,
+    /// 65507 on loopback; 8972 where the kernel does not say) and announces that to the server
+    /// as its `max_udp_payload_size`, so the server, the sender of a download, never probes
+    /// beyond the client's first hop. quinn's own default, 1452, left 20 bytes of every IPv4
+    /// datagram unused and kept loopback at Ethernet size; each datagram costs both ends a
+    /// packet's work, so loopback at 65507 bytes moves about twice what it moved at 6550 for
+    /// the same CPU (docs/results.md, "Datagrams as large as the route"). With GSO, batches
+    /// larger than one send are split ([`crate::send_batch`]). A larger value costs only
+    /// probes that a smaller hop further on drops, and receive buffer address space (quinn
+    /// sizes it from this). Allowed 1200 to 65527.
     pub mtu_discovery_upper_bound: u16,
     /// How long after quinn's black-hole detector fired (it takes bursts of lost full-size
     /// packets for a path that shrank, falls back to 1200-byte datagrams) MTU discovery waits
@@ -212,7 +215,7 @@ impl Default for QuicTuning {
             initial_rtt: Duration::from_millis(333),
             initial_mtu: 1200,
             mtu_discovery: true,
-            mtu_discovery_upper_bound: JUMBO_UDP_PAYLOAD,
+            mtu_discovery_upper_bound: MAX_UDP_PAYLOAD,
             mtu_black_hole_cooldown: Duration::from_secs(5),
             gso: true,
             udp_send_buffer: Some(32 << 20),
@@ -223,15 +226,11 @@ impl Default for QuicTuning {
     }
 }
 
-/// Largest UDP payload over IPv4 (65535 - 8-byte UDP header - 20-byte IP header).
+/// Largest `max_udp_payload_size` QUIC allows (RFC 9000 §18.2).
 const MAX_UDP_PAYLOAD: u16 = 65527;
-/// UDP payload of a 9000-byte jumbo frame under IPv4 (9000 - 20 - 8).
+/// UDP payload of a 9000-byte jumbo frame under IPv4 (9000 - 20 - 8): the bound where the
+/// kernel does not say what the route takes.
 const JUMBO_UDP_PAYLOAD: u16 = 8972;
-/// Largest datagram quinn can send with GSO: it batches up to 10 datagrams in one send, and
-/// the kernel refuses (`EMSGSIZE`) a batch above one UDP payload of 65507 bytes. quinn-udp
-/// drops such a batch silently, as it would a too-large MTU probe, so 8972-byte datagrams on
-/// loopback lost every batch, and the black-hole detector fell back to 1200 bytes.
-const GSO_MAX_DATAGRAM: u16 = 65507 / 10;
 
 impl QuicTuning {
     /// The largest [`QuicTuning::ack_eliciting_threshold`] accepted.
@@ -327,18 +326,19 @@ impl QuicTuning {
         Ok(())
     }
 
+    /// The largest UDP payload this endpoint accepts and probes for before it knows a route:
+    /// the upper bound, never below `initial_mtu`. The server's, for every client: each
+    /// client announces what its route takes, and MTU discovery stops at the smaller.
+    pub(crate) fn largest_udp_payload(&self) -> u16 {
+        self.mtu_discovery_upper_bound.max(self.initial_mtu)
+    }
+
     /// The largest UDP payload to use on a route that takes `route_payload` bytes (`None`:
-    /// unknown): the upper bound, lowered to the route's, never below `initial_mtu`.
+    /// the kernel did not say, taken as a jumbo frame): the upper bound, lowered to the
+    /// route's, never below `initial_mtu`.
     pub(crate) fn max_udp_payload(&self, route_payload: Option<u16>) -> u16 {
-        let mut bound = self.mtu_discovery_upper_bound;
-        if self.gso {
-            bound = bound.min(GSO_MAX_DATAGRAM);
-        }
-        let bound = bound.max(self.initial_mtu);
-        match route_payload {
-            Some(route) => bound.min(route).max(self.initial_mtu),
-            None => bound,
-        }
+        let route = route_payload.unwrap_or(JUMBO_UDP_PAYLOAD);
+        self.largest_udp_payload().min(route).max(self.initial_mtu)
     }
 
     /// quinn's endpoint settings: `max_udp_payload` (see [`QuicTuning::max_udp_payload`]) is
@@ -502,16 +502,20 @@ mod tests {
         let t = QuicTuning::default();
         // An IPv4 path of 1500-byte Ethernet: all of it, not quinn's 1452.
         assert_eq!(t.max_udp_payload(Some(1472)), 1472);
-        // Loopback (65536): capped so that a GSO batch of 10 fits one UDP payload; without
-        // GSO, at the jumbo-frame bound.
-        assert_eq!(t.max_udp_payload(Some(65507)), 6550);
-        assert_eq!(t.max_udp_payload(None), 6550);
-        assert!(10 * u32::from(t.max_udp_payload(None)) <= 65507);
-        let no_gso = QuicTuning {
-            gso: false,
+        // Jumbo frames and loopback (65536): all of it, GSO or not (batches too large for one
+        // send are split by `send_batch`).
+        assert_eq!(t.max_udp_payload(Some(8972)), 8972);
+        assert_eq!(t.max_udp_payload(Some(65507)), 65507);
+        // A route the kernel did not report: a jumbo frame at most.
+        assert_eq!(t.max_udp_payload(None), 8972);
+        // The server takes whatever its clients announce.
+        assert_eq!(t.largest_udp_payload(), 65527);
+        let capped = QuicTuning {
+            mtu_discovery_upper_bound: 6550,
             ..QuicTuning::default()
         };
-        assert_eq!(no_gso.max_udp_payload(Some(65507)), 8972);
+        assert_eq!(capped.max_udp_payload(Some(65507)), 6550);
+        assert_eq!(capped.largest_udp_payload(), 6550);
         // A route below QUIC's minimum still gets the minimum: the path must carry it.
         assert_eq!(t.max_udp_payload(Some(576)), 1200);
         let small = QuicTuning {

@@ -220,11 +220,13 @@ async fn ranged_fetch_of_a_file_is_byte_identical() {
 /// request quinn acknowledges every second packet, once per batch it reads: on an idle
 /// loopback one acknowledgement per 3-8 datagrams, which this bound refuses. What it allows
 /// beyond one per ten: those riding on the client's own packets (requests, window updates)
-/// and one per delay timer (25 ms) per connection while the sender paused.
+/// and one per delay timer (25 ms) per connection while the sender paused. The server's
+/// datagrams are held at 6550 bytes, so that 32 MiB make thousands of them, as on a path
+/// smaller than loopback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_acknowledges_every_tenth_packet() {
     limited!(async {
-        let fx = Fixture::start(None).await;
+        let fx = Fixture::start_with(None, |c| c.tuning.mtu_discovery_upper_bound = 6550).await;
         let t = fx.client("/.xfer/synthetic?size=32MiB&seed=3");
         let info = t.stat().await.expect("stat");
         let started = std::time::Instant::now();
@@ -244,6 +246,31 @@ async fn the_client_acknowledges_every_tenth_packet() {
         assert!(
             datagrams > 1000 && acks <= bound,
             "{acks} acknowledgements for {datagrams} datagrams in {elapsed_ms} ms (bound {bound})"
+        );
+        fx.shutdown().await;
+    });
+}
+
+/// Loopback takes 65,507-byte datagrams, and the server sends them: its MTU discovery goes up
+/// to what the client's route announces, and batches of them too large for one GSO send go
+/// out split (`send_batch`). Before, datagrams stopped at 6550 bytes with GSO on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_downloads_ride_datagrams_as_large_as_the_route() {
+    limited!(async {
+        let fx = Fixture::start(None).await;
+        let t = fx.client("/.xfer/synthetic?size=32MiB&seed=4");
+        let info = t.stat().await.expect("stat");
+        let (bytes, _) = fetch(&t, 0, &range_req(&info, 0..info.size))
+            .await
+            .expect("fetch");
+        assert_eq!(bytes.len() as u64, info.size);
+        let stats = t.connection_stats();
+        let datagrams: u64 = stats.iter().filter_map(|s| s.datagrams_received).sum();
+        let received: u64 = stats.iter().filter_map(|s| s.bytes_received).sum();
+        // The handshake and the first probes are small; the body's datagrams are not.
+        assert!(
+            datagrams > 0 && received / datagrams > 30_000,
+            "{received} bytes in {datagrams} datagrams"
         );
         fx.shutdown().await;
     });
