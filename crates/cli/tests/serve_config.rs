@@ -157,3 +157,33 @@ fn the_example_in_operations_md_is_a_valid_config() {
     assert_eq!(code, 0, "the example does not load: {err}");
     assert_eq!(line(&out, "memory-budget"), "memory-budget = \"2GiB\"");
 }
+
+/// `--quic-max-datagram` caps the server's QUIC datagrams (by default each client's route
+/// decides); a value QUIC cannot carry refuses to start.
+#[test]
+fn quic_max_datagram_is_taken_and_checked() {
+    let (code, out, err) = xfer(&[
+        "serve",
+        "/srv",
+        "--self-signed",
+        "--quic-max-datagram",
+        "1472",
+        "--print-config",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(line(&out, "quic-max-datagram"), "quic-max-datagram = 1472");
+    let (code, _, err) = xfer(&[
+        "serve",
+        "/srv",
+        "--self-signed",
+        "--listen",
+        "127.0.0.1:0",
+        "--quic-max-datagram",
+        "1000",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("1000") && err.contains("1200 to 65527"),
+        "{err}"
+    );
+}
